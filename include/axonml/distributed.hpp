@@ -1,0 +1,15 @@
+// The prelude: include this and `using namespace axonml::distributed;` to get
+// every name the seed's examples use.
+#pragma once
+
+#include "axonml/distributed/arena_backend.hpp"
+#include "axonml/distributed/backend.hpp"
+#include "axonml/distributed/bucket.hpp"
+#include "axonml/distributed/comm.hpp"
+#include "axonml/distributed/dtype.hpp"
+#include "axonml/distributed/error.hpp"
+#include "axonml/distributed/grad_sync.hpp"
+#include "axonml/distributed/mock_backend.hpp"
+#include "axonml/distributed/process_group.hpp"
+#include "axonml/distributed/tensor.hpp"
+#include "axonml/distributed/world.hpp"

@@ -1,0 +1,53 @@
+// ArenaBackend: the shared-memory implementation of Backend.
+//
+// All ranks of a world share one arena (see src/shm/arena_layout.hpp and
+// docs/arena.md) and run the same lock-free round protocol over it. The two
+// ways to get one are its subclasses: MockBackend, whose ranks are threads of
+// one process sharing a heap arena, and ShmBackend, whose ranks are the
+// processes axon-launch starts, sharing a /dev/shm arena.
+//
+// Thread safety: one thread at a time per object; see Backend.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "axonml/distributed/backend.hpp"
+
+namespace axonml::distributed {
+
+class ArenaBackend : public Backend {
+ public:
+  ~ArenaBackend() override;
+
+  std::string_view name() const override { return name_; }
+  int rank() const override;
+  int world_size() const override;
+  void abort(const std::string& reason) override;
+
+  // The bytes of one member's slot: messages larger than this are chunked.
+  std::size_t slot_bytes() const;
+
+  struct Impl;
+
+ protected:
+  ArenaBackend(std::string name, std::unique_ptr<Impl> impl);
+
+  void do_all_reduce(MutableBuffer data, ReduceOp op) override;
+  void do_broadcast(MutableBuffer data, int src) override;
+  void do_all_gather(ConstBuffer send, MutableBuffer recv) override;
+  void do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) override;
+  void do_gather(ConstBuffer send, MutableBuffer recv, int dst) override;
+  void do_scatter(ConstBuffer send, MutableBuffer recv, int src) override;
+  void do_reduce(ConstBuffer send, MutableBuffer recv, int dst, ReduceOp op) override;
+  void do_barrier() override;
+  void do_send(ConstBuffer data, int dst, int tag) override;
+  void do_recv(MutableBuffer data, int src, int tag) override;
+  std::shared_ptr<Backend> do_new_group(const std::vector<int>& ranks) override;
+
+ private:
+  std::string name_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace axonml::distributed

@@ -1,0 +1,179 @@
+// Backend: the communication interface every transport implements.
+//
+// A Backend is one rank's endpoint in a communicator of world_size() ranks.
+// Collectives are called by every rank of the communicator in the same order
+// with matching arguments; they block until this rank's part is done and, for
+// reductions, give every rank bitwise identical results.
+//
+// The public methods check every size and rank once, here, and throw
+// InvalidArgument naming the op, the rank and the sizes; implementations
+// override the protected do_* methods and may assume valid arguments.
+//
+// Buffer rules (count = elements per rank, n = world_size()):
+//   all_reduce      data: count, in place
+//   broadcast       data: count on every rank, src's is sent
+//   all_gather      send: count, recv: n * count (rank r's block at r * count)
+//   reduce_scatter  send: n * count, recv: count (block r of the result)
+//   gather          send: count, recv: n * count on dst (ignored elsewhere)
+//   scatter         send: n * count on src (ignored elsewhere), recv: count
+//   reduce          send: count, recv: count on dst (ignored elsewhere)
+//   send / recv     point to point; messages from one src to one dst with one
+//                   tag arrive in the order they were sent.
+//
+// Thread safety: one thread at a time per Backend object. Different Backend
+// objects (ranks of a mock world, disjoint groups) may be used concurrently.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "axonml/distributed/dtype.hpp"
+
+namespace axonml::distributed {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  virtual std::string_view name() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  template <Element T> void all_reduce(std::span<T> data, ReduceOp op);
+  template <Element T> void broadcast(std::span<T> data, int src);
+  template <Element T> void all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv);
+  template <Element T> void reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op);
+  template <Element T> void gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst);
+  template <Element T> void scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int src);
+  template <Element T> void reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst, ReduceOp op);
+  template <Element T> void send(std::span<T> data, int dst, int tag = 0);
+  template <Element T> void recv(std::span<T> data, int src, int tag = 0);
+  void barrier();
+
+  // Collective over this communicator: every rank passes the same list of
+  // distinct ranks (of this communicator). Returns the members' endpoint of
+  // the new communicator, whose ranks are positions in `ranks`; returns
+  // nullptr on ranks not in the list.
+  std::shared_ptr<Backend> new_group(std::span<const int> ranks);
+
+  // Marks the whole job failed: every rank's current and future waits throw
+  // PeerFailure carrying `reason` (as MPI_Abort, without killing anyone).
+  virtual void abort(const std::string& reason) = 0;
+
+  // Shorthands so that std::vector and span<float> arguments need no spelling out.
+  void all_reduce(std::vector<float>& data, ReduceOp op) { all_reduce(std::span<float>(data), op); }
+  void broadcast(std::vector<float>& data, int src) { broadcast(std::span<float>(data), src); }
+
+ protected:
+  Backend() = default;
+
+  // The raw views the implementations see: bytes plus the element type.
+  struct ConstBuffer {
+    const std::byte* data;
+    std::size_t count;
+    DataType type;
+  };
+  struct MutableBuffer {
+    std::byte* data;
+    std::size_t count;
+    DataType type;
+  };
+
+  virtual void do_all_reduce(MutableBuffer data, ReduceOp op) = 0;
+  virtual void do_broadcast(MutableBuffer data, int src) = 0;
+  virtual void do_all_gather(ConstBuffer send, MutableBuffer recv) = 0;
+  virtual void do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) = 0;
+  virtual void do_gather(ConstBuffer send, MutableBuffer recv, int dst) = 0;
+  virtual void do_scatter(ConstBuffer send, MutableBuffer recv, int src) = 0;
+  virtual void do_reduce(ConstBuffer send, MutableBuffer recv, int dst, ReduceOp op) = 0;
+  virtual void do_barrier() = 0;
+  virtual void do_send(ConstBuffer data, int dst, int tag) = 0;
+  virtual void do_recv(MutableBuffer data, int src, int tag) = 0;
+  // REQUIRES: ranks valid, distinct, sorted as given by the caller.
+  virtual std::shared_ptr<Backend> do_new_group(const std::vector<int>& ranks) = 0;
+
+ private:
+  // The argument checks, one per op; each throws InvalidArgument.
+  void check_root(std::string_view op, int root, std::string_view role) const;
+  void check_size(std::string_view op, std::string_view what, std::size_t actual,
+                  std::size_t expected, std::string_view why) const;
+  void check_peer(std::string_view op, int peer, std::string_view role) const;
+  void check_tag(std::string_view op, int tag) const;
+
+  template <Element T> static ConstBuffer view(std::span<const T> s) {
+    return {reinterpret_cast<const std::byte*>(s.data()), s.size(), data_type_v<T>};
+  }
+  template <Element T> static MutableBuffer view(std::span<T> s) {
+    return {reinterpret_cast<std::byte*>(s.data()), s.size(), data_type_v<T>};
+  }
+};
+
+// ---- Implementation of the typed entry points -------------------------------
+
+template <Element T> void Backend::all_reduce(std::span<T> data, ReduceOp op) {
+  do_all_reduce(view(data), op);
+}
+
+template <Element T> void Backend::broadcast(std::span<T> data, int src) {
+  check_root("broadcast", src, "src");
+  do_broadcast(view(data), src);
+}
+
+template <Element T> void Backend::all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
+  const std::size_t n = static_cast<std::size_t>(world_size());
+  check_size("all_gather", "recv", recv.size(), send.size() * n, "send count x world size");
+  do_all_gather(view(send), view(recv));
+}
+
+template <Element T>
+void Backend::reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op) {
+  const std::size_t n = static_cast<std::size_t>(world_size());
+  check_size("reduce_scatter", "send", send.size(), recv.size() * n, "recv count x world size");
+  do_reduce_scatter(view(send), view(recv), op);
+}
+
+template <Element T> void Backend::gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst) {
+  check_root("gather", dst, "dst");
+  if (rank() == dst) {
+    const std::size_t n = static_cast<std::size_t>(world_size());
+    check_size("gather", "recv", recv.size(), send.size() * n, "send count x world size on dst");
+  }
+  do_gather(view(send), view(recv), dst);
+}
+
+template <Element T> void Backend::scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int src) {
+  check_root("scatter", src, "src");
+  if (rank() == src) {
+    const std::size_t n = static_cast<std::size_t>(world_size());
+    check_size("scatter", "send", send.size(), recv.size() * n, "recv count x world size on src");
+  }
+  do_scatter(view(send), view(recv), src);
+}
+
+template <Element T>
+void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst, ReduceOp op) {
+  check_root("reduce", dst, "dst");
+  if (rank() == dst) check_size("reduce", "recv", recv.size(), send.size(), "send count on dst");
+  do_reduce(view(send), view(recv), dst, op);
+}
+
+template <Element T> void Backend::send(std::span<T> data, int dst, int tag) {
+  check_peer("send", dst, "dst");
+  check_tag("send", tag);
+  do_send(view(std::span<const T>(data)), dst, tag);
+}
+
+template <Element T> void Backend::recv(std::span<T> data, int src, int tag) {
+  check_peer("recv", src, "src");
+  check_tag("recv", tag);
+  do_recv(view(data), src, tag);
+}
+
+}  // namespace axonml::distributed

@@ -1,0 +1,56 @@
+// Element types and reduction operations.
+//
+// Collectives move f32 by default; the typed overloads of Backend accept the
+// element types below. bf16 and f16 are storage types only: reductions widen
+// them to f32, combine in f32 and round once when storing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+namespace axonml::distributed {
+
+enum class ReduceOp : std::uint8_t { Sum, Product, Min, Max, Average };
+
+enum class DataType : std::uint8_t { F32, F64, BF16, F16, I32, I64 };
+
+// 16-bit brain float: the top half of an IEEE f32.
+struct bfloat16 {
+  std::uint16_t bits = 0;
+  bfloat16() = default;
+  explicit bfloat16(float value);
+  explicit operator float() const;
+  friend bool operator==(bfloat16, bfloat16) = default;
+};
+
+// IEEE 754 binary16.
+struct float16 {
+  std::uint16_t bits = 0;
+  float16() = default;
+  explicit float16(float value);
+  explicit operator float() const;
+  friend bool operator==(float16, float16) = default;
+};
+
+std::string_view to_string(ReduceOp op);
+std::string_view to_string(DataType type);
+std::size_t size_of(DataType type);
+
+template <typename T> struct data_type_of;
+template <> struct data_type_of<float> { static constexpr DataType value = DataType::F32; };
+template <> struct data_type_of<double> { static constexpr DataType value = DataType::F64; };
+template <> struct data_type_of<bfloat16> { static constexpr DataType value = DataType::BF16; };
+template <> struct data_type_of<float16> { static constexpr DataType value = DataType::F16; };
+template <> struct data_type_of<std::int32_t> { static constexpr DataType value = DataType::I32; };
+template <> struct data_type_of<std::int64_t> { static constexpr DataType value = DataType::I64; };
+
+// The element types collectives accept.
+template <typename T>
+concept Element = requires { data_type_of<std::remove_const_t<T>>::value; };
+
+template <Element T>
+inline constexpr DataType data_type_v = data_type_of<std::remove_const_t<T>>::value;
+
+}  // namespace axonml::distributed

@@ -1,0 +1,73 @@
+// ProcessGroup: a set of ranks that run collectives together.
+//
+// A group is built from a Backend (a communicator) and a list of its ranks.
+// Creating a subgroup is collective over the parent: every rank of the parent
+// calls with the same list, members and non-members alike (as in PyTorch).
+// A subgroup communicates among its members only; on a non-member every
+// collective throws InvalidArgument naming the rank and the group.
+//
+// rank() is the position in the group (-1 on a non-member), ranks() the
+// members' ranks in the parent communicator, in the order given.
+//
+// Thread safety: as the underlying Backend (one thread at a time per rank).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "axonml/distributed/backend.hpp"
+#include "axonml/distributed/tensor.hpp"
+
+namespace axonml::distributed {
+
+class ProcessGroup {
+ public:
+  // The group of every rank of `backend`.
+  explicit ProcessGroup(std::shared_ptr<Backend> backend);
+  // Collective over `backend`: the subgroup of `ranks` (distinct, in range).
+  static ProcessGroup with_ranks(std::shared_ptr<Backend> backend, std::vector<int> ranks);
+  // A world of one rank (MockBackend::single()).
+  static ProcessGroup mock();
+
+  // This rank's endpoint of the group's communicator. Throws on a non-member.
+  Backend& backend() const;
+  const std::shared_ptr<Backend>& backend_ptr() const;
+  // The communicator the group was carved from (ranks() refer to it).
+  const std::shared_ptr<Backend>& parent() const { return parent_; }
+
+  int rank() const;
+  int world_size() const { return size(); }
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<int>& ranks() const { return ranks_; }
+  bool contains(int rank) const;
+  bool is_member() const { return communicator_ != nullptr; }
+
+  // Collective over this group: a subgroup of it (ranks are group ranks).
+  ProcessGroup new_group(std::vector<int> ranks) const;
+
+  void barrier() const;
+  void all_reduce_tensor(Tensor& tensor, ReduceOp op = ReduceOp::Sum) const;
+  void broadcast_tensor(Tensor& tensor, int src = 0) const;
+  // Shape [size(), ...tensor.shape()]: rank r's tensor at index r.
+  Tensor all_gather_tensor(const Tensor& tensor) const;
+  // Block rank() of the reduction of `tensor` split into size() equal blocks
+  // along dim 0 (numel must divide evenly).
+  Tensor reduce_scatter_tensor(const Tensor& tensor, ReduceOp op = ReduceOp::Sum) const;
+  void send_tensor(const Tensor& tensor, int dst, int tag = 0) const;
+  void recv_tensor(Tensor& tensor, int src, int tag = 0) const;
+
+  // "group [0, 2] (rank 1 of 2)" for messages.
+  std::string describe() const;
+
+ private:
+  ProcessGroup(std::shared_ptr<Backend> parent, std::vector<int> ranks,
+               std::shared_ptr<Backend> communicator);
+  Backend& member_backend(const char* op) const;
+
+  std::shared_ptr<Backend> parent_;
+  std::vector<int> ranks_;
+  std::shared_ptr<Backend> communicator_;  // null on non-members
+};
+
+}  // namespace axonml::distributed

@@ -1,0 +1,45 @@
+// The state behind an ArenaBackend, shared with the transports that build one.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "axonml/distributed/arena_backend.hpp"
+#include "backends/arena_channel.hpp"
+#include "backends/point_to_point.hpp"
+#include "shm/arena_layout.hpp"
+#include "shm/wait.hpp"
+
+namespace axonml::distributed {
+
+// One rank's attachment to an arena; shared by its world backend and every
+// subgroup backend it creates.
+struct RankState {
+  RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
+            std::chrono::milliseconds timeout);
+  RankState(const RankState&) = delete;
+  RankState& operator=(const RankState&) = delete;
+
+  std::shared_ptr<void> memory;  // keeps the arena mapped
+  std::byte* base;
+  shm::ArenaHeader& header;
+  int world_rank;
+  shm::WaitGuard guard;
+  PointToPoint p2p;
+};
+
+struct ArenaBackend::Impl {
+  Impl(std::shared_ptr<RankState> state, shm::GroupHeader* group, int member,
+       std::vector<int> world_ranks);
+
+  // The world endpoint of `rank` in a formatted arena at `arena_base`.
+  static std::unique_ptr<Impl> attach_world(std::shared_ptr<void> memory_owner,
+                                            std::byte* arena_base, int rank,
+                                            std::chrono::milliseconds timeout);
+
+  std::shared_ptr<RankState> state;
+  ArenaChannel channel;
+};
+
+}  // namespace axonml::distributed

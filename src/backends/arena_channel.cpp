@@ -1,0 +1,139 @@
+#include "backends/arena_channel.hpp"
+
+#include <cstring>
+
+#include "axonml/distributed/error.hpp"
+
+namespace axonml::distributed {
+
+std::string_view to_string(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::AllReduce: return "all_reduce";
+    case CollectiveOp::Broadcast: return "broadcast";
+    case CollectiveOp::AllGather: return "all_gather";
+    case CollectiveOp::ReduceScatter: return "reduce_scatter";
+    case CollectiveOp::Gather: return "gather";
+    case CollectiveOp::Scatter: return "scatter";
+    case CollectiveOp::Reduce: return "reduce";
+    case CollectiveOp::Barrier: return "barrier";
+    case CollectiveOp::NewGroup: return "new_group";
+  }
+  return "unknown-collective";
+}
+
+ArenaChannel::ArenaChannel(shm::GroupHeader* group, std::size_t slot_bytes, int member,
+                           std::vector<int> world_ranks, const shm::WaitGuard& guard)
+    : group_(group),
+      slot_bytes_(slot_bytes),
+      member_(member),
+      world_ranks_(std::move(world_ranks)),
+      guard_(guard) {
+  const auto layout = shm::group_layout(world_ranks_.size(), slot_bytes_);
+  auto* base = reinterpret_cast<std::byte*>(group_);
+  controls_ = reinterpret_cast<shm::MemberControl*>(base + layout.controls_offset);
+  data_ = base + layout.data_offset;
+}
+
+void ArenaChannel::begin(const CollectiveCall& call) {
+  if (!broken_.empty()) throw CollectiveMismatch(broken_);
+  pending_ = shm::Descriptor{};
+  pending_.call = calls_++;
+  pending_.count = call.count;
+  pending_.detail = call.detail;
+  pending_.op = static_cast<std::uint32_t>(call.op);
+  pending_.root = call.root;
+  pending_.dtype = static_cast<std::uint8_t>(call.type);
+  pending_.reduce_op = call.has_reduce_op ? static_cast<std::uint8_t>(call.reduce_op) : 0xff;
+  check_pending_ = true;
+}
+
+std::byte* ArenaChannel::outbox() {
+  const std::uint64_t parity = (round_ + 1) & 1;
+  return data_ + (2 * static_cast<std::size_t>(member_) + parity) * slot_bytes_;
+}
+
+const std::byte* ArenaChannel::inbox(int member) const {
+  const std::uint64_t parity = round_ & 1;
+  return data_ + (2 * static_cast<std::size_t>(member) + parity) * slot_bytes_;
+}
+
+bool ArenaChannel::all_arrived(std::uint64_t round, int& first_missing) const {
+  const int n = size();
+  for (; first_missing < n; ++first_missing) {
+    if (controls_[first_missing].round.load(std::memory_order_acquire) < round) return false;
+  }
+  return true;
+}
+
+void ArenaChannel::exchange() {
+  const std::uint64_t next = round_ + 1;
+  const int parity = static_cast<int>(next & 1);
+  auto& mine = controls_[member_];
+  if (check_pending_) mine.descriptor[parity] = pending_;
+  mine.round.store(next, std::memory_order_release);
+  shm::ring(group_->bell);
+
+  int first_missing = 0;
+  shm::wait_until([&] { return all_arrived(next, first_missing); }, group_->bell, guard_,
+                  [&] { return describe_wait(next); });
+  round_ = next;
+  if (check_pending_) {
+    check_pending_ = false;
+    check_descriptors(parity);
+  }
+}
+
+std::string ArenaChannel::group_name() const {
+  std::string s = "[";
+  for (std::size_t i = 0; i < world_ranks_.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(world_ranks_[i]);
+  }
+  return s + "]";
+}
+
+std::string ArenaChannel::describe(const shm::Descriptor& d) const {
+  std::string s(to_string(static_cast<CollectiveOp>(d.op)));
+  s += "(";
+  const auto op = static_cast<CollectiveOp>(d.op);
+  if (op == CollectiveOp::Barrier) return s + ")";
+  if (op == CollectiveOp::NewGroup) return s + std::to_string(d.count) + " ranks, list hash " +
+                                           std::to_string(d.detail) + ")";
+  s += std::string(to_string(static_cast<DataType>(d.dtype))) + ", " + std::to_string(d.count);
+  if (d.reduce_op != 0xff) s += ", " + std::string(to_string(static_cast<ReduceOp>(d.reduce_op)));
+  if (d.root >= 0) s += ", root " + std::to_string(d.root);
+  return s + ")";
+}
+
+void ArenaChannel::check_descriptors(int parity) {
+  const shm::Descriptor& mine = controls_[member_].descriptor[parity];
+  for (int m = 0; m < size(); ++m) {
+    if (m == member_) continue;
+    const shm::Descriptor& theirs = controls_[m].descriptor[parity];
+    if (theirs == mine) continue;
+    std::string where = theirs.call == mine.call
+                            ? "at call #" + std::to_string(mine.call)
+                            : "at call #" + std::to_string(mine.call) + " (rank " +
+                                  std::to_string(world_ranks_[static_cast<std::size_t>(m)]) +
+                                  "'s call #" + std::to_string(theirs.call) + ")";
+    broken_ = "collective mismatch in group " + group_name() + " " + where + ": rank " +
+              std::to_string(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
+              describe(mine) + " vs rank " +
+              std::to_string(world_ranks_[static_cast<std::size_t>(m)]) + ": " + describe(theirs);
+    throw CollectiveMismatch(broken_);
+  }
+}
+
+std::string ArenaChannel::describe_wait(std::uint64_t round) const {
+  std::string missing;
+  for (int m = 0; m < size(); ++m) {
+    if (controls_[m].round.load(std::memory_order_acquire) >= round) continue;
+    if (!missing.empty()) missing += ", ";
+    missing += std::to_string(world_ranks_[static_cast<std::size_t>(m)]);
+  }
+  const shm::Descriptor& current = pending_;
+  return describe(current) + " call #" + std::to_string(current.call) + " in group " +
+         group_name() + ": waiting for rank(s) " + missing + " (round " + std::to_string(round) + ")";
+}
+
+}  // namespace axonml::distributed

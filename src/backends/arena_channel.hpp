@@ -1,0 +1,90 @@
+// ArenaChannel: a RoundChannel over one GroupArea of an arena.
+//
+// Adds to the bare round protocol the safety net every collective gets: the
+// first exchange of each collective posts a Descriptor (op, type, count,
+// root, reduce op, call number) beside the round counter, and every member
+// compares all peers' descriptors with its own before touching their data,
+// so ranks that disagree get a CollectiveMismatch naming both sides instead
+// of corrupt data or a hang.
+//
+// Thread safety: one thread per member.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "axonml/distributed/dtype.hpp"
+#include "collectives/round_channel.hpp"
+#include "shm/arena_layout.hpp"
+#include "shm/wait.hpp"
+
+namespace axonml::distributed {
+
+enum class CollectiveOp : std::uint32_t {
+  AllReduce = 1,
+  Broadcast,
+  AllGather,
+  ReduceScatter,
+  Gather,
+  Scatter,
+  Reduce,
+  Barrier,
+  NewGroup,
+};
+
+std::string_view to_string(CollectiveOp op);
+
+// What one rank is about to run; the argument of ArenaChannel::begin().
+struct CollectiveCall {
+  CollectiveOp op;
+  DataType type = DataType::F32;
+  std::size_t count = 0;
+  int root = -1;
+  bool has_reduce_op = false;
+  ReduceOp reduce_op = ReduceOp::Sum;
+  std::uint64_t detail = 0;
+};
+
+class ArenaChannel final : public collectives::RoundChannel {
+ public:
+  // `group` points at the group's GroupHeader; `world_ranks` are its members.
+  ArenaChannel(shm::GroupHeader* group, std::size_t slot_bytes, int member,
+               std::vector<int> world_ranks, const shm::WaitGuard& guard);
+
+  // Starts a collective: its first exchange() posts and checks `call`.
+  void begin(const CollectiveCall& call);
+
+  int rank() const override { return member_; }
+  int size() const override { return static_cast<int>(world_ranks_.size()); }
+  std::size_t slot_bytes() const override { return slot_bytes_; }
+  std::byte* outbox() override;
+  const std::byte* inbox(int member) const override;
+  void exchange() override;
+
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+  // "[0, 1, 2]" or "world"
+  std::string group_name() const;
+
+ private:
+  bool all_arrived(std::uint64_t round, int& first_missing) const;
+  std::string describe_wait(std::uint64_t round) const;
+  void check_descriptors(int parity);
+  std::string describe(const shm::Descriptor& d) const;
+
+  shm::GroupHeader* group_;
+  shm::MemberControl* controls_;
+  std::byte* data_;
+  std::size_t slot_bytes_;
+  int member_;
+  std::vector<int> world_ranks_;
+  const shm::WaitGuard& guard_;
+
+  std::uint64_t round_ = 0;  // last round this member published
+  std::uint64_t calls_ = 0;  // collectives begun
+  bool check_pending_ = false;
+  shm::Descriptor pending_{};
+  std::string broken_;       // set after a mismatch: the group is unusable
+};
+
+}  // namespace axonml::distributed

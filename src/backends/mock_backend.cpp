@@ -1,0 +1,40 @@
+#include "axonml/distributed/mock_backend.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backends/arena_backend_impl.hpp"
+#include "shm/arena_layout.hpp"
+#include "shm/wait.hpp"
+
+namespace axonml::distributed {
+
+std::vector<std::shared_ptr<MockBackend>> MockBackend::create_world(int world_size,
+                                                                    MockOptions options) {
+  shm::ArenaSpec spec;
+  spec.world_size = world_size;
+  spec.slot_bytes = options.slot_bytes;
+  spec.arena_bytes = options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size);
+  if (world_size < 1 || world_size > shm::kMaxWorldSize) {
+    shm::format_arena(nullptr, spec);  // throws the range error
+  }
+  // Zeroed like a fresh /dev/shm file, so group areas start clean.
+  void* raw = std::aligned_alloc(4096, (spec.arena_bytes + 4095) / 4096 * 4096);
+  if (raw == nullptr) throw std::bad_alloc();
+  std::shared_ptr<void> memory(raw, std::free);
+  std::memset(raw, 0, spec.arena_bytes);
+  shm::format_arena(raw, spec);
+
+  std::vector<std::shared_ptr<MockBackend>> world;
+  world.reserve(static_cast<std::size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) {
+    auto impl = Impl::attach_world(memory, static_cast<std::byte*>(raw), r, shm::default_timeout());
+    world.push_back(std::shared_ptr<MockBackend>(new MockBackend("mock", std::move(impl))));
+  }
+  return world;
+}
+
+std::shared_ptr<MockBackend> MockBackend::single() { return create_world(1).front(); }
+
+}  // namespace axonml::distributed

@@ -1,0 +1,41 @@
+// The collective algorithms, written against RoundChannel alone.
+//
+// Buffers are raw bytes of `count` elements of `type` per rank, laid out as
+// documented in axonml/distributed/backend.hpp. Every algorithm makes at
+// least one exchange() (so even a count of 0 synchronizes and is checked
+// against the peers' descriptors) and any count works: data larger than a
+// slot is pipelined through the slots in chunks.
+//
+// Reductions combine members in rank order, one element at a time, whichever
+// algorithm runs, so results are bitwise identical on every rank and do not
+// depend on the message size.
+#pragma once
+
+#include <cstddef>
+
+#include "axonml/distributed/dtype.hpp"
+#include "collectives/round_channel.hpp"
+
+namespace axonml::distributed::collectives {
+
+// Messages up to this many bytes use the one-round all-reduce (every member
+// reduces all slots); larger ones use reduce-scatter + all-gather.
+// AXON_ALLREDUCE_ONE_ROUND_BYTES overrides the default; the slot size caps it.
+std::size_t one_round_all_reduce_limit(std::size_t slot_bytes);
+
+void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
+                ReduceOp op);
+void broadcast(RoundChannel& channel, std::byte* data, std::size_t count, DataType type, int root);
+void all_gather(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+                DataType type);
+void gather(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+            DataType type, int root);
+void scatter(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+             DataType type, int root);
+void reduce_scatter(RoundChannel& channel, const std::byte* send, std::byte* recv,
+                    std::size_t count, DataType type, ReduceOp op);
+void reduce(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+            DataType type, ReduceOp op, int root);
+void barrier(RoundChannel& channel);
+
+}  // namespace axonml::distributed::collectives

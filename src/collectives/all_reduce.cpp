@@ -1,0 +1,97 @@
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "collectives/algorithms.hpp"
+#include "collectives/copy.hpp"
+#include "kernels/reduce.hpp"
+
+namespace axonml::distributed::collectives {
+namespace {
+
+// One round: copy in, exchange, every member reduces all slots in rank order
+// straight into its own output. Reads n times the message per member, so it
+// pays off only while latency dominates.
+void all_reduce_one_round(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
+                          ReduceOp op) {
+  const int n = channel.size();
+  copy_bytes(channel.outbox(), data, count * size_of(type));
+  channel.exchange();
+  std::vector<const std::byte*> sources(static_cast<std::size_t>(n));
+  for (int m = 0; m < n; ++m) sources[static_cast<std::size_t>(m)] = channel.inbox(m);
+  kernels::reduce(type, op, sources, data, count);
+}
+
+// Reduce-scatter then all-gather, pipelined one chunk per round.
+//
+// A slot holds [ input chunk : chunk elements | reduced slice : block elements ].
+// The chunk is split into n slices of `block` elements; member m reduces
+// slice m. Round k:
+//   1. copy chunk k of the input into the outbox (the reduced slice of chunk
+//      k - 1 is already there, written at the end of round k - 1);
+//   2. exchange;
+//   3. copy every member's reduced slice of chunk k - 1 into the output;
+//   4. reduce slice `me` of chunk k from all inboxes into the next outbox.
+// So copy-in of chunk k overlaps nothing but costs no extra round, and the
+// whole message takes (chunks + 1) exchanges.
+void all_reduce_pipelined(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
+                          ReduceOp op) {
+  const auto n = static_cast<std::size_t>(channel.size());
+  const auto me = static_cast<std::size_t>(channel.rank());
+  const std::size_t es = size_of(type);
+  std::size_t block = channel.slot_bytes() / es / (n + 1);
+  if (block >= 16) block -= block % 16;  // keep slices on cache-line boundaries
+  const std::size_t chunk = block * n;
+  const std::size_t chunks = (count + chunk - 1) / chunk;
+
+  auto chunk_length = [&](std::size_t k) { return std::min(chunk, count - k * chunk); };
+  auto slice = [&](std::size_t k, std::size_t m) {  // [begin, end) within chunk k
+    const std::size_t len = chunk_length(k);
+    return std::pair{std::min(m * block, len), std::min((m + 1) * block, len)};
+  };
+
+  std::vector<const std::byte*> sources(n);
+  for (std::size_t k = 0; k <= chunks; ++k) {
+    if (k < chunks) copy_bytes(channel.outbox(), data + k * chunk * es, chunk_length(k) * es);
+    channel.exchange();
+    if (k >= 1) {
+      for (std::size_t m = 0; m < n; ++m) {
+        const auto [begin, end] = slice(k - 1, m);
+        copy_bytes(data + ((k - 1) * chunk + begin) * es,
+                    channel.inbox(static_cast<int>(m)) + chunk * es, (end - begin) * es);
+      }
+    }
+    if (k < chunks) {
+      const auto [begin, end] = slice(k, me);
+      for (std::size_t m = 0; m < n; ++m) sources[m] = channel.inbox(static_cast<int>(m)) + begin * es;
+      kernels::reduce(type, op, sources, channel.outbox() + chunk * es, end - begin);
+    }
+  }
+}
+
+}  // namespace
+
+std::size_t one_round_all_reduce_limit(std::size_t slot_bytes) {
+  std::size_t limit = 64 << 10;
+  if (const char* env = std::getenv("AXON_ALLREDUCE_ONE_ROUND_BYTES"); env && *env) {
+    limit = static_cast<std::size_t>(std::strtoull(env, nullptr, 10));
+  }
+  return std::min(limit, slot_bytes);
+}
+
+void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
+                ReduceOp op) {
+  const std::size_t bytes = count * size_of(type);
+  if (channel.size() == 1) {
+    channel.exchange();  // nothing to combine: x op nothing is x, and Average of one is x
+    return;
+  }
+  if (bytes <= one_round_all_reduce_limit(channel.slot_bytes())) {
+    all_reduce_one_round(channel, data, count, type, op);
+  } else {
+    all_reduce_pipelined(channel, data, count, type, op);
+  }
+}
+
+}  // namespace axonml::distributed::collectives

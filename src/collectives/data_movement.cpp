@@ -1,0 +1,90 @@
+// Collectives that move data without combining it.
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/algorithms.hpp"
+#include "collectives/copy.hpp"
+
+namespace axonml::distributed::collectives {
+namespace {
+
+// Number of rounds to move `count` elements `per_round` at a time (at least one).
+std::size_t rounds_for(std::size_t count, std::size_t per_round) {
+  return std::max<std::size_t>(1, (count + per_round - 1) / per_round);
+}
+
+}  // namespace
+
+void barrier(RoundChannel& channel) { channel.exchange(); }
+
+// Root streams the message through its slot, one slot per round.
+void broadcast(RoundChannel& channel, std::byte* data, std::size_t count, DataType type, int root) {
+  const std::size_t es = size_of(type);
+  const std::size_t per_round = channel.slot_bytes() / es;
+  const std::size_t rounds = rounds_for(count, per_round);
+  const bool is_root = channel.rank() == root;
+  for (std::size_t k = 0; k < rounds; ++k) {
+    const std::size_t offset = k * per_round;
+    const std::size_t len = std::min(per_round, count - std::min(count, offset));
+    if (is_root) copy_bytes(channel.outbox(), data + offset * es, len * es);
+    channel.exchange();
+    if (!is_root) copy_bytes(data + offset * es, channel.inbox(root), len * es);
+  }
+}
+
+namespace {
+
+// Every member publishes its piece; `copy_out` decides who keeps them.
+void gather_pieces(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+                   DataType type, bool keep) {
+  const std::size_t es = size_of(type);
+  const int n = channel.size();
+  const std::size_t per_round = channel.slot_bytes() / es;
+  const std::size_t rounds = rounds_for(count, per_round);
+  for (std::size_t k = 0; k < rounds; ++k) {
+    const std::size_t offset = k * per_round;
+    const std::size_t len = std::min(per_round, count - std::min(count, offset));
+    copy_bytes(channel.outbox(), send + offset * es, len * es);
+    channel.exchange();
+    if (!keep) continue;
+    for (int m = 0; m < n; ++m) {
+      copy_bytes(recv + (static_cast<std::size_t>(m) * count + offset) * es, channel.inbox(m), len * es);
+    }
+  }
+}
+
+}  // namespace
+
+void all_gather(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+                DataType type) {
+  gather_pieces(channel, send, recv, count, type, /*keep=*/true);
+}
+
+void gather(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+            DataType type, int root) {
+  gather_pieces(channel, send, recv, count, type, /*keep=*/channel.rank() == root);
+}
+
+// Root's slot carries one piece per member each round.
+void scatter(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+             DataType type, int root) {
+  const std::size_t es = size_of(type);
+  const auto n = static_cast<std::size_t>(channel.size());
+  const auto me = static_cast<std::size_t>(channel.rank());
+  const std::size_t per_round = std::max<std::size_t>(1, channel.slot_bytes() / es / n);
+  const std::size_t rounds = rounds_for(count, per_round);
+  const bool is_root = channel.rank() == root;
+  for (std::size_t k = 0; k < rounds; ++k) {
+    const std::size_t offset = k * per_round;
+    const std::size_t len = std::min(per_round, count - std::min(count, offset));
+    if (is_root) {
+      for (std::size_t m = 0; m < n; ++m) {
+        copy_bytes(channel.outbox() + m * per_round * es, send + (m * count + offset) * es, len * es);
+      }
+    }
+    channel.exchange();
+    copy_bytes(recv + offset * es, channel.inbox(root) + me * per_round * es, len * es);
+  }
+}
+
+}  // namespace axonml::distributed::collectives

@@ -1,0 +1,55 @@
+// Collectives that combine data but leave each result on one member.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "collectives/algorithms.hpp"
+#include "collectives/copy.hpp"
+#include "kernels/reduce.hpp"
+
+namespace axonml::distributed::collectives {
+
+// Each round every member publishes the next piece of all n of its blocks;
+// member m then reduces block m's piece from every inbox, in rank order.
+void reduce_scatter(RoundChannel& channel, const std::byte* send, std::byte* recv,
+                    std::size_t count, DataType type, ReduceOp op) {
+  const std::size_t es = size_of(type);
+  const auto n = static_cast<std::size_t>(channel.size());
+  const auto me = static_cast<std::size_t>(channel.rank());
+  const std::size_t per_round = std::max<std::size_t>(1, channel.slot_bytes() / es / n);
+  const std::size_t rounds = std::max<std::size_t>(1, (count + per_round - 1) / per_round);
+  std::vector<const std::byte*> sources(n);
+  for (std::size_t k = 0; k < rounds; ++k) {
+    const std::size_t offset = k * per_round;
+    const std::size_t len = std::min(per_round, count - std::min(count, offset));
+    for (std::size_t b = 0; b < n; ++b) {
+      copy_bytes(channel.outbox() + b * per_round * es, send + (b * count + offset) * es, len * es);
+    }
+    channel.exchange();
+    for (std::size_t m = 0; m < n; ++m) {
+      sources[m] = channel.inbox(static_cast<int>(m)) + me * per_round * es;
+    }
+    kernels::reduce(type, op, sources, recv + offset * es, len);
+  }
+}
+
+// Every member streams its data through its slot; root reduces each chunk.
+void reduce(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+            DataType type, ReduceOp op, int root) {
+  const std::size_t es = size_of(type);
+  const auto n = static_cast<std::size_t>(channel.size());
+  const std::size_t per_round = channel.slot_bytes() / es;
+  const std::size_t rounds = std::max<std::size_t>(1, (count + per_round - 1) / per_round);
+  std::vector<const std::byte*> sources(n);
+  for (std::size_t k = 0; k < rounds; ++k) {
+    const std::size_t offset = k * per_round;
+    const std::size_t len = std::min(per_round, count - std::min(count, offset));
+    copy_bytes(channel.outbox(), send + offset * es, len * es);
+    channel.exchange();
+    if (channel.rank() != root) continue;
+    for (std::size_t m = 0; m < n; ++m) sources[m] = channel.inbox(static_cast<int>(m));
+    kernels::reduce(type, op, sources, recv + offset * es, len);
+  }
+}
+
+}  // namespace axonml::distributed::collectives

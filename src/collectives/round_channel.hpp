@@ -1,0 +1,40 @@
+// RoundChannel: the only primitive the collective algorithms need.
+//
+// Each member of a group owns one slot of slot_bytes() per round parity.
+// A round is: write your outbox(), call exchange() (publish it and wait until
+// every member has published theirs), then read any member's inbox(). The
+// algorithms in this folder are written against this interface alone, so the
+// same code runs over threads sharing a heap block (MockBackend) and over
+// processes sharing the /dev/shm arena (ShmBackend).
+//
+// Double buffering removes closing barriers: the outbox of round r + 1 is the
+// other parity from the inbox of round r, and a member can only reach round
+// r + 2 (reusing this parity) after every member published r + 1, which each
+// did only after it finished reading round r.
+//
+// Thread safety: one thread per member.
+#pragma once
+
+#include <cstddef>
+
+namespace axonml::distributed::collectives {
+
+class RoundChannel {
+ public:
+  virtual ~RoundChannel() = default;
+
+  virtual int rank() const = 0;   // this member's position in the group
+  virtual int size() const = 0;   // members in the group
+  virtual std::size_t slot_bytes() const = 0;
+
+  // This member's slot for the next exchange(); free to write until then.
+  virtual std::byte* outbox() = 0;
+  // Member m's slot as published in the last exchange(); read-only, valid
+  // until the next exchange().
+  virtual const std::byte* inbox(int member) const = 0;
+  // Publishes outbox() and waits until every member has published the same
+  // round. Throws on abort, timeout, or a collective mismatch.
+  virtual void exchange() = 0;
+};
+
+}  // namespace axonml::distributed::collectives

@@ -1,0 +1,60 @@
+#include "axonml/distributed/backend.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "axonml/distributed/error.hpp"
+
+namespace axonml::distributed {
+
+void Backend::check_root(std::string_view op, int root, std::string_view role) const {
+  if (root < 0 || root >= world_size()) {
+    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + ": invalid " +
+                          std::string(role) + " " + std::to_string(root) + " (" +
+                          std::string(role) + " should be in the 0.." +
+                          std::to_string(world_size() - 1) + " range)");
+  }
+}
+
+void Backend::check_peer(std::string_view op, int peer, std::string_view role) const {
+  check_root(op, peer, role);
+}
+
+void Backend::check_tag(std::string_view op, int tag) const {
+  if (tag < 0) {
+    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) +
+                          ": invalid tag " + std::to_string(tag) + " (tags are >= 0)");
+  }
+}
+
+void Backend::check_size(std::string_view op, std::string_view what, std::size_t actual,
+                         std::size_t expected, std::string_view why) const {
+  if (actual != expected) {
+    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + " of " +
+                          std::to_string(world_size()) + ": " + std::string(what) + " has " +
+                          std::to_string(actual) + " elements but must have " +
+                          std::to_string(expected) + " (" + std::string(why) + ")");
+  }
+}
+
+void Backend::barrier() { do_barrier(); }
+
+std::shared_ptr<Backend> Backend::new_group(std::span<const int> ranks) {
+  const std::string where = "new_group on rank " + std::to_string(rank()) + " of " +
+                            std::to_string(world_size());
+  if (ranks.empty()) throw InvalidArgument(where + ": the list of ranks is empty");
+  std::vector<int> seen(ranks.begin(), ranks.end());
+  for (int r : ranks) {
+    if (r < 0 || r >= world_size()) {
+      throw InvalidArgument(where + ": rank " + std::to_string(r) + " is out of range (ranks are 0.." +
+                            std::to_string(world_size() - 1) + ")");
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  if (auto dup = std::adjacent_find(seen.begin(), seen.end()); dup != seen.end()) {
+    throw InvalidArgument(where + ": rank " + std::to_string(*dup) + " is listed twice");
+  }
+  return do_new_group(std::vector<int>(ranks.begin(), ranks.end()));
+}
+
+}  // namespace axonml::distributed

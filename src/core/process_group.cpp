@@ -1,0 +1,115 @@
+#include "axonml/distributed/process_group.hpp"
+
+#include <algorithm>
+
+#include "axonml/distributed/error.hpp"
+#include "axonml/distributed/mock_backend.hpp"
+
+namespace axonml::distributed {
+namespace {
+
+std::vector<int> all_ranks(const Backend& backend) {
+  std::vector<int> ranks(static_cast<std::size_t>(backend.world_size()));
+  for (std::size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
+  return ranks;
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend)
+    : parent_(backend), ranks_(all_ranks(*backend)), communicator_(std::move(backend)) {}
+
+ProcessGroup::ProcessGroup(std::shared_ptr<Backend> parent, std::vector<int> ranks,
+                           std::shared_ptr<Backend> communicator)
+    : parent_(std::move(parent)), ranks_(std::move(ranks)), communicator_(std::move(communicator)) {}
+
+ProcessGroup ProcessGroup::with_ranks(std::shared_ptr<Backend> backend, std::vector<int> ranks) {
+  if (!backend) throw InvalidArgument("ProcessGroup::with_ranks: null backend");
+  auto communicator = backend->new_group(ranks);
+  return ProcessGroup(std::move(backend), std::move(ranks), std::move(communicator));
+}
+
+ProcessGroup ProcessGroup::mock() { return ProcessGroup(MockBackend::single()); }
+
+ProcessGroup ProcessGroup::new_group(std::vector<int> ranks) const {
+  member_backend("new_group");
+  return with_ranks(communicator_, std::move(ranks));
+}
+
+Backend& ProcessGroup::member_backend(const char* op) const {
+  if (!communicator_) {
+    throw InvalidArgument(std::string(op) + ": rank " + std::to_string(parent_->rank()) +
+                          " is not a member of " + describe());
+  }
+  return *communicator_;
+}
+
+Backend& ProcessGroup::backend() const { return member_backend("backend"); }
+
+const std::shared_ptr<Backend>& ProcessGroup::backend_ptr() const {
+  member_backend("backend");
+  return communicator_;
+}
+
+int ProcessGroup::rank() const { return communicator_ ? communicator_->rank() : -1; }
+
+bool ProcessGroup::contains(int rank) const {
+  return std::find(ranks_.begin(), ranks_.end(), rank) != ranks_.end();
+}
+
+std::string ProcessGroup::describe() const {
+  std::string s = "group [";
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ranks_[i]);
+  }
+  return s + "]";
+}
+
+void ProcessGroup::barrier() const { member_backend("barrier").barrier(); }
+
+void ProcessGroup::all_reduce_tensor(Tensor& tensor, ReduceOp op) const {
+  member_backend("all_reduce").all_reduce(tensor.data(), op);
+}
+
+void ProcessGroup::broadcast_tensor(Tensor& tensor, int src) const {
+  member_backend("broadcast").broadcast(tensor.data(), src);
+}
+
+Tensor ProcessGroup::all_gather_tensor(const Tensor& tensor) const {
+  Backend& b = member_backend("all_gather");
+  Shape shape = tensor.shape();
+  shape.insert(shape.begin(), static_cast<std::size_t>(size()));
+  Tensor out = Tensor::zeros(shape);
+  b.all_gather(tensor.data(), out.data());
+  return out;
+}
+
+Tensor ProcessGroup::reduce_scatter_tensor(const Tensor& tensor, ReduceOp op) const {
+  Backend& b = member_backend("reduce_scatter");
+  const auto n = static_cast<std::size_t>(size());
+  if (tensor.numel() % n != 0) {
+    throw InvalidArgument("reduce_scatter on rank " + std::to_string(rank()) + " of " + describe() +
+                          ": " + std::to_string(tensor.numel()) +
+                          " elements do not split evenly into " + std::to_string(n) + " blocks");
+  }
+  Shape shape = tensor.shape();
+  if (!shape.empty() && shape[0] % n == 0) {
+    shape[0] /= n;
+  } else {
+    shape = Shape{tensor.numel() / n};
+  }
+  Tensor out = Tensor::zeros(shape);
+  b.reduce_scatter(tensor.data(), out.data(), op);
+  return out;
+}
+
+void ProcessGroup::send_tensor(const Tensor& tensor, int dst, int tag) const {
+  member_backend("send").send(tensor.data(), dst, tag);
+}
+
+void ProcessGroup::recv_tensor(Tensor& tensor, int src, int tag) const {
+  member_backend("recv").recv(tensor.data(), src, tag);
+}
+
+}  // namespace axonml::distributed

@@ -1,0 +1,19 @@
+#include "axonml/distributed/world.hpp"
+
+#include "axonml/distributed/error.hpp"
+#include "axonml/distributed/mock_backend.hpp"
+#include "core/environment.hpp"
+
+namespace axonml::distributed {
+
+World::World(std::shared_ptr<Backend> backend) : default_group_(std::move(backend)) {}
+
+World World::init() { return World(backend_from_environment()); }
+
+World World::mock() { return World(MockBackend::single()); }
+
+ProcessGroup World::new_group(std::vector<int> ranks) const {
+  return ProcessGroup::with_ranks(default_group_.backend_ptr(), std::move(ranks));
+}
+
+}  // namespace axonml::distributed

@@ -1,0 +1,33 @@
+// Reduce kernels: combine several equally long arrays element by element.
+//
+// reduce() computes, for every i < count,
+//     dest[i] = (((sources[0][i] op sources[1][i]) op sources[2][i]) ...)
+// always in the order of `sources`, so that every rank that reduces the same
+// sources gets bitwise the same result whichever kernel the CPU selects.
+// Average is Sum followed by one multiplication by 1/sources.size() (integer
+// types divide, truncating). bf16 and f16 are widened to f32, combined in f32
+// and rounded once to nearest-even when stored.
+//
+// The implementation (AVX-512, AVX2 or scalar) is chosen once, at first use,
+// from the CPU's features; AXON_KERNEL=scalar|avx2|avx512 overrides it.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string_view>
+
+#include "axonml/distributed/dtype.hpp"
+
+namespace axonml::distributed::kernels {
+
+// REQUIRES: sources non-empty; each source and dest hold `count` elements of
+// `type`; dest overlaps no source except that it may equal sources[0].
+void reduce(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
+            std::byte* dest, std::size_t count);
+
+// The instruction set the dispatcher selected: "avx512", "avx2" or "scalar".
+std::string_view selected_isa();
+
+}  // namespace axonml::distributed::kernels

@@ -1,0 +1,139 @@
+#include "shm/arena_layout.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "axonml/distributed/error.hpp"
+
+namespace axonml::distributed::shm {
+namespace {
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kMailboxCells = 4;
+
+std::size_t round_up(std::size_t value, std::size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+std::size_t default_slot_bytes(int world_size) {
+  const std::size_t by_budget = (std::size_t{32} << 20) / static_cast<std::size_t>(world_size);
+  return std::clamp<std::size_t>(std::bit_floor(by_budget), 16 << 10, 256 << 10);
+}
+
+std::size_t default_cell_bytes(int world_size) {
+  const auto n = static_cast<std::size_t>(world_size);
+  const std::size_t by_budget = (std::size_t{8} << 20) / (n * n * kMailboxCells);
+  return std::clamp<std::size_t>(std::bit_floor(std::max<std::size_t>(by_budget, 1)), 256,
+                                 16 << 10);
+}
+
+std::size_t mailbox_stride(std::size_t cell_bytes) {
+  return round_up(sizeof(MailboxControl) + kMailboxCells * (sizeof(CellHeader) + cell_bytes),
+                  kCacheLine);
+}
+
+std::string mib(std::size_t bytes) {
+  return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
+}
+
+}  // namespace
+
+GroupLayout group_layout(std::size_t members, std::size_t slot_bytes) {
+  GroupLayout layout{};
+  layout.controls_offset = round_up(sizeof(GroupHeader), kCacheLine);
+  layout.data_offset = round_up(layout.controls_offset + members * sizeof(MemberControl), kPage);
+  layout.total_bytes = round_up(layout.data_offset + 2 * members * slot_bytes, kPage);
+  return layout;
+}
+
+std::size_t default_arena_bytes(int world_size) {
+  const auto n = static_cast<std::size_t>(world_size);
+  const std::size_t fixed = kPage + round_up(n * sizeof(RankControl), kPage) +
+                            n * n * mailbox_stride(default_cell_bytes(world_size));
+  // The world group plus room for three subgroups as large.
+  const std::size_t groups = 4 * group_layout(n, default_slot_bytes(world_size)).total_bytes;
+  return round_up(fixed + groups, std::size_t{1} << 20);
+}
+
+void format_arena(void* base, const ArenaSpec& spec) {
+  if (spec.world_size < 1 || spec.world_size > kMaxWorldSize) {
+    throw InvalidArgument("arena: world size " + std::to_string(spec.world_size) +
+                          " is outside 1.." + std::to_string(kMaxWorldSize));
+  }
+  const auto n = static_cast<std::size_t>(spec.world_size);
+  const std::size_t arena_bytes =
+      spec.arena_bytes ? spec.arena_bytes : default_arena_bytes(spec.world_size);
+  const std::size_t slot_bytes =
+      spec.slot_bytes ? round_up(spec.slot_bytes, kCacheLine) : default_slot_bytes(spec.world_size);
+  const std::size_t cell_bytes = default_cell_bytes(spec.world_size);
+
+  const std::size_t rank_controls_offset = kPage;
+  const std::size_t mailboxes_offset = round_up(rank_controls_offset + n * sizeof(RankControl), kPage);
+  const std::size_t stride = mailbox_stride(cell_bytes);
+  const std::size_t groups_offset = round_up(mailboxes_offset + n * n * stride, kPage);
+  const std::size_t world_group_bytes = group_layout(n, slot_bytes).total_bytes;
+  if (groups_offset + world_group_bytes > arena_bytes) {
+    throw InvalidArgument("arena: " + mib(arena_bytes) + " is too small for " + std::to_string(n) +
+                          " ranks, which need at least " + mib(groups_offset + world_group_bytes) +
+                          " (raise --arena-mb)");
+  }
+
+  auto* bytes = static_cast<std::byte*>(base);
+  std::memset(bytes, 0, groups_offset + kPage);
+  auto* header = new (bytes) ArenaHeader{};
+  header->magic = kArenaMagic;
+  header->layout_version = kLayoutVersion;
+  header->world_size = static_cast<std::uint32_t>(n);
+  header->arena_bytes = arena_bytes;
+  header->slot_bytes = slot_bytes;
+  header->mailbox_cells = kMailboxCells;
+  header->cell_bytes = cell_bytes;
+  header->rank_controls_offset = rank_controls_offset;
+  header->mailboxes_offset = mailboxes_offset;
+  header->mailbox_stride = stride;
+  header->groups_offset = groups_offset;
+  header->launcher_pid = spec.launcher_pid;
+  header->abort_rank = -1;
+  for (std::size_t r = 0; r < n; ++r) new (bytes + rank_controls_offset + r * sizeof(RankControl)) RankControl{};
+  for (std::size_t m = 0; m < n * n; ++m) new (bytes + mailboxes_offset + m * stride) MailboxControl{};
+
+  // The world group sits first in the group space, so every rank finds it
+  // without asking anyone.
+  std::memset(bytes + groups_offset, 0, group_layout(n, slot_bytes).data_offset);
+  auto* world = new (bytes + groups_offset) GroupHeader{};
+  world->size = static_cast<std::uint32_t>(n);
+  for (std::size_t m = 0; m < n; ++m) {
+    new (bytes + groups_offset + group_layout(n, slot_bytes).controls_offset + m * sizeof(MemberControl))
+        MemberControl{};
+  }
+  header->next_free.store(groups_offset + world_group_bytes, std::memory_order_release);
+}
+
+const ArenaHeader& check_arena(const void* base, std::size_t mapped_bytes, int expected_world_size) {
+  if (mapped_bytes < sizeof(ArenaHeader)) {
+    throw Error("arena: mapping of " + std::to_string(mapped_bytes) + " bytes is smaller than its header");
+  }
+  const auto& header = *static_cast<const ArenaHeader*>(base);
+  if (header.magic != kArenaMagic) {
+    throw Error("arena: bad magic number (not an axonml arena, or overwritten)");
+  }
+  if (header.layout_version != kLayoutVersion) {
+    throw Error("arena: layout version " + std::to_string(header.layout_version) +
+                " but this library speaks version " + std::to_string(kLayoutVersion) +
+                " (launcher and program built from different releases?)");
+  }
+  if (header.arena_bytes != mapped_bytes) {
+    throw Error("arena: header says " + std::to_string(header.arena_bytes) + " bytes but " +
+                std::to_string(mapped_bytes) + " are mapped");
+  }
+  if (static_cast<int>(header.world_size) != expected_world_size) {
+    throw Error("arena: made for " + std::to_string(header.world_size) +
+                " ranks but WORLD_SIZE is " + std::to_string(expected_world_size));
+  }
+  return header;
+}
+
+}  // namespace axonml::distributed::shm

@@ -1,0 +1,161 @@
+// The arena: the one block of memory all ranks of a job share.
+//
+// The launcher creates it in /dev/shm (a heap allocation plays the same role
+// for MockBackend's threads) and formats it with format_arena(); each rank
+// attaches and checks the header. Everything the ranks exchange lives here:
+//
+//   offset 0            ArenaHeader                      (one page)
+//   rank_controls       RankControl[world_size]          (a doorbell per rank)
+//   mailboxes           Mailbox[world_size^2]             (point to point, per (src, dst))
+//   groups (bump)       GroupArea for the world, then one per new_group()
+//
+// Each struct says who writes each field; every writer owns its cache line(s).
+// The byte-level layout is written down in docs/arena.md; bump kLayoutVersion
+// whenever anything here changes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace axonml::distributed::shm {
+
+inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::size_t kCacheLine = 64;
+inline constexpr int kMaxWorldSize = 1024;
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(std::atomic<std::int32_t>::is_always_lock_free);
+
+// A futex word and the number of threads sleeping on it. Whoever changes a
+// condition that sleepers wait for bumps `word` and wakes them; waiters
+// increment `sleepers` around the sleep so that wakers can skip the syscall.
+struct alignas(kCacheLine) Doorbell {
+  std::atomic<std::uint32_t> word{0};      // written by: wakers
+  std::atomic<std::uint32_t> sleepers{0};  // written by: waiters
+};
+static_assert(sizeof(Doorbell) == kCacheLine);
+
+enum class AbortState : std::uint32_t { None = 0, Writing = 1, Set = 2 };
+
+struct ArenaHeader {
+  // Written once by the creator before any rank attaches; read-only after.
+  std::uint64_t magic;
+  std::uint32_t layout_version;
+  std::uint32_t world_size;
+  std::uint64_t arena_bytes;
+  std::uint64_t slot_bytes;       // per member and parity, in every GroupArea
+  std::uint64_t mailbox_cells;    // cells in each Mailbox ring
+  std::uint64_t cell_bytes;       // payload bytes of one mailbox cell
+  std::uint64_t rank_controls_offset;
+  std::uint64_t mailboxes_offset;
+  std::uint64_t mailbox_stride;   // bytes from one Mailbox to the next
+  std::uint64_t groups_offset;    // first byte the group allocator hands out
+  std::int32_t launcher_pid;      // 0 when no launcher watches the ranks
+
+  // Written by each rank once, when it attaches; the launcher removes the
+  // /dev/shm name when this reaches world_size.
+  alignas(kCacheLine) std::atomic<std::uint32_t> attached;
+
+  // Written by the group allocator (the lowest rank of each new group).
+  alignas(kCacheLine) std::atomic<std::uint64_t> next_free;
+
+  // Written by whoever aborts the job first (the launcher when a rank dies,
+  // or a rank that hits a fatal error): claim Writing with a CAS, fill
+  // abort_rank / abort_reason, then store Set with release.
+  alignas(kCacheLine) std::atomic<std::uint32_t> abort_state;
+  std::int32_t abort_rank;
+  char abort_reason[240];
+
+  // Rung by the launcher on abort so that sleepers notice at once.
+  Doorbell abort_bell;
+};
+static_assert(sizeof(ArenaHeader) <= 4096);
+
+// Per rank: the doorbell rung whenever point-to-point traffic that this rank
+// may be waiting for moves (data for it arrives, or space frees up in a
+// mailbox it sends into).
+struct RankControl {
+  Doorbell doorbell;
+};
+static_assert(sizeof(RankControl) == kCacheLine);
+
+// One-way channel from src to dst: a ring of mailbox_cells cells.
+struct MailboxControl {
+  alignas(kCacheLine) std::atomic<std::uint64_t> tail;  // written by: src (cells produced)
+  alignas(kCacheLine) std::atomic<std::uint64_t> head;  // written by: dst (cells consumed)
+};
+
+// A cell's header; payload bytes follow it. Written by src before it
+// advances tail, read by dst after it observes tail.
+struct alignas(kCacheLine) CellHeader {
+  std::uint64_t message_bytes;  // size of the whole message
+  std::uint32_t payload_bytes;  // bytes in this cell
+  std::int32_t tag;
+  std::uint32_t first;          // 1 on the first cell of a message
+};
+
+// What a rank is about to do, posted with the first round of every
+// collective so that peers can tell when ranks disagree.
+struct Descriptor {
+  std::uint64_t call;       // collectives this rank has made in this group before
+  std::uint64_t count;      // elements per rank
+  std::uint64_t detail;     // op-specific: e.g. the hash of new_group's list
+  std::uint32_t op;         // CollectiveOp
+  std::int32_t root;        // -1 when the op has none
+  std::uint8_t dtype;       // DataType
+  std::uint8_t reduce_op;   // ReduceOp, or 0xff when the op reduces nothing
+  friend bool operator==(const Descriptor&, const Descriptor&) = default;
+};
+
+// One member's control block within a group.
+struct alignas(kCacheLine) MemberControl {
+  // Written by: this member. The last round it has published; its slot of
+  // that round's parity is complete when this is observed (acquire).
+  std::atomic<std::uint64_t> round;
+  // Written by: this member, indexed by round parity, before publishing.
+  Descriptor descriptor[2];
+};
+static_assert(sizeof(MemberControl) % kCacheLine == 0);
+
+// A group's shared state. Followed by MemberControl[size] and then the data
+// slots: member m's slot of parity p at data + (2 * m + p) * slot_bytes.
+struct alignas(kCacheLine) GroupHeader {
+  std::uint32_t size;   // written by: the allocating rank, before publishing the offset
+  std::uint32_t pad;
+  std::uint64_t ranks_hash;
+  Doorbell bell;        // rung when any member publishes a round
+};
+
+// Where the pieces of a group of `members` ranks live, relative to its start.
+struct GroupLayout {
+  std::size_t controls_offset;
+  std::size_t data_offset;
+  std::size_t total_bytes;
+};
+GroupLayout group_layout(std::size_t members, std::size_t slot_bytes);
+
+// Sizes chosen when an arena is made.
+struct ArenaSpec {
+  int world_size = 1;
+  std::size_t arena_bytes = 0;  // 0: default_arena_bytes(world_size)
+  std::size_t slot_bytes = 0;   // 0: chosen from arena_bytes
+  std::int32_t launcher_pid = 0;
+};
+
+std::size_t default_arena_bytes(int world_size);
+
+// Writes the header and zeroes the control areas of a fresh arena of
+// spec.arena_bytes at `base`, and allocates the world group. Throws
+// InvalidArgument naming the sizes when the arena is too small.
+void format_arena(void* base, const ArenaSpec& spec);
+
+// Checks magic, layout version and sizes of an arena mapped at `base` with
+// `mapped_bytes`; throws Error naming what does not match.
+const ArenaHeader& check_arena(const void* base, std::size_t mapped_bytes,
+                               int expected_world_size);
+
+}  // namespace axonml::distributed::shm

@@ -1,0 +1,109 @@
+#include "shm/wait.hpp"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "axonml/distributed/error.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace axonml::distributed::shm {
+
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::chrono::nanoseconds timeout) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
+  // Not FUTEX_PRIVATE: the word may live in memory shared between processes.
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<std::uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+WaitGuard::WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds timeout)
+    : header_(header), rank_(rank), timeout_(timeout) {}
+
+bool WaitGuard::aborted() const {
+  return header_.abort_state.load(std::memory_order_acquire) !=
+         static_cast<std::uint32_t>(AbortState::None);
+}
+
+void WaitGuard::check_alive() const {
+  if (aborted()) {
+    // Give a writer that claimed the flag a moment to finish its reason.
+    for (int i = 0; i < 1000 && header_.abort_state.load(std::memory_order_acquire) !=
+                                    static_cast<std::uint32_t>(AbortState::Set);
+         ++i) {
+      detail::yield_cpu();
+    }
+    std::string reason(header_.abort_reason, strnlen(header_.abort_reason, sizeof(header_.abort_reason)));
+    throw PeerFailure("rank " + std::to_string(rank_) + ": job aborted: " + reason);
+  }
+  if (header_.launcher_pid != 0 && getppid() != header_.launcher_pid) {
+    throw PeerFailure("rank " + std::to_string(rank_) + ": the launcher (pid " +
+                      std::to_string(header_.launcher_pid) + ") has gone away");
+  }
+}
+
+void WaitGuard::abort(int rank, const std::string& reason) const {
+  std::uint32_t expected = static_cast<std::uint32_t>(AbortState::None);
+  if (header_.abort_state.compare_exchange_strong(expected,
+                                                  static_cast<std::uint32_t>(AbortState::Writing),
+                                                  std::memory_order_acq_rel)) {
+    header_.abort_rank = rank;
+    const std::size_t len = std::min(reason.size(), sizeof(header_.abort_reason) - 1);
+    std::memcpy(header_.abort_reason, reason.data(), len);
+    header_.abort_reason[len] = '\0';
+    header_.abort_state.store(static_cast<std::uint32_t>(AbortState::Set), std::memory_order_release);
+  }
+  header_.abort_bell.word.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(header_.abort_bell.word);
+}
+
+std::chrono::milliseconds default_timeout() {
+  if (const char* env = std::getenv("AXON_TIMEOUT"); env && *env) {
+    char* end = nullptr;
+    const double seconds = std::strtod(env, &end);
+    if (end != env && seconds > 0) {
+      return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+    }
+  }
+  return std::chrono::seconds(300);
+}
+
+namespace detail {
+
+void check_wait(const WaitGuard& guard, std::chrono::steady_clock::time_point started,
+                const std::function<std::string()>& describe) {
+  guard.check_alive();
+  const auto waited = std::chrono::steady_clock::now() - started;
+  if (waited >= guard.timeout()) {
+    const double seconds = std::chrono::duration<double>(guard.timeout()).count();
+    throw Timeout("rank " + std::to_string(guard.rank()) + ": timed out after " +
+                  std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 2) +
+                  " s (AXON_TIMEOUT): " + describe());
+  }
+}
+
+void pause_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+void yield_cpu() { sched_yield(); }
+
+}  // namespace detail
+}  // namespace axonml::distributed::shm

@@ -1,0 +1,105 @@
+// The one way this library waits for another rank.
+//
+// wait_until() polls a condition with a backoff that suits both a dedicated
+// core and 8 ranks sharing 2 cores: a short spin with pause (a peer on
+// another core usually answers within a microsecond), then sched_yield (hand
+// the core to a rank that has work), then sleep on the doorbell's futex,
+// which publishers ring. Every sleep is short enough that the abort flag, the
+// launcher's death and the deadline are all noticed within ~50 ms.
+//
+// Thread safety: any number of waiters and wakers, in threads or processes.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "shm/arena_layout.hpp"
+
+namespace axonml::distributed::shm {
+
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::chrono::nanoseconds timeout);
+void futex_wake_all(std::atomic<std::uint32_t>& word);
+
+// Wakes every sleeper of `bell`. Call after making a condition true (the
+// condition's store may be relaxed or release: a fence here orders it before
+// the check for sleepers).
+inline void ring(Doorbell& bell) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (bell.sleepers.load(std::memory_order_relaxed) != 0) {
+    bell.word.fetch_add(1, std::memory_order_relaxed);
+    futex_wake_all(bell.word);
+  }
+}
+
+// What every wait checks besides its own condition. One per rank.
+class WaitGuard {
+ public:
+  WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds timeout);
+
+  // Throws PeerFailure when the job was aborted or the launcher is gone.
+  void check_alive() const;
+  // Marks the job aborted (first caller wins) and wakes everyone.
+  void abort(int rank, const std::string& reason) const;
+  bool aborted() const;
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  int rank() const { return rank_; }
+  ArenaHeader& header() const { return header_; }
+
+ private:
+  ArenaHeader& header_;
+  int rank_;
+  std::chrono::milliseconds timeout_;
+};
+
+// The timeout ranks use unless told otherwise: AXON_TIMEOUT seconds, or 300.
+std::chrono::milliseconds default_timeout();
+
+namespace detail {
+// Called between sleeps; throws when the wait must end. `describe` says what
+// is being waited for ("all_reduce call #3 in group [0, 1]: waiting for rank 1").
+void check_wait(const WaitGuard& guard, std::chrono::steady_clock::time_point started,
+                const std::function<std::string()>& describe);
+void pause_cpu();
+void yield_cpu();
+}  // namespace detail
+
+// Returns once ready() is true. Throws PeerFailure on abort or a vanished
+// launcher and Timeout after guard.timeout(), each naming describe().
+template <class Ready, class Describe>
+void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&& describe) {
+  constexpr int kSpinPolls = 256;
+  constexpr auto kYieldPhase = std::chrono::microseconds(200);
+  constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+
+  if (ready()) return;
+  for (int i = 0; i < kSpinPolls; ++i) {
+    detail::pause_cpu();
+    if (ready()) return;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - started < kYieldPhase) {
+    detail::yield_cpu();
+    if (ready()) return;
+  }
+  const std::function<std::string()> describe_fn = std::forward<Describe>(describe);
+  for (;;) {
+    const std::uint32_t seen = bell.word.load(std::memory_order_relaxed);
+    bell.sleepers.fetch_add(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (ready()) {
+      bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
+    futex_wait(bell.word, seen, kSleepSlice);
+    bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
+    if (ready()) return;
+    detail::check_wait(guard, started, describe_fn);
+  }
+}
+
+}  // namespace axonml::distributed::shm
