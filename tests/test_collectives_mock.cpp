@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -83,4 +84,251 @@ TEST_CASE("all_reduce through small slots uses the pipelined path and stays exac
       if (results[static_cast<std::size_t>(r)][i] != reference(op, n, i)) FAIL("rank " << r << " element " << i);
     }
   }
+}
+
+namespace {
+
+// Distinct, exactly representable values per (rank, index).
+float tagged(int rank, std::size_t i) { return static_cast<float>(rank * 1000 + static_cast<int>(i % 997)); }
+
+std::vector<float> tagged_input(int rank, std::size_t count) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = tagged(rank, i);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("broadcast copies the root's data to every rank", "[collectives][mock]") {
+  const int n = GENERATE(1, 2, 3, 4, 8);
+  const std::size_t count = GENERATE(std::size_t{0}, 1, 7, 1000, 1 << 20);
+  const int root = GENERATE(0, 1, 7);
+  if (root >= n) return;
+  CAPTURE(n, count, root);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    auto data = tagged_input(r, count);
+    b->broadcast(data, root);
+    REQUIRE(data == tagged_input(root, count));
+  });
+}
+
+TEST_CASE("all_gather places rank r's block at r * count on every rank", "[collectives][mock]") {
+  const int n = GENERATE(1, 2, 3, 4, 8);
+  const std::size_t count = GENERATE(std::size_t{0}, 1, 7, 1000, 1 << 17);
+  CAPTURE(n, count);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    const auto send = tagged_input(r, count);
+    std::vector<float> recv(count * static_cast<std::size_t>(n), -1.0f);
+    b->all_gather<float>(send, recv);
+    for (int m = 0; m < n; ++m) {
+      const auto expected = tagged_input(m, count);
+      REQUIRE(std::equal(expected.begin(), expected.end(), recv.begin() + static_cast<long>(m * count)));
+    }
+  });
+}
+
+TEST_CASE("gather collects every block on dst only", "[collectives][mock]") {
+  const int n = GENERATE(1, 2, 3, 8);
+  const std::size_t count = GENERATE(std::size_t{0}, 1, 1000, 1 << 17);
+  const int dst = n - 1;
+  CAPTURE(n, count);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    const auto send = tagged_input(r, count);
+    std::vector<float> recv(r == dst ? count * static_cast<std::size_t>(n) : 0);
+    b->gather<float>(send, recv, dst);
+    if (r != dst) return;
+    for (int m = 0; m < n; ++m) {
+      const auto expected = tagged_input(m, count);
+      REQUIRE(std::equal(expected.begin(), expected.end(), recv.begin() + static_cast<long>(m * count)));
+    }
+  });
+}
+
+TEST_CASE("scatter hands rank r block r of src's data", "[collectives][mock]") {
+  const int n = GENERATE(1, 2, 3, 8);
+  const std::size_t count = GENERATE(std::size_t{0}, 1, 1000, 1 << 17);
+  const int src = n / 2;
+  CAPTURE(n, count);
+  const auto full = tagged_input(src, count * static_cast<std::size_t>(n));
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<float> send = r == src ? full : std::vector<float>{};
+    std::vector<float> recv(count, -1.0f);
+    b->scatter<float>(send, recv, src);
+    REQUIRE(std::equal(recv.begin(), recv.end(), full.begin() + static_cast<long>(static_cast<std::size_t>(r) * count)));
+  });
+}
+
+TEST_CASE("reduce_scatter gives rank r block r of the reduction", "[collectives][mock]") {
+  const int n = GENERATE(1, 2, 3, 4, 8);
+  const std::size_t count = GENERATE(std::size_t{0}, 1, 7, 1000, 1 << 17);
+  const ReduceOp op = GENERATE(ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max, ReduceOp::Average);
+  CAPTURE(n, count, to_string(op));
+  const std::size_t total = count * static_cast<std::size_t>(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    const auto send = input_of(r, total);
+    std::vector<float> recv(count, -1.0f);
+    b->reduce_scatter<float>(send, recv, op);
+    for (std::size_t i = 0; i < count; ++i) {
+      const float expected = reference(op, n, static_cast<std::size_t>(r) * count + i);
+      if (recv[i] != expected) FAIL("rank " << r << " element " << i << ": " << recv[i] << " != " << expected);
+    }
+  });
+}
+
+TEST_CASE("reduce leaves the reduction on dst", "[collectives][mock]") {
+  const int n = GENERATE(1, 2, 3, 8);
+  const std::size_t count = GENERATE(std::size_t{0}, 1, 1000, 1 << 18);
+  const ReduceOp op = GENERATE(ReduceOp::Sum, ReduceOp::Min, ReduceOp::Average);
+  CAPTURE(n, count, to_string(op));
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    const auto send = input_of(r, count);
+    std::vector<float> recv(r == 0 ? count : 0, -1.0f);
+    b->reduce<float>(send, recv, 0, op);
+    if (r != 0) return;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (recv[i] != reference(op, n, i)) FAIL("element " << i << ": " << recv[i] << " != " << reference(op, n, i));
+    }
+  });
+}
+
+TEST_CASE("every collective works through slots smaller than the message", "[collectives][mock]") {
+  const int n = GENERATE(2, 3, 8);
+  const std::size_t count = 5000;  // 20 KB per rank through 4 KiB slots
+  CAPTURE(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    const auto nn = static_cast<std::size_t>(n);
+    auto data = tagged_input(r, count);
+    b->broadcast(data, n - 1);
+    REQUIRE(data == tagged_input(n - 1, count));
+
+    std::vector<float> gathered(count * nn);
+    b->all_gather<float>(tagged_input(r, count), gathered);
+    for (int m = 0; m < n; ++m) REQUIRE(gathered[static_cast<std::size_t>(m) * count + 4321] == tagged(m, 4321));
+
+    std::vector<float> block(count);
+    b->reduce_scatter<float>(input_of(r, count * nn), block, ReduceOp::Sum);
+    for (std::size_t i = 0; i < count; ++i) REQUIRE(block[i] == reference(ReduceOp::Sum, n, static_cast<std::size_t>(r) * count + i));
+
+    std::vector<float> piece(count);
+    const auto full = tagged_input(0, count * nn);
+    b->scatter<float>(r == 0 ? full : std::vector<float>{}, piece, 0);
+    REQUIRE(std::equal(piece.begin(), piece.end(), full.begin() + static_cast<long>(static_cast<std::size_t>(r) * count)));
+
+    std::vector<float> reduced(r == 1 ? count : 0);
+    b->reduce<float>(input_of(r, count), reduced, 1, ReduceOp::Max);
+    if (r == 1) for (std::size_t i = 0; i < count; ++i) REQUIRE(reduced[i] == reference(ReduceOp::Max, n, i));
+  }, kSmallSlots);
+}
+
+TEST_CASE("barrier holds every rank until all have arrived", "[collectives][mock]") {
+  const int n = GENERATE(2, 3, 8);
+  std::atomic<int> arrived{0};
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int) {
+    for (int round = 1; round <= 20; ++round) {
+      arrived.fetch_add(1);
+      b->barrier();
+      REQUIRE(arrived.load() >= round * n);
+      b->barrier();
+    }
+  });
+}
+
+TEST_CASE("typed all_reduce works for every element type", "[collectives][mock]") {
+  const int n = GENERATE(2, 3);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<double> f64{1.5 * r, 2.0};
+    b->all_reduce(std::span<double>(f64), ReduceOp::Sum);
+    REQUIRE(f64[0] == 1.5 * (n * (n - 1) / 2));
+    std::vector<std::int32_t> i32{r + 1, -r};
+    b->all_reduce(std::span<std::int32_t>(i32), ReduceOp::Max);
+    REQUIRE(i32 == std::vector<std::int32_t>{n, 0});
+    std::vector<std::int64_t> i64{std::int64_t{1} << 40, r};
+    b->all_reduce(std::span<std::int64_t>(i64), ReduceOp::Sum);
+    REQUIRE(i64[0] == n * (std::int64_t{1} << 40));
+    std::vector<bfloat16> bf(3, bfloat16(0.5f));
+    b->all_reduce(std::span<bfloat16>(bf), ReduceOp::Sum);
+    REQUIRE(static_cast<float>(bf[2]) == 0.5f * static_cast<float>(n));
+    std::vector<float16> h(3, float16(0.25f));
+    b->all_reduce(std::span<float16>(h), ReduceOp::Average);
+    REQUIRE(static_cast<float>(h[1]) == 0.25f);
+  });
+}
+
+TEST_CASE("send and recv deliver messages in order per source and tag", "[p2p][mock]") {
+  const int n = GENERATE(2, 3, 8);
+  const std::size_t count = GENERATE(std::size_t{0}, 1, 1000, 1 << 18);
+  CAPTURE(n, count);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    // A ring where everyone sends first: needs the progress made while waiting.
+    const int right = (r + 1) % n;
+    const int left = (r + n - 1) % n;
+    b->send<const float>(tagged_input(r, count), right, 5);
+    std::vector<float> got(count);
+    b->recv<float>(got, left, 5);
+    REQUIRE(got == tagged_input(left, count));
+  });
+}
+
+TEST_CASE("recv picks the message with its tag even when another tag came first", "[p2p][mock]") {
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    if (r == 0) {
+      b->send<const float>(std::vector<float>{1, 1}, 1, /*tag=*/1);
+      b->send<const float>(std::vector<float>{2, 2, 2}, 1, /*tag=*/2);
+      b->send<const float>(std::vector<float>{3}, 1, /*tag=*/1);
+    } else {
+      std::vector<float> two(3), first(2), second(1);
+      b->recv<float>(two, 0, 2);
+      b->recv<float>(first, 0, 1);
+      b->recv<float>(second, 0, 1);
+      REQUIRE(two == std::vector<float>{2, 2, 2});
+      REQUIRE(first == std::vector<float>{1, 1});
+      REQUIRE(second == std::vector<float>{3});
+    }
+  });
+}
+
+TEST_CASE("subgroups communicate among their members only", "[groups][mock]") {
+  const int n = GENERATE(3, 4, 8);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    ProcessGroup world(b);
+    std::vector<int> evens, odds;
+    for (int i = 0; i < n; ++i) (i % 2 ? odds : evens).push_back(i);
+    ProcessGroup even = ProcessGroup::with_ranks(b, evens);
+    ProcessGroup odd = ProcessGroup::with_ranks(b, odds);
+    ProcessGroup& mine = r % 2 ? odd : even;
+    REQUIRE(mine.is_member());
+    REQUIRE((r % 2 ? even : odd).rank() == -1);
+    REQUIRE(mine.rank() == r / 2);
+    // Both groups run at once, with different sizes and chunk counts.
+    for (int iteration = 0; iteration < 10; ++iteration) {
+      Tensor t = Tensor::full({static_cast<std::size_t>(1000 + 7 * (r % 2))}, static_cast<float>(r));
+      mine.all_reduce_tensor(t, ReduceOp::Sum);
+      float expected = 0;
+      for (int m : mine.ranks()) expected += static_cast<float>(m);
+      REQUIRE(t[0] == expected);
+      REQUIRE(t[t.numel() - 1] == expected);
+    }
+    Tensor gathered = mine.all_gather_tensor(Tensor::full({2}, static_cast<float>(r)));
+    REQUIRE(gathered.shape() == Shape{mine.ranks().size(), 2});
+    for (std::size_t i = 0; i < mine.ranks().size(); ++i) REQUIRE(gathered[2 * i] == static_cast<float>(mine.ranks()[i]));
+    world.barrier();
+  });
+}
+
+TEST_CASE("a subgroup of a subgroup numbers ranks by position", "[groups][mock]") {
+  run_ranks(4, [&](std::shared_ptr<Backend> b, int r) {
+    ProcessGroup top = ProcessGroup::with_ranks(b, {3, 1, 2});
+    if (!top.is_member()) {
+      REQUIRE(r == 0);
+      return;
+    }
+    ProcessGroup inner = top.new_group({1, 2});  // world ranks 1 and 2
+    if (r == 3) {
+      REQUIRE_FALSE(inner.is_member());
+      return;
+    }
+    Tensor t = Tensor::full({3}, static_cast<float>(r));
+    inner.all_reduce_tensor(t, ReduceOp::Sum);
+    REQUIRE(t[0] == 3.0f);
+  });
 }

@@ -3,7 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 
+#include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/wait.hpp"
@@ -12,13 +14,14 @@ namespace axonml::distributed {
 
 std::vector<std::shared_ptr<MockBackend>> MockBackend::create_world(int world_size,
                                                                     MockOptions options) {
+  if (world_size < 1 || world_size > shm::kMaxWorldSize) {
+    throw InvalidArgument("MockBackend::create_world: world size " + std::to_string(world_size) +
+                          " is outside 1.." + std::to_string(shm::kMaxWorldSize));
+  }
   shm::ArenaSpec spec;
   spec.world_size = world_size;
   spec.slot_bytes = options.slot_bytes;
   spec.arena_bytes = options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size);
-  if (world_size < 1 || world_size > shm::kMaxWorldSize) {
-    shm::format_arena(nullptr, spec);  // throws the range error
-  }
   // Zeroed like a fresh /dev/shm file, so group areas start clean.
   void* raw = std::aligned_alloc(4096, (spec.arena_bytes + 4095) / 4096 * 4096);
   if (raw == nullptr) throw std::bad_alloc();

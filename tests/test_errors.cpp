@@ -1,0 +1,175 @@
+// Bad input and disagreeing ranks become clear errors, never hangs or
+// corrupt data. Each case checks the message names what was wrong.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <thread>
+
+#include "support/run_ranks.hpp"
+
+using namespace axonml::distributed;
+using axon_test::run_ranks;
+using Catch::Matchers::Contains;
+
+TEST_CASE("an invalid root names the op and the valid range", "[errors]") {
+  auto world = MockBackend::create_world(1);
+  std::vector<float> data(4);
+  REQUIRE_THROWS_MATCHES(world[0]->broadcast(data, 9), InvalidArgument,
+                         Catch::Matchers::Message("broadcast on rank 0: invalid src 9 (src should be in the 0..0 range)"));
+  std::vector<float> recv(4);
+  REQUIRE_THROWS_WITH(world[0]->reduce<float>(data, recv, -1, ReduceOp::Sum), Contains("reduce") && Contains("invalid dst -1"));
+  REQUIRE_THROWS_WITH(world[0]->gather<float>(data, recv, 1), Contains("gather") && Contains("invalid dst 1"));
+  REQUIRE_THROWS_WITH(world[0]->scatter<float>(data, recv, 2), Contains("scatter") && Contains("invalid src 2"));
+  REQUIRE_THROWS_WITH(world[0]->send<float>(data, 1), Contains("send") && Contains("invalid dst 1"));
+  REQUIRE_THROWS_WITH(world[0]->recv<float>(data, 5), Contains("recv") && Contains("invalid src 5"));
+  REQUIRE_THROWS_WITH(world[0]->send<float>(data, 0, -3), Contains("invalid tag -3"));
+}
+
+TEST_CASE("receive buffers of the wrong size name both sizes", "[errors]") {
+  run_ranks(2, [](std::shared_ptr<Backend> b, int) {
+    std::vector<float> send(3), recv(5);
+    REQUIRE_THROWS_MATCHES(
+        b->all_gather<float>(send, recv), InvalidArgument,
+        Catch::Matchers::Message("all_gather on rank " + std::to_string(b->rank()) +
+                                 " of 2: recv has 5 elements but must have 6 (send count x world size)"));
+    REQUIRE_THROWS_WITH(b->reduce_scatter<float>(recv, send, ReduceOp::Sum),
+                        Contains("reduce_scatter") && Contains("send has 5 elements but must have 6"));
+    if (b->rank() == 0) {
+      REQUIRE_THROWS_WITH(b->gather<float>(send, recv, 0), Contains("recv has 5 elements but must have 6"));
+      REQUIRE_THROWS_WITH(b->reduce<float>(send, recv, 0, ReduceOp::Sum), Contains("recv has 5 elements but must have 3"));
+    }
+  });
+}
+
+TEST_CASE("a message of another size than the receive buffer is an error", "[errors][p2p]") {
+  run_ranks(2, [](std::shared_ptr<Backend> b, int r) {
+    if (r == 0) {
+      b->send<const float>(std::vector<float>(10), 1, 4);
+    } else {
+      std::vector<float> small(3);
+      REQUIRE_THROWS_MATCHES(b->recv<float>(small, 0, 4), InvalidArgument,
+                             Catch::Matchers::Message("recv on rank 1 from rank 0 with tag 4: the message has 40 bytes but the buffer has 12"));
+    }
+  });
+}
+
+TEST_CASE("subgroup lists with duplicate or out-of-range ranks are rejected", "[errors][groups]") {
+  auto b = MockBackend::single();
+  World world(b);
+  REQUIRE_THROWS_MATCHES(world.new_group({0, 1}), InvalidArgument,
+                         Catch::Matchers::Message("new_group on rank 0 of 1: rank 1 is out of range (ranks are 0..0)"));
+  REQUIRE_THROWS_MATCHES(world.new_group({0, 0}), InvalidArgument,
+                         Catch::Matchers::Message("new_group on rank 0 of 1: rank 0 is listed twice"));
+  REQUIRE_THROWS_WITH(world.new_group({}), Contains("the list of ranks is empty"));
+}
+
+TEST_CASE("a collective on a group the caller is not in names the rank and the group", "[errors][groups]") {
+  run_ranks(3, [](std::shared_ptr<Backend> b, int r) {
+    ProcessGroup pair = ProcessGroup::with_ranks(b, {0, 2});
+    if (r != 1) return;
+    Tensor t = Tensor::zeros({2});
+    REQUIRE_THROWS_MATCHES(pair.all_reduce_tensor(t), InvalidArgument,
+                           Catch::Matchers::Message("all_reduce: rank 1 is not a member of group [0, 2]"));
+    REQUIRE_THROWS_WITH(pair.barrier(), Contains("barrier: rank 1 is not a member of group [0, 2]"));
+  });
+}
+
+TEST_CASE("ranks that all-reduce different counts both get a mismatch error", "[errors][mismatch]") {
+  std::vector<std::string> messages(2);
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<float> data(r == 0 ? 100 : 200);
+    b->barrier();
+    try {
+      b->all_reduce(data, ReduceOp::Sum);
+      FAIL("no mismatch reported on rank " << r);
+    } catch (const CollectiveMismatch& e) {
+      messages[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  REQUIRE(messages[0] == "collective mismatch in group [0, 1] at call #1: rank 0: all_reduce(f32, 100, sum) vs rank 1: all_reduce(f32, 200, sum)");
+  REQUIRE(messages[1] == "collective mismatch in group [0, 1] at call #1: rank 1: all_reduce(f32, 200, sum) vs rank 0: all_reduce(f32, 100, sum)");
+}
+
+TEST_CASE("a broadcast against an all_gather, or different roots, is reported", "[errors][mismatch]") {
+  std::vector<std::string> messages(3);
+  run_ranks(3, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<float> data(8), gathered(24);
+    try {
+      if (r == 2) {
+        b->all_gather<float>(data, gathered);
+      } else {
+        b->broadcast(data, r);  // ranks 0 and 1 also disagree on the root
+      }
+      FAIL("no mismatch reported on rank " << r);
+    } catch (const CollectiveMismatch& e) {
+      messages[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  REQUIRE_THAT(messages[0], Contains("rank 0: broadcast(f32, 8, root 0) vs rank 1: broadcast(f32, 8, root 1)"));
+  REQUIRE_THAT(messages[2], Contains("rank 2: all_gather(f32, 8) vs rank 0: broadcast(f32, 8, root 0)"));
+}
+
+TEST_CASE("a group stays unusable after a mismatch instead of exchanging garbage", "[errors][mismatch]") {
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<float> data(r + 1);
+    REQUIRE_THROWS_AS(b->all_reduce(data, ReduceOp::Max), CollectiveMismatch);
+    REQUIRE_THROWS_WITH(b->barrier(), Contains("collective mismatch"));
+  });
+}
+
+TEST_CASE("a rank that never arrives becomes a timeout naming the op and the missing rank", "[errors][timeout]") {
+  setenv("AXON_TIMEOUT", "0.3", 1);
+  auto world = MockBackend::create_world(3);
+  unsetenv("AXON_TIMEOUT");
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<float> data(5);
+      try {
+        world[static_cast<std::size_t>(r)]->all_reduce(data, ReduceOp::Sum);
+      } catch (const Timeout& e) {
+        messages[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE_THAT(messages[0], Contains("rank 0: timed out after 0.3 s") &&
+                                Contains("all_reduce(f32, 5, sum) call #0 in group [0, 1, 2]: waiting for rank(s) 2"));
+  REQUIRE_THAT(messages[1], Contains("waiting for rank(s) 2"));
+}
+
+TEST_CASE("abort makes every waiting rank fail with the reason", "[errors][abort]") {
+  std::vector<std::string> messages(3);
+  auto world = MockBackend::create_world(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        world[static_cast<std::size_t>(r)]->barrier();
+      } catch (const PeerFailure& e) {
+        messages[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  world[2]->abort("out of memory");
+  for (auto& t : threads) t.join();
+  REQUIRE(messages[0] == "rank 0: job aborted: rank 2 aborted: out of memory");
+  REQUIRE(messages[1] == "rank 1: job aborted: rank 2 aborted: out of memory");
+}
+
+TEST_CASE("a mock world of an impossible size is refused", "[errors]") {
+  REQUIRE_THROWS_WITH(MockBackend::create_world(0), Contains("world size 0 is outside 1..1024"));
+  REQUIRE_THROWS_WITH(MockBackend::create_world(2, MockOptions{1 << 16, 0}),
+                      Contains("is too small for 2 ranks") && Contains("--arena-mb"));
+}
+
+TEST_CASE("an arena with no room for another group says so on every rank", "[errors][groups]") {
+  const std::size_t tight = 1 << 20;
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int) {
+    REQUIRE_THROWS_WITH(
+        [&] { for (int i = 0; i < 100; ++i) b->new_group(std::vector<int>{0, 1}); }(),
+        Contains("has no room for another group") && Contains("raise --arena-mb"));
+  }, MockOptions{tight, 64 << 10});
+}
