@@ -64,7 +64,7 @@ TEST_CASE("all_reduce gives every rank the reference result for every op", "[col
     for (std::size_t i = 0; i < count; ++i) {
       if (got[i] != reference(op, n, i)) FAIL("rank " << r << " element " << i << ": " << got[i] << " != " << reference(op, n, i));
     }
-    REQUIRE(std::memcmp(got.data(), results[0].data(), count * sizeof(float)) == 0);
+    REQUIRE((count == 0 || std::memcmp(got.data(), results[0].data(), count * sizeof(float)) == 0));
   }
 }
 
