@@ -60,11 +60,11 @@ TEST_CASE("all_reduce gives every rank the reference result for every op", "[col
   });
   for (int r = 0; r < n; ++r) {
     const auto& got = results[static_cast<std::size_t>(r)];
-    REQUIRE(got.size() == count);
+    RANK_REQUIRE(got.size() == count);
     for (std::size_t i = 0; i < count; ++i) {
-      if (got[i] != reference(op, n, i)) FAIL("rank " << r << " element " << i << ": " << got[i] << " != " << reference(op, n, i));
+      if (got[i] != reference(op, n, i)) RANK_FAIL("rank " << r << " element " << i << ": " << got[i] << " != " << reference(op, n, i));
     }
-    REQUIRE((count == 0 || std::memcmp(got.data(), results[0].data(), count * sizeof(float)) == 0));
+    RANK_REQUIRE((count == 0 || std::memcmp(got.data(), results[0].data(), count * sizeof(float)) == 0));
   }
 }
 
@@ -81,7 +81,7 @@ TEST_CASE("all_reduce through small slots uses the pipelined path and stays exac
   }, kSmallSlots);
   for (int r = 0; r < n; ++r) {
     for (std::size_t i = 0; i < count; ++i) {
-      if (results[static_cast<std::size_t>(r)][i] != reference(op, n, i)) FAIL("rank " << r << " element " << i);
+      if (results[static_cast<std::size_t>(r)][i] != reference(op, n, i)) RANK_FAIL("rank " << r << " element " << i);
     }
   }
 }
@@ -108,7 +108,7 @@ TEST_CASE("broadcast copies the root's data to every rank", "[collectives][mock]
   run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
     auto data = tagged_input(r, count);
     b->broadcast(data, root);
-    REQUIRE(data == tagged_input(root, count));
+    RANK_REQUIRE(data == tagged_input(root, count));
   });
 }
 
@@ -122,7 +122,7 @@ TEST_CASE("all_gather places rank r's block at r * count on every rank", "[colle
     b->all_gather<float>(send, recv);
     for (int m = 0; m < n; ++m) {
       const auto expected = tagged_input(m, count);
-      REQUIRE(std::equal(expected.begin(), expected.end(), recv.begin() + static_cast<long>(m * count)));
+      RANK_REQUIRE(std::equal(expected.begin(), expected.end(), recv.begin() + static_cast<long>(m * count)));
     }
   });
 }
@@ -139,7 +139,7 @@ TEST_CASE("gather collects every block on dst only", "[collectives][mock]") {
     if (r != dst) return;
     for (int m = 0; m < n; ++m) {
       const auto expected = tagged_input(m, count);
-      REQUIRE(std::equal(expected.begin(), expected.end(), recv.begin() + static_cast<long>(m * count)));
+      RANK_REQUIRE(std::equal(expected.begin(), expected.end(), recv.begin() + static_cast<long>(m * count)));
     }
   });
 }
@@ -154,7 +154,7 @@ TEST_CASE("scatter hands rank r block r of src's data", "[collectives][mock]") {
     std::vector<float> send = r == src ? full : std::vector<float>{};
     std::vector<float> recv(count, -1.0f);
     b->scatter<float>(send, recv, src);
-    REQUIRE(std::equal(recv.begin(), recv.end(), full.begin() + static_cast<long>(static_cast<std::size_t>(r) * count)));
+    RANK_REQUIRE(std::equal(recv.begin(), recv.end(), full.begin() + static_cast<long>(static_cast<std::size_t>(r) * count)));
   });
 }
 
@@ -170,7 +170,7 @@ TEST_CASE("reduce_scatter gives rank r block r of the reduction", "[collectives]
     b->reduce_scatter<float>(send, recv, op);
     for (std::size_t i = 0; i < count; ++i) {
       const float expected = reference(op, n, static_cast<std::size_t>(r) * count + i);
-      if (recv[i] != expected) FAIL("rank " << r << " element " << i << ": " << recv[i] << " != " << expected);
+      if (recv[i] != expected) RANK_FAIL("rank " << r << " element " << i << ": " << recv[i] << " != " << expected);
     }
   });
 }
@@ -186,7 +186,7 @@ TEST_CASE("reduce leaves the reduction on dst", "[collectives][mock]") {
     b->reduce<float>(send, recv, 0, op);
     if (r != 0) return;
     for (std::size_t i = 0; i < count; ++i) {
-      if (recv[i] != reference(op, n, i)) FAIL("element " << i << ": " << recv[i] << " != " << reference(op, n, i));
+      if (recv[i] != reference(op, n, i)) RANK_FAIL("element " << i << ": " << recv[i] << " != " << reference(op, n, i));
     }
   });
 }
@@ -199,24 +199,24 @@ TEST_CASE("every collective works through slots smaller than the message", "[col
     const auto nn = static_cast<std::size_t>(n);
     auto data = tagged_input(r, count);
     b->broadcast(data, n - 1);
-    REQUIRE(data == tagged_input(n - 1, count));
+    RANK_REQUIRE(data == tagged_input(n - 1, count));
 
     std::vector<float> gathered(count * nn);
     b->all_gather<float>(tagged_input(r, count), gathered);
-    for (int m = 0; m < n; ++m) REQUIRE(gathered[static_cast<std::size_t>(m) * count + 4321] == tagged(m, 4321));
+    for (int m = 0; m < n; ++m) RANK_REQUIRE(gathered[static_cast<std::size_t>(m) * count + 4321] == tagged(m, 4321));
 
     std::vector<float> block(count);
     b->reduce_scatter<float>(input_of(r, count * nn), block, ReduceOp::Sum);
-    for (std::size_t i = 0; i < count; ++i) REQUIRE(block[i] == reference(ReduceOp::Sum, n, static_cast<std::size_t>(r) * count + i));
+    for (std::size_t i = 0; i < count; ++i) RANK_REQUIRE(block[i] == reference(ReduceOp::Sum, n, static_cast<std::size_t>(r) * count + i));
 
     std::vector<float> piece(count);
     const auto full = tagged_input(0, count * nn);
     b->scatter<float>(r == 0 ? full : std::vector<float>{}, piece, 0);
-    REQUIRE(std::equal(piece.begin(), piece.end(), full.begin() + static_cast<long>(static_cast<std::size_t>(r) * count)));
+    RANK_REQUIRE(std::equal(piece.begin(), piece.end(), full.begin() + static_cast<long>(static_cast<std::size_t>(r) * count)));
 
     std::vector<float> reduced(r == 1 ? count : 0);
     b->reduce<float>(input_of(r, count), reduced, 1, ReduceOp::Max);
-    if (r == 1) for (std::size_t i = 0; i < count; ++i) REQUIRE(reduced[i] == reference(ReduceOp::Max, n, i));
+    if (r == 1) for (std::size_t i = 0; i < count; ++i) RANK_REQUIRE(reduced[i] == reference(ReduceOp::Max, n, i));
   }, kSmallSlots);
 }
 
@@ -227,7 +227,7 @@ TEST_CASE("barrier holds every rank until all have arrived", "[collectives][mock
     for (int round = 1; round <= 20; ++round) {
       arrived.fetch_add(1);
       b->barrier();
-      REQUIRE(arrived.load() >= round * n);
+      RANK_REQUIRE(arrived.load() >= round * n);
       b->barrier();
     }
   });
@@ -238,19 +238,19 @@ TEST_CASE("typed all_reduce works for every element type", "[collectives][mock]"
   run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
     std::vector<double> f64{1.5 * r, 2.0};
     b->all_reduce(std::span<double>(f64), ReduceOp::Sum);
-    REQUIRE(f64[0] == 1.5 * (n * (n - 1) / 2));
+    RANK_REQUIRE(f64[0] == 1.5 * (n * (n - 1) / 2));
     std::vector<std::int32_t> i32{r + 1, -r};
     b->all_reduce(std::span<std::int32_t>(i32), ReduceOp::Max);
-    REQUIRE(i32 == std::vector<std::int32_t>{n, 0});
+    RANK_REQUIRE(i32 == std::vector<std::int32_t>{n, 0});
     std::vector<std::int64_t> i64{std::int64_t{1} << 40, r};
     b->all_reduce(std::span<std::int64_t>(i64), ReduceOp::Sum);
-    REQUIRE(i64[0] == n * (std::int64_t{1} << 40));
+    RANK_REQUIRE(i64[0] == n * (std::int64_t{1} << 40));
     std::vector<bfloat16> bf(3, bfloat16(0.5f));
     b->all_reduce(std::span<bfloat16>(bf), ReduceOp::Sum);
-    REQUIRE(static_cast<float>(bf[2]) == 0.5f * static_cast<float>(n));
+    RANK_REQUIRE(static_cast<float>(bf[2]) == 0.5f * static_cast<float>(n));
     std::vector<float16> h(3, float16(0.25f));
     b->all_reduce(std::span<float16>(h), ReduceOp::Average);
-    REQUIRE(static_cast<float>(h[1]) == 0.25f);
+    RANK_REQUIRE(static_cast<float>(h[1]) == 0.25f);
   });
 }
 
@@ -265,7 +265,7 @@ TEST_CASE("send and recv deliver messages in order per source and tag", "[p2p][m
     b->send<const float>(tagged_input(r, count), right, 5);
     std::vector<float> got(count);
     b->recv<float>(got, left, 5);
-    REQUIRE(got == tagged_input(left, count));
+    RANK_REQUIRE(got == tagged_input(left, count));
   });
 }
 
@@ -280,9 +280,9 @@ TEST_CASE("recv picks the message with its tag even when another tag came first"
       b->recv<float>(two, 0, 2);
       b->recv<float>(first, 0, 1);
       b->recv<float>(second, 0, 1);
-      REQUIRE(two == std::vector<float>{2, 2, 2});
-      REQUIRE(first == std::vector<float>{1, 1});
-      REQUIRE(second == std::vector<float>{3});
+      RANK_REQUIRE(two == std::vector<float>{2, 2, 2});
+      RANK_REQUIRE(first == std::vector<float>{1, 1});
+      RANK_REQUIRE(second == std::vector<float>{3});
     }
   });
 }
@@ -296,21 +296,21 @@ TEST_CASE("subgroups communicate among their members only", "[groups][mock]") {
     ProcessGroup even = ProcessGroup::with_ranks(b, evens);
     ProcessGroup odd = ProcessGroup::with_ranks(b, odds);
     ProcessGroup& mine = r % 2 ? odd : even;
-    REQUIRE(mine.is_member());
-    REQUIRE((r % 2 ? even : odd).rank() == -1);
-    REQUIRE(mine.rank() == r / 2);
+    RANK_REQUIRE(mine.is_member());
+    RANK_REQUIRE((r % 2 ? even : odd).rank() == -1);
+    RANK_REQUIRE(mine.rank() == r / 2);
     // Both groups run at once, with different sizes and chunk counts.
     for (int iteration = 0; iteration < 10; ++iteration) {
       Tensor t = Tensor::full({static_cast<std::size_t>(1000 + 7 * (r % 2))}, static_cast<float>(r));
       mine.all_reduce_tensor(t, ReduceOp::Sum);
       float expected = 0;
       for (int m : mine.ranks()) expected += static_cast<float>(m);
-      REQUIRE(t[0] == expected);
-      REQUIRE(t[t.numel() - 1] == expected);
+      RANK_REQUIRE(t[0] == expected);
+      RANK_REQUIRE(t[t.numel() - 1] == expected);
     }
     Tensor gathered = mine.all_gather_tensor(Tensor::full({2}, static_cast<float>(r)));
-    REQUIRE(gathered.shape() == Shape{mine.ranks().size(), 2});
-    for (std::size_t i = 0; i < mine.ranks().size(); ++i) REQUIRE(gathered[2 * i] == static_cast<float>(mine.ranks()[i]));
+    RANK_REQUIRE(gathered.shape() == Shape{mine.ranks().size(), 2});
+    for (std::size_t i = 0; i < mine.ranks().size(); ++i) RANK_REQUIRE(gathered[2 * i] == static_cast<float>(mine.ranks()[i]));
     world.barrier();
   });
 }
@@ -319,16 +319,16 @@ TEST_CASE("a subgroup of a subgroup numbers ranks by position", "[groups][mock]"
   run_ranks(4, [&](std::shared_ptr<Backend> b, int r) {
     ProcessGroup top = ProcessGroup::with_ranks(b, {3, 1, 2});
     if (!top.is_member()) {
-      REQUIRE(r == 0);
+      RANK_REQUIRE(r == 0);
       return;
     }
     ProcessGroup inner = top.new_group({1, 2});  // world ranks 1 and 2
     if (r == 3) {
-      REQUIRE_FALSE(inner.is_member());
+      RANK_REQUIRE(!(inner.is_member()));
       return;
     }
     Tensor t = Tensor::full({3}, static_cast<float>(r));
     inner.all_reduce_tensor(t, ReduceOp::Sum);
-    REQUIRE(t[0] == 3.0f);
+    RANK_REQUIRE(t[0] == 3.0f);
   });
 }

@@ -8,6 +8,7 @@
 #include "support/run_ranks.hpp"
 
 using namespace axonml::distributed;
+using axon_test::error_of;
 using axon_test::run_ranks;
 
 TEST_CASE("seed example: communication primitives on a world of one", "[seed]") {
@@ -15,22 +16,22 @@ TEST_CASE("seed example: communication primitives on a world of one", "[seed]") 
 
   Tensor tensor = Tensor::from_vec({1.0f, 2.0f, 3.0f}, {3});
   all_reduce_sum(tensor, pg);
-  REQUIRE(tensor.to_vec() == std::vector<float>{1, 2, 3});
+  RANK_REQUIRE(tensor.to_vec() == std::vector<float>{1, 2, 3});
   all_reduce_mean(tensor, pg);
-  REQUIRE(tensor.to_vec() == std::vector<float>{1, 2, 3});
+  RANK_REQUIRE(tensor.to_vec() == std::vector<float>{1, 2, 3});
 
   broadcast(tensor, pg);
-  REQUIRE(tensor.to_vec() == std::vector<float>{1, 2, 3});
+  RANK_REQUIRE(tensor.to_vec() == std::vector<float>{1, 2, 3});
 
   Tensor gathered = all_gather(tensor, pg);
-  REQUIRE(gathered.shape() == Shape{1, 3});
-  REQUIRE(gathered.to_vec() == std::vector<float>{1, 2, 3});
+  RANK_REQUIRE(gathered.shape() == Shape{1, 3});
+  RANK_REQUIRE(gathered.to_vec() == std::vector<float>{1, 2, 3});
 
   barrier(pg);
 
-  REQUIRE(rank(pg) == 0);
-  REQUIRE(world_size(pg) == 1);
-  REQUIRE(is_main_process(pg));
+  RANK_REQUIRE(rank(pg) == 0);
+  RANK_REQUIRE(world_size(pg) == 1);
+  RANK_REQUIRE(is_main_process(pg));
 }
 
 TEST_CASE("seed example: communication primitives on four ranks", "[seed]") {
@@ -39,16 +40,16 @@ TEST_CASE("seed example: communication primitives on four ranks", "[seed]") {
     const float x = static_cast<float>(r + 1);
     Tensor tensor = Tensor::from_vec({x, 2 * x, 3 * x}, {3});
     all_reduce_sum(tensor, pg);
-    REQUIRE(tensor.to_vec() == std::vector<float>{10, 20, 30});
+    RANK_REQUIRE(tensor.to_vec() == std::vector<float>{10, 20, 30});
     all_reduce_mean(tensor, pg);
-    REQUIRE(tensor.to_vec() == std::vector<float>{10, 20, 30});
+    RANK_REQUIRE(tensor.to_vec() == std::vector<float>{10, 20, 30});
 
     Tensor mine = Tensor::full({2}, x);
     broadcast_from(mine, 2, pg);
-    REQUIRE(mine.to_vec() == std::vector<float>{3, 3});
+    RANK_REQUIRE(mine.to_vec() == std::vector<float>{3, 3});
 
     Tensor gathered = all_gather(Tensor::full({1}, x), pg);
-    REQUIRE(gathered.to_vec() == std::vector<float>{1, 2, 3, 4});
+    RANK_REQUIRE(gathered.to_vec() == std::vector<float>{1, 2, 3, 4});
 
     Tensor lowest = Tensor::full({1}, x);
     all_reduce_min(lowest, pg);
@@ -56,19 +57,19 @@ TEST_CASE("seed example: communication primitives on four ranks", "[seed]") {
     all_reduce_max(highest, pg);
     Tensor product = Tensor::full({1}, x);
     all_reduce_product(product, pg);
-    REQUIRE(lowest[0] == 1);
-    REQUIRE(highest[0] == 4);
-    REQUIRE(product[0] == 24);
+    RANK_REQUIRE(lowest[0] == 1);
+    RANK_REQUIRE(highest[0] == 4);
+    RANK_REQUIRE(product[0] == 24);
 
     Tensor block = reduce_scatter_sum(Tensor::from_vec({1, 2, 3, 4, 5, 6, 7, 8}, {8}), pg);
-    REQUIRE(block.to_vec() == std::vector<float>{4.0f * (2 * r + 1), 4.0f * (2 * r + 2)});
+    RANK_REQUIRE(block.to_vec() == std::vector<float>{4.0f * (2 * r + 1), 4.0f * (2 * r + 2)});
     Tensor mean_block = reduce_scatter_mean(Tensor::from_vec({1, 2, 3, 4, 5, 6, 7, 8}, {8}), pg);
-    REQUIRE(mean_block.to_vec() == std::vector<float>{static_cast<float>(2 * r + 1), static_cast<float>(2 * r + 2)});
+    RANK_REQUIRE(mean_block.to_vec() == std::vector<float>{static_cast<float>(2 * r + 1), static_cast<float>(2 * r + 2)});
 
     barrier(pg);
-    REQUIRE(rank(pg) == r);
-    REQUIRE(world_size(pg) == 4);
-    REQUIRE(is_main_process(pg) == (r == 0));
+    RANK_REQUIRE(rank(pg) == r);
+    RANK_REQUIRE(world_size(pg) == 4);
+    RANK_REQUIRE(is_main_process(pg) == (r == 0));
   });
 }
 
@@ -81,12 +82,12 @@ TEST_CASE("seed example: gradient synchronization averages over ranks", "[seed]"
         Tensor::from_vec({0.3f * scale, 0.4f * scale, 0.5f * scale}, {3}),
     };
     sync_gradients(gradients, pg);
-    REQUIRE(gradients[0].to_vec() == std::vector<float>{(0.1f + 0.1f * 3) * 0.5f, (0.2f + 0.2f * 3) * 0.5f});
-    REQUIRE(gradients[1][2] == (0.5f + 0.5f * 3) * 0.5f);
+    RANK_REQUIRE(gradients[0].to_vec() == std::vector<float>{(0.1f + 0.1f * 3) * 0.5f, (0.2f + 0.2f * 3) * 0.5f});
+    RANK_REQUIRE(gradients[1][2] == (0.5f + 0.5f * 3) * 0.5f);
 
     Tensor grad = Tensor::from_vec({1.0f * scale, 2.0f * scale}, {2});
     sync_gradient(grad, pg);
-    REQUIRE(grad.to_vec() == std::vector<float>{2.0f, 4.0f});
+    RANK_REQUIRE(grad.to_vec() == std::vector<float>{2.0f, 4.0f});
   });
 }
 
@@ -94,47 +95,47 @@ TEST_CASE("seed example: gradient bucketing packs, reduces and extracts", "[seed
   GradientBucket bucket(1000);
   Tensor grad1 = Tensor::from_vec({0.1f, 0.2f}, {2});
   Tensor grad2 = Tensor::from_vec({0.3f, 0.4f, 0.5f}, {3});
-  REQUIRE(bucket.add(grad1));
-  REQUIRE(bucket.add(grad2));
-  REQUIRE(bucket.size() == 5);
+  RANK_REQUIRE(bucket.add(grad1));
+  RANK_REQUIRE(bucket.add(grad2));
+  RANK_REQUIRE(bucket.size() == 5);
 
   ProcessGroup pg = ProcessGroup::mock();
   pg.backend().all_reduce(bucket.data_mut(), ReduceOp::Average);
 
   std::vector<Tensor> synced = bucket.extract();
-  REQUIRE(synced.size() == 2);
-  REQUIRE(synced[0].shape() == Shape{2});
-  REQUIRE(synced[1].to_vec() == std::vector<float>{0.3f, 0.4f, 0.5f});
+  RANK_REQUIRE(synced.size() == 2);
+  RANK_REQUIRE(synced[0].shape() == Shape{2});
+  RANK_REQUIRE(synced[1].to_vec() == std::vector<float>{0.3f, 0.4f, 0.5f});
 }
 
 TEST_CASE("gradient bucket refuses what does not fit and reports fullness", "[bucket]") {
   GradientBucket bucket(5);
-  REQUIRE(bucket.is_empty());
-  REQUIRE(bucket.add(Tensor::zeros({2, 2})));
+  RANK_REQUIRE(bucket.is_empty());
+  RANK_REQUIRE(bucket.add(Tensor::zeros({2, 2})));
   REQUIRE_FALSE(bucket.add(Tensor::zeros({2})));
-  REQUIRE(bucket.size() == 4);
-  REQUIRE(bucket.add(Tensor::full({1}, 9)));
-  REQUIRE(bucket.is_full());
-  REQUIRE(bucket.extract()[0].shape() == Shape{2, 2});
-  REQUIRE(bucket.data()[4] == 9);
+  RANK_REQUIRE(bucket.size() == 4);
+  RANK_REQUIRE(bucket.add(Tensor::full({1}, 9)));
+  RANK_REQUIRE(bucket.is_full());
+  RANK_REQUIRE(bucket.extract()[0].shape() == Shape{2, 2});
+  RANK_REQUIRE(bucket.data()[4] == 9);
   bucket.clear();
-  REQUIRE(bucket.is_empty());
-  REQUIRE(bucket.extract().empty());
+  RANK_REQUIRE(bucket.is_empty());
+  RANK_REQUIRE(bucket.extract().empty());
 }
 
 TEST_CASE("seed example: a custom synchronization strategy averages into the added tensors", "[seed]") {
   run_ranks(3, [](std::shared_ptr<Backend> backend, int r) {
     ProcessGroup pg(backend);
     GradientSynchronizer sync(GradSyncStrategy::Synchronous, 25'000'000);
-    REQUIRE(sync.strategy() == GradSyncStrategy::Synchronous);
+    RANK_REQUIRE(sync.strategy() == GradSyncStrategy::Synchronous);
     sync.prepare(10);
     Tensor grad = Tensor::from_vec({1.0f + static_cast<float>(r), 2.0f}, {2});
     sync.add_gradient(0, grad);
     sync.sync_all(pg);
-    REQUIRE(grad.to_vec() == std::vector<float>{2.0f, 2.0f});
-    REQUIRE(sync.gradient(0)->to_vec() == std::vector<float>{2.0f, 2.0f});
+    RANK_REQUIRE(grad.to_vec() == std::vector<float>{2.0f, 2.0f});
+    RANK_REQUIRE(sync.gradient(0)->to_vec() == std::vector<float>{2.0f, 2.0f});
     sync.clear();
-    REQUIRE_FALSE(sync.gradient(0).has_value());
+    RANK_REQUIRE(!sync.gradient(0).has_value());
   });
 }
 
@@ -145,7 +146,7 @@ TEST_CASE("seed example: multi-backend setup gives each process its rank", "[see
     ProcessGroup pg(backend);
     out << "Rank " << pg.rank() << " of " << pg.world_size() << "\n";
   }
-  REQUIRE(out.str() == "Rank 0 of 4\nRank 1 of 4\nRank 2 of 4\nRank 3 of 4\n");
+  RANK_REQUIRE(out.str() == "Rank 0 of 4\nRank 1 of 4\nRank 2 of 4\nRank 3 of 4\n");
 }
 
 // The seed runs this on World::mock(), a world of one, where rank 1 does not
@@ -154,8 +155,8 @@ TEST_CASE("seed example: process subgroups", "[seed][groups]") {
   run_ranks(2, [](std::shared_ptr<Backend> backend, int) {
     World world(backend);
     ProcessGroup subgroup = world.new_group({0, 1});
-    REQUIRE(subgroup.contains(0));
-    REQUIRE(subgroup.size() == 2);
+    RANK_REQUIRE(subgroup.contains(0));
+    RANK_REQUIRE(subgroup.size() == 2);
   });
 }
 
@@ -169,19 +170,19 @@ TEST_CASE("scatter_tensor and gather_tensor split and rejoin along any dim", "[s
     Tensor part = scatter_tensor(full, dim, pg);
     Shape expected_shape{4, 4, 2};
     expected_shape[dim] /= 2;
-    REQUIRE(part.shape() == expected_shape);
+    RANK_REQUIRE(part.shape() == expected_shape);
     Tensor reference = Tensor::from_vec(std::vector<float>(values.size()), {4, 4, 2});
     for (std::size_t i = 0; i < values.size(); ++i) reference[i] = static_cast<float>(i);
-    REQUIRE(part.to_vec() == reference.narrow(dim, static_cast<std::size_t>(r) * expected_shape[dim], expected_shape[dim]).to_vec());
+    RANK_REQUIRE(part.to_vec() == reference.narrow(dim, static_cast<std::size_t>(r) * expected_shape[dim], expected_shape[dim]).to_vec());
     Tensor rejoined = gather_tensor(part, dim, pg);
-    REQUIRE(rejoined.to_vec() == reference.to_vec());
+    RANK_REQUIRE(rejoined.to_vec() == reference.to_vec());
   });
 }
 
 TEST_CASE("scatter_tensor of an uneven split names the sizes", "[errors][model-parallel]") {
   run_ranks(3, [&](std::shared_ptr<Backend> backend, int) {
     ProcessGroup pg(backend);
-    REQUIRE_THROWS_WITH(scatter_tensor(Tensor::zeros({4, 5}), 1, pg),
-                        Catch::Matchers::Contains("dim 1 of shape [4, 5] (size 5) does not split evenly into 3 ranks"));
+    const std::string error = error_of([&] { scatter_tensor(Tensor::zeros({4, 5}), 1, pg); });
+    RANK_REQUIRE_THAT(error, Catch::Matchers::Contains("dim 1 of shape [4, 5] (size 5) does not split evenly into 3 ranks"));
   });
 }

@@ -20,6 +20,17 @@
 
 namespace axonml::distributed::shm {
 
+// A full (store-load) barrier. ThreadSanitizer rejects atomic_thread_fence, so
+// its builds use a locked read-modify-write, a full barrier on x86 as well.
+inline void full_barrier() {
+#if defined(__SANITIZE_THREAD__)
+  thread_local std::atomic<int> scratch{0};
+  scratch.exchange(0, std::memory_order_seq_cst);
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
 void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
                 std::chrono::nanoseconds timeout);
 void futex_wake_all(std::atomic<std::uint32_t>& word);
@@ -28,7 +39,7 @@ void futex_wake_all(std::atomic<std::uint32_t>& word);
 // condition's store may be relaxed or release: a fence here orders it before
 // the check for sleepers).
 inline void ring(Doorbell& bell) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  full_barrier();
   if (bell.sleepers.load(std::memory_order_relaxed) != 0) {
     bell.word.fetch_add(1, std::memory_order_relaxed);
     futex_wake_all(bell.word);
@@ -90,7 +101,7 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&
   for (;;) {
     const std::uint32_t seen = bell.word.load(std::memory_order_relaxed);
     bell.sleepers.fetch_add(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    full_barrier();
     if (ready()) {
       bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
       return;

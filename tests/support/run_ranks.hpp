@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -15,6 +16,26 @@
 namespace axon_test {
 
 using namespace axonml::distributed;
+
+// Catch2 v2 assertions are not thread-safe: rank threads assert through
+// RANK_REQUIRE / RANK_FAIL, which serialize on this mutex. Never put a
+// collective inside them (a rank holding the lock would block the others);
+// evaluate it first, or capture its error with error_of().
+inline std::mutex& assertion_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+// The what() of the exception `body` throws, or "" when it returns normally.
+template <typename Body>
+std::string error_of(Body&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
 
 inline void run_ranks(int n, const std::function<void(std::shared_ptr<Backend>, int)>& body,
                       MockOptions options = {}) {
@@ -55,3 +76,21 @@ class PerRank {
 };
 
 }  // namespace axon_test
+
+#define RANK_REQUIRE(...)                                                         \
+  do {                                                                            \
+    std::lock_guard<std::mutex> axon_assert_lock_(::axon_test::assertion_mutex()); \
+    REQUIRE(__VA_ARGS__);                                                         \
+  } while (false)
+
+#define RANK_REQUIRE_THAT(arg, matcher)                                           \
+  do {                                                                            \
+    std::lock_guard<std::mutex> axon_assert_lock_(::axon_test::assertion_mutex()); \
+    REQUIRE_THAT(arg, matcher);                                                   \
+  } while (false)
+
+#define RANK_FAIL(...)                                                            \
+  do {                                                                            \
+    std::lock_guard<std::mutex> axon_assert_lock_(::axon_test::assertion_mutex()); \
+    FAIL(__VA_ARGS__);                                                            \
+  } while (false)
