@@ -6,6 +6,7 @@
 #include "axonml/distributed/backend.hpp"
 #include "axonml/distributed/bucket.hpp"
 #include "axonml/distributed/comm.hpp"
+#include "axonml/distributed/ddp.hpp"
 #include "axonml/distributed/dtype.hpp"
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/grad_sync.hpp"

@@ -1,76 +1,234 @@
 #include "axonml/distributed/grad_sync.hpp"
 
 #include <algorithm>
+#include <cstring>
 
-#include "axonml/distributed/bucket.hpp"
 #include "axonml/distributed/error.hpp"
+#include "core/comm_worker.hpp"
 
 namespace axonml::distributed {
+namespace {
 
-GradientSynchronizer::GradientSynchronizer(GradSyncStrategy strategy, std::size_t bucket_size)
-    : strategy_(strategy), bucket_size_(bucket_size) {
+std::shared_ptr<float> allocate_floats(std::size_t count) {
+  return std::shared_ptr<float>(new float[std::max<std::size_t>(count, 1)](),
+                                std::default_delete<float[]>());
+}
+
+}  // namespace
+
+GradientSynchronizer::GradientSynchronizer(GradSyncStrategy strategy, std::size_t bucket_size,
+                                           std::size_t first_bucket_size)
+    : strategy_(strategy),
+      bucket_size_(bucket_size),
+      first_bucket_size_(first_bucket_size ? first_bucket_size : bucket_size) {
   if (bucket_size == 0) throw InvalidArgument("GradientSynchronizer: bucket_size must be > 0");
 }
 
 GradientSynchronizer::~GradientSynchronizer() = default;
 
+std::size_t GradientSynchronizer::capacity_of(std::size_t bucket) const {
+  return bucket == 0 ? first_bucket_size_ : bucket_size_;
+}
+
+void GradientSynchronizer::check_index(const char* op, std::size_t index) const {
+  if (index >= gradients_.size()) {
+    throw InvalidArgument(std::string("GradientSynchronizer::") + op + ": index " +
+                          std::to_string(index) + " is out of range (prepare() made room for " +
+                          std::to_string(gradients_.size()) + ")");
+  }
+}
+
 void GradientSynchronizer::prepare(std::size_t num_params) {
+  wait_for_worker();
+  fixed_layout_ = false;
+  shapes_.clear();
+  bucket_of_.clear();
+  offset_in_bucket_.clear();
   gradients_.assign(num_params, std::nullopt);
+  buckets_.clear();
+  unplaced_ = num_params;
+  next_launch_ = 0;
+  reduced_.store(0, std::memory_order_release);
+}
+
+// The same greedy packing as the learned layout, run over every index now,
+// with the storage allocated up front so that slot() can hand out views.
+void GradientSynchronizer::prepare(const std::vector<Shape>& shapes) {
+  prepare(shapes.size());
+  for (std::size_t i = shapes.size(); i-- > 0;) place(i, numel_of(shapes[i]));
+  close_open_bucket();
+  fixed_layout_ = true;
+  shapes_ = shapes;
+  bucket_of_.assign(shapes.size(), 0);
+  offset_in_bucket_.assign(shapes.size(), 0);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    bucket.missing = bucket.indices.size();
+    for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
+      bucket_of_[bucket.indices[k]] = b;
+      offset_in_bucket_[bucket.indices[k]] = bucket.offsets[k];
+    }
+  }
+  unplaced_ = 0;
+}
+
+Tensor GradientSynchronizer::slot(std::size_t index) const {
+  if (!fixed_layout_) {
+    throw InvalidArgument("GradientSynchronizer::slot: the layout is learned as gradients arrive; "
+                          "prepare(shapes) fixes it and makes slots");
+  }
+  check_index("slot", index);
+  const Bucket& bucket = buckets_[bucket_of_[index]];
+  // Aliasing constructor: the view keeps the whole bucket alive.
+  return Tensor::view(std::shared_ptr<float>(bucket.storage, bucket.storage.get() + offset_in_bucket_[index]),
+                      shapes_[index]);
+}
+
+void GradientSynchronizer::set_group(ProcessGroup pg) { group_ = std::move(pg); }
+
+// Appends gradient `index` to the open bucket, closing it first when the
+// gradient would not fit and afterwards when it is full.
+void GradientSynchronizer::place(std::size_t index, std::size_t numel) {
+  if (buckets_.empty() || buckets_.back().closed) buckets_.emplace_back();
+  Bucket* open = &buckets_.back();
+  const std::size_t capacity = capacity_of(buckets_.size() - 1);
+  if (!open->indices.empty() && open->size + numel > capacity) {
+    close_open_bucket();
+    buckets_.emplace_back();
+    open = &buckets_.back();
+  }
+  open->indices.push_back(index);
+  open->offsets.push_back(open->size);
+  open->size += numel;
+  if (open->size >= capacity_of(buckets_.size() - 1)) close_open_bucket();
+}
+
+void GradientSynchronizer::close_open_bucket() {
+  if (buckets_.empty() || buckets_.back().closed) return;
+  Bucket& bucket = buckets_.back();
+  bucket.closed = true;
+  bucket.storage = allocate_floats(bucket.size);
 }
 
 void GradientSynchronizer::add_gradient(std::size_t index, const Tensor& gradient) {
-  if (index >= gradients_.size()) {
-    throw InvalidArgument("GradientSynchronizer::add_gradient: index " + std::to_string(index) +
-                          " is out of range (prepare() made room for " +
-                          std::to_string(gradients_.size()) + ")");
+  check_index("add_gradient", index);
+  if (gradients_[index]) {
+    throw InvalidArgument("GradientSynchronizer::add_gradient: gradient " + std::to_string(index) +
+                          " was already added this round (sync_all() and clear() end a round)");
+  }
+  if (fixed_layout_ && gradient.shape() != shapes_[index]) {
+    throw InvalidArgument("GradientSynchronizer::add_gradient: gradient " + std::to_string(index) +
+                          " has shape " + to_string(gradient.shape()) + " but was prepared as " +
+                          to_string(shapes_[index]));
+  }
+  if (strategy_ == GradSyncStrategy::Overlapped && !group_) {
+    throw InvalidArgument("GradientSynchronizer::add_gradient: the Overlapped strategy starts "
+                          "reducing while gradients arrive, so it needs the group first: call "
+                          "set_group(pg) before adding");
   }
   gradients_[index] = gradient;
+  if (strategy_ == GradSyncStrategy::NoSync) return;
+  if (fixed_layout_) {
+    --buckets_[bucket_of_[index]].missing;
+  } else {
+    // Place the run of consecutive arrived gradients at the top of the unplaced indices.
+    while (unplaced_ > 0 && gradients_[unplaced_ - 1]) {
+      --unplaced_;
+      place(unplaced_, gradients_[unplaced_]->numel());
+    }
+    if (unplaced_ == 0) close_open_bucket();
+  }
+  if (strategy_ == GradSyncStrategy::Overlapped) launch_ready(false);
+}
+
+// Launches buckets in index order while the next one is complete (or, with
+// `force`, all remaining ones: members never added count as zeros).
+void GradientSynchronizer::launch_ready(bool force) {
+  while (next_launch_ < buckets_.size()) {
+    const Bucket& bucket = buckets_[next_launch_];
+    if (!bucket.closed || (!force && bucket.missing > 0)) return;
+    launch(next_launch_++);
+  }
+}
+
+// Copy-in happens here, on the owner's thread; the all-reduce and the copy
+// out run on the communication thread (Overlapped) or right away.
+void GradientSynchronizer::launch(std::size_t b) {
+  Bucket& bucket = buckets_[b];
+  bucket.launched = true;
+  float* storage = bucket.storage.get();
+  for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
+    const auto& g = gradients_[bucket.indices[k]];
+    float* dest = storage + bucket.offsets[k];
+    if (!g) {
+      const std::size_t n = fixed_layout_ ? numel_of(shapes_[bucket.indices[k]]) : 0;
+      std::fill_n(dest, n, 0.0f);
+    } else if (g->data().data() != dest) {
+      std::copy(g->data().begin(), g->data().end(), dest);
+    }
+  }
+  if (strategy_ == GradSyncStrategy::Overlapped) {
+    if (!worker_) worker_ = std::make_unique<CommWorker>();
+    worker_->submit([this, b, pg = *group_] { reduce(b, pg); });
+  } else {
+    reduce(b, *group_);
+  }
+}
+
+void GradientSynchronizer::reduce(std::size_t b, const ProcessGroup& pg) {
+  Bucket& bucket = buckets_[b];
+  pg.backend().all_reduce(std::span<float>(bucket.storage.get(), bucket.size), ReduceOp::Average);
+  for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
+    auto& g = gradients_[bucket.indices[k]];
+    const float* src = bucket.storage.get() + bucket.offsets[k];
+    if (g && g->data().data() != src) std::copy_n(src, g->numel(), g->data().begin());
+  }
+  reduced_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void GradientSynchronizer::sync_all(const ProcessGroup& pg) {
+  if (strategy_ == GradSyncStrategy::NoSync) return;
+  // Overlapped buckets may already be reducing over group_; the rest must join them.
+  if (strategy_ == GradSyncStrategy::Overlapped && group_ &&
+      group_->backend_ptr() != pg.backend_ptr()) {
+    throw InvalidArgument("GradientSynchronizer::sync_all: " + pg.describe() +
+                          " is not the group given to set_group(), " + group_->describe());
+  }
+  if (strategy_ != GradSyncStrategy::Overlapped || !group_) group_ = pg;
+  if (!fixed_layout_) {
+    for (std::size_t i = unplaced_; i-- > 0;) {
+      if (gradients_[i]) place(i, gradients_[i]->numel());
+    }
+    unplaced_ = 0;
+    close_open_bucket();
+  }
+  launch_ready(true);
+  wait_for_worker();
+}
+
+void GradientSynchronizer::wait_for_worker() {
+  if (worker_) worker_->drain();
 }
 
 const std::optional<Tensor>& GradientSynchronizer::gradient(std::size_t index) const {
-  if (index >= gradients_.size()) {
-    throw InvalidArgument("GradientSynchronizer::gradient: index " + std::to_string(index) +
-                          " is out of range (" + std::to_string(gradients_.size()) + " prepared)");
-  }
+  check_index("gradient", index);
   return gradients_[index];
 }
 
-// Buckets in descending index order; a gradient larger than a bucket is
-// reduced on its own.
-void GradientSynchronizer::sync_all(const ProcessGroup& pg) {
-  if (strategy_ == GradSyncStrategy::NoSync) return;
-  std::vector<Tensor*> pending;
-  std::size_t pending_size = 0;
-  std::vector<float> flat;
-  auto flush = [&] {
-    if (pending.empty()) return;
-    flat.resize(pending_size);
-    std::size_t offset = 0;
-    for (Tensor* t : pending) {
-      std::copy(t->data().begin(), t->data().end(), flat.begin() + static_cast<long>(offset));
-      offset += t->numel();
-    }
-    pg.backend().all_reduce(flat, ReduceOp::Average);
-    offset = 0;
-    for (Tensor* t : pending) {
-      std::copy_n(flat.begin() + static_cast<long>(offset), t->numel(), t->data().begin());
-      offset += t->numel();
-    }
-    pending.clear();
-    pending_size = 0;
-  };
-  for (std::size_t i = gradients_.size(); i-- > 0;) {
-    if (!gradients_[i]) continue;
-    Tensor& g = *gradients_[i];
-    if (pending_size + g.numel() > bucket_size_) flush();
-    pending.push_back(&g);
-    pending_size += g.numel();
-  }
-  flush();
-}
-
 void GradientSynchronizer::clear() {
+  wait_for_worker();
   for (auto& g : gradients_) g.reset();
+  next_launch_ = 0;
+  reduced_.store(0, std::memory_order_release);
+  if (fixed_layout_) {
+    for (Bucket& bucket : buckets_) {
+      bucket.missing = bucket.indices.size();
+      bucket.launched = false;
+    }
+  } else {
+    buckets_.clear();
+    unplaced_ = gradients_.size();
+  }
 }
 
 }  // namespace axonml::distributed

@@ -1,22 +1,42 @@
 // GradientSynchronizer: averages a model's gradients over a group in buckets.
 //
-// prepare(n) makes room for n gradients; add_gradient(i, t) registers the
-// gradient of parameter i (the tensor is shared, not copied: the averaged
-// values land back in it); sync_all(pg) packs the registered gradients into
-// buckets of at most bucket_size floats, in descending parameter index (the
-// order backward produces them), averages each bucket over `pg` and unpacks.
-// Every rank must register the same indices with the same sizes.
+// Gradients are packed into buckets in descending parameter index (the order
+// backward produces them): the first bucket holds at most first_bucket_size
+// floats, the others at most bucket_size; a gradient larger than its bucket
+// gets a bucket of its own. The layout depends only on the gradients' indices
+// and sizes, so it is the same on every rank, and buckets are reduced in the
+// same order everywhere.
+//
+// A round: add_gradient(i, t) for each gradient (the tensor is shared, not
+// copied: the averaged values land back in it), sync_all(pg) averages what is
+// left and waits, gradient(i) reads the results, clear() starts the next round.
+//
+// Two ways to prepare:
+//   prepare(n)        the layout is learned as gradients arrive;
+//   prepare(shapes)   the layout is fixed now, and slot(i) is a view of
+//                     gradient i's place in its bucket. A gradient that IS its
+//                     slot (a DDP parameter with gradient_as_bucket_view) is
+//                     reduced in place with no copy in or out.
 //
 // Strategies:
-//   Synchronous  every bucket is reduced inside sync_all().
+//   Synchronous  every bucket is reduced inside sync_all(), on the caller.
 //   Overlapped   a bucket's all-reduce starts on a communication thread as
-//                soon as it is full, while the caller keeps adding; sync_all()
-//                reduces the rest and waits for all.
+//                soon as its last gradient is added, while the caller goes on
+//                (with backward); sync_all() hands over the rest and waits.
+//                The group must be known before the first add: set_group().
+//                Until sync_all() returns, only the communication thread uses
+//                the group's backend, and the caller must not touch gradients
+//                it has added. An exception on that thread is rethrown by
+//                sync_all(); the buckets queued after it are dropped.
 //   NoSync       nothing is communicated; gradients stay local.
 //
-// Thread safety: one owner; the communication thread is internal.
+// Every rank must add the same indices with the same sizes.
+//
+// Thread safety: one owner thread; the communication thread is internal.
+// buckets_reduced() may be read from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -29,28 +49,78 @@ namespace axonml::distributed {
 
 enum class GradSyncStrategy { Synchronous, Overlapped, NoSync };
 
+class CommWorker;
+
 class GradientSynchronizer {
  public:
-  GradientSynchronizer(GradSyncStrategy strategy, std::size_t bucket_size);
+  // Sizes in floats; first_bucket_size 0 means bucket_size.
+  GradientSynchronizer(GradSyncStrategy strategy, std::size_t bucket_size,
+                       std::size_t first_bucket_size = 0);
+  // Drops buckets not yet started and waits for the one in flight.
   ~GradientSynchronizer();
   GradientSynchronizer(const GradientSynchronizer&) = delete;
   GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
 
   GradSyncStrategy strategy() const { return strategy_; }
   std::size_t bucket_size() const { return bucket_size_; }
+  std::size_t first_bucket_size() const { return first_bucket_size_; }
 
   void prepare(std::size_t num_params);
-  // REQUIRES: index < the count given to prepare().
+  void prepare(const std::vector<Shape>& shapes);
+  // REQUIRES: prepare(shapes). A view into the bucket storage; stable until
+  // the next prepare().
+  Tensor slot(std::size_t index) const;
+  // The group Overlapped launches reduce over; sync_all(pg) must pass the same.
+  void set_group(ProcessGroup pg);
+
   void add_gradient(std::size_t index, const Tensor& gradient);
   void sync_all(const ProcessGroup& pg);
-  // The gradient registered at `index` (averaged after sync_all()).
+  // The gradient added at `index` this round (averaged after sync_all()).
   const std::optional<Tensor>& gradient(std::size_t index) const;
+  // Waits for any bucket in flight, then forgets this round's gradients.
   void clear();
 
+  // Buckets formed so far (all of them after prepare(shapes)).
+  std::size_t bucket_count() const { return buckets_.size(); }
+  // Parameter indices of bucket b, in the order they were packed.
+  const std::vector<std::size_t>& bucket_indices(std::size_t b) const { return buckets_.at(b).indices; }
+  // Buckets whose all-reduce has finished this round, on any thread.
+  std::size_t buckets_reduced() const { return reduced_.load(std::memory_order_acquire); }
+
  private:
+  struct Bucket {
+    std::vector<std::size_t> indices;  // descending
+    std::vector<std::size_t> offsets;  // floats from the start of storage
+    std::size_t size = 0;              // floats
+    std::shared_ptr<float> storage;    // allocated when the bucket closes
+    std::size_t missing = 0;           // members not yet added this round
+    bool closed = false;               // no more members will join
+    bool launched = false;
+  };
+
+  std::size_t capacity_of(std::size_t bucket) const;
+  void place(std::size_t index, std::size_t numel);
+  void close_open_bucket();
+  void launch_ready(bool force);
+  void launch(std::size_t bucket);
+  void reduce(std::size_t bucket, const ProcessGroup& pg);
+  void wait_for_worker();
+  void check_index(const char* op, std::size_t index) const;
+
   GradSyncStrategy strategy_;
   std::size_t bucket_size_;
+  std::size_t first_bucket_size_;
+  bool fixed_layout_ = false;
+  std::vector<Shape> shapes_;                   // fixed layout only
+  std::vector<std::size_t> bucket_of_;          // fixed layout only
+  std::vector<std::size_t> offset_in_bucket_;   // fixed layout only
   std::vector<std::optional<Tensor>> gradients_;
+  std::vector<Bucket> buckets_;
+  std::size_t unplaced_ = 0;     // learned layout: indices below this are not placed yet
+  std::size_t next_launch_ = 0;  // buckets launch in index order
+  std::optional<ProcessGroup> group_;
+  std::unique_ptr<CommWorker> worker_;
+  std::atomic<std::size_t> reduced_{0};
 };
 
 }  // namespace axonml::distributed

@@ -1,0 +1,388 @@
+// DistributedDataParallel and GradientSynchronizer on a mock world (threads):
+// DDP training equals one process on the global batch, parameters and buffers
+// really broadcast, no_sync accumulates, mismatched models fail clearly, and
+// Overlapped reduces buckets while backward is still running.
+//
+// Catch2 assertions are not thread-safe, so rank bodies record results and
+// the test thread checks them.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "axonml/nn.hpp"
+#include "support/run_ranks.hpp"
+
+using namespace axonml::distributed;
+using namespace axonml::nn;
+using axon_test::PerRank;
+using axon_test::run_ranks;
+
+namespace {
+
+constexpr std::size_t kIn = 8, kHidden = 24, kClasses = 4;
+
+Sequential make_mlp(std::uint64_t seed) {
+  Sequential mlp;
+  mlp.add(Linear(kIn, kHidden, seed)).add(ReLU()).add(Linear(kHidden, kHidden, seed + 1)).add(ReLU());
+  mlp.add(Linear(kHidden, kClasses, seed + 2));
+  return mlp;
+}
+
+struct Batch {
+  Tensor x;
+  std::vector<int> y;
+};
+
+Batch make_batch(std::size_t rows, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> x(rows * kIn);
+  for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 500.0f;
+  std::vector<int> y(rows);
+  for (int& label : y) label = static_cast<int>(rng() % kClasses);
+  return {Tensor::from_vec(std::move(x), {rows, kIn}), std::move(y)};
+}
+
+// Rows [begin, begin + count) of a batch: a rank's shard.
+Batch shard(const Batch& b, std::size_t begin, std::size_t count) {
+  return {b.x.narrow(0, begin, count),
+          std::vector<int>(b.y.begin() + static_cast<long>(begin), b.y.begin() + static_cast<long>(begin + count))};
+}
+
+std::vector<float> flatten(Module& m) {
+  std::vector<float> out;
+  for (Parameter* p : m.parameters()) {
+    auto v = p->value().to_vec();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+constexpr int kSteps = 6;
+constexpr std::size_t kGlobalBatch = 24;
+const SGDOptions kSgd{0.1f, 0.9f, 1e-3f};
+
+std::vector<float> train_single() {
+  Sequential mlp = make_mlp(100);
+  SGD sgd(mlp.parameters(), kSgd);
+  SoftmaxCrossEntropy loss;
+  for (int step = 0; step < kSteps; ++step) {
+    const Batch b = make_batch(kGlobalBatch, static_cast<unsigned>(step));
+    sgd.zero_grad();
+    loss.forward(mlp.forward(b.x), b.y);
+    mlp.backward(loss.backward());
+    sgd.step();
+  }
+  return flatten(mlp);
+}
+
+void require_close(const std::vector<float>& actual, const std::vector<float>& expected) {
+  REQUIRE(actual.size() == expected.size());
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(actual[i] == Approx(expected[i]).epsilon(1e-4).margin(1e-5));
+  }
+}
+
+// Waits (sleeping, with a deadline) until `done()`; false on timeout.
+template <typename F>
+bool eventually(F done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("DDP training equals one process on the global batch", "[ddp]") {
+  const int n = GENERATE(1, 2, 3, 4);
+  const auto strategy = GENERATE(GradSyncStrategy::Synchronous, GradSyncStrategy::Overlapped);
+  const bool as_view = GENERATE(false, true);
+  const double cap_mb = GENERATE(25.0, 0.001);  // 0.001 MiB = 262 floats: many buckets
+  CAPTURE(n, static_cast<int>(strategy), as_view, cap_mb);
+  const auto expected = train_single();
+  PerRank<std::vector<float>> result(n);
+  PerRank<std::size_t> buckets(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
+    // Different seeds per rank: sync_parameters must make rank 0's the start.
+    DdpOptions options;
+    options.strategy = strategy;
+    options.bucket_cap_mb = cap_mb;
+    options.first_bucket_cap_mb = std::min(cap_mb, 1.0);
+    options.gradient_as_bucket_view = as_view;
+    DistributedDataParallel ddp(make_mlp(100 + static_cast<std::uint64_t>(r)), ProcessGroup(backend), options);
+    ddp.sync_parameters();
+    SGD sgd(ddp.module_mut().parameters(), kSgd);
+    SoftmaxCrossEntropy loss;
+    const std::size_t local = kGlobalBatch / static_cast<std::size_t>(n);
+    for (int step = 0; step < kSteps; ++step) {
+      const Batch mine = shard(make_batch(kGlobalBatch, static_cast<unsigned>(step)),
+                               static_cast<std::size_t>(r) * local, local);
+      sgd.zero_grad();
+      loss.forward(ddp.forward(mine.x), mine.y);
+      ddp.backward(loss.backward());
+      ddp.sync_gradients();
+      sgd.step();
+    }
+    result[r] = flatten(ddp.module_mut());
+    buckets[r] = ddp.synchronizer().bucket_count();
+  });
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    require_close(result[r], expected);
+    CHECK(result[r] == result[0]);  // replicas are bitwise identical
+    // Reverse order: 4 + 96 + 24 | 576 | 24 + 192 floats under 262; all in one 1 MiB first bucket.
+    CHECK(buckets[r] == (cap_mb < 1.0 ? 3u : 1u));
+  }
+}
+
+TEST_CASE("sync_parameters makes every rank's parameters and buffers rank 0's", "[ddp]") {
+  // A module with a buffer, like batch-norm's running statistics.
+  class WithBuffer final : public Module {
+   public:
+    explicit WithBuffer(float fill) : layer_(3, 2, static_cast<std::uint64_t>(fill)), stats_(Tensor::full({2}, fill)) {}
+    Tensor forward(const Tensor& x) override { return layer_.forward(x); }
+    Tensor backward(const Tensor& g) override { return layer_.backward(g); }
+    std::vector<NamedParameter> named_parameters() override { return layer_.named_parameters(); }
+    std::vector<NamedBuffer> named_buffers() override { return {{"stats", &stats_}}; }
+
+   private:
+    Linear layer_;
+    Tensor stats_;
+  };
+  const bool with_buffers = GENERATE(true, false);
+  const int n = 3;
+  PerRank<std::vector<float>> params(n), stats(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
+    DistributedDataParallel ddp(WithBuffer(static_cast<float>(r + 1)), ProcessGroup(backend));
+    ddp.broadcast_buffers(with_buffers);
+    ddp.sync_parameters();
+    params[r] = flatten(ddp.module_mut());
+    stats[r] = ddp.module_mut().buffers()[0]->to_vec();
+  });
+  const auto rank0_params = flatten(*std::make_unique<Linear>(3, 2, 1));
+  for (int r = 0; r < n; ++r) {
+    CHECK(params[r] == rank0_params);
+    CHECK(stats[r] == std::vector<float>(2, with_buffers ? 1.0f : static_cast<float>(r + 1)));
+  }
+}
+
+TEST_CASE("under no_sync gradients accumulate locally, then sync averages the sum", "[ddp]") {
+  const auto strategy = GENERATE(GradSyncStrategy::Synchronous, GradSyncStrategy::Overlapped);
+  const bool as_view = GENERATE(false, true);
+  const int n = 2;
+  PerRank<std::vector<float>> local_twice(n), after_sync(n);
+  PerRank<std::size_t> reduced_under_guard(n);
+  std::vector<float> expected;
+  {
+    // The reference: each rank's grads after two local passes, then one more, averaged.
+    std::vector<std::vector<float>> per_rank;
+    for (int r = 0; r < n; ++r) {
+      Linear layer(kIn, kClasses, 5);
+      const Batch b = make_batch(4, static_cast<unsigned>(10 + r));
+      SoftmaxCrossEntropy loss;
+      for (int pass = 0; pass < 3; ++pass) {
+        loss.forward(layer.forward(b.x), b.y);
+        layer.backward(loss.backward());
+      }
+      per_rank.push_back(layer.weight().grad().to_vec());
+    }
+    for (std::size_t i = 0; i < per_rank[0].size(); ++i) expected.push_back((per_rank[0][i] + per_rank[1][i]) * 0.5f);
+  }
+  run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
+    DdpOptions options;
+    options.strategy = strategy;
+    options.gradient_as_bucket_view = as_view;
+    DistributedDataParallel ddp(Linear(kIn, kClasses, 5), ProcessGroup(backend), options);
+    const Batch b = make_batch(4, static_cast<unsigned>(10 + r));
+    SoftmaxCrossEntropy loss;
+    auto& layer = dynamic_cast<Linear&>(ddp.module_mut());
+    {
+      auto guard = ddp.no_sync();
+      for (int pass = 0; pass < 2; ++pass) {
+        loss.forward(ddp.forward(b.x), b.y);
+        ddp.backward(loss.backward());
+      }
+      ddp.sync_gradients();  // communicates nothing here
+      reduced_under_guard[r] = ddp.synchronizer().buckets_reduced();
+      local_twice[r] = layer.weight().grad().to_vec();
+    }
+    loss.forward(ddp.forward(b.x), b.y);
+    ddp.backward(loss.backward());
+    ddp.sync_gradients();
+    after_sync[r] = layer.weight().grad().to_vec();
+  });
+  CHECK(local_twice[0] != local_twice[1]);  // nothing was averaged under the guard
+  for (int r = 0; r < n; ++r) {
+    CHECK(reduced_under_guard[r] == 0);
+    require_close(after_sync[r], expected);
+  }
+}
+
+TEST_CASE("DDP construction names the first parameter whose shape differs", "[ddp][errors]") {
+  const bool extra_layer = GENERATE(false, true);
+  const int n = 3;
+  PerRank<std::string> message(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
+    Sequential mlp;
+    mlp.add(Linear(kIn, 4, 1));
+    if (r == 2) {
+      if (extra_layer) {
+        mlp.add(Linear(4, 4, 2));
+      } else {
+        mlp = Sequential();
+        mlp.add(Linear(kIn, 5, 1));
+      }
+    }
+    try {
+      DistributedDataParallel ddp(std::move(mlp), ProcessGroup(backend));
+    } catch (const InvalidArgument& e) {
+      message[r] = e.what();
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(message[r]);
+    if (extra_layer) {
+      CHECK_THAT(message[r], Catch::Contains("parameter 2") &&
+                                 Catch::Contains("(no such parameter) on rank 0 but [4, 4] on rank 2") &&
+                                 Catch::Contains("rank 0 has 2, rank 2 has 4"));
+    } else {
+      CHECK_THAT(message[r], Catch::Contains("parameter 0") && Catch::Contains("\"0.weight\"") &&
+                                 Catch::Contains("[4, 8] on rank 0 but [5, 8] on rank 2"));
+    }
+  }
+}
+
+// A layer that, during backward, records how many buckets the communication
+// thread had finished by then. It sits after the first Linear, so the buckets
+// of the later layers have been handed over and the first layer's has not.
+class Probe final : public Module {
+ public:
+  explicit Probe(const DistributedDataParallel** ddp, std::size_t* seen) : ddp_(ddp), seen_(seen) {}
+  Tensor forward(const Tensor& x) override { return x; }
+  Tensor backward(const Tensor& g) override {
+    const GradientSynchronizer& sync = (*ddp_)->synchronizer();
+    if ((*ddp_)->options().strategy == GradSyncStrategy::Overlapped) {
+      eventually([&] { return sync.buckets_reduced() >= 1; });
+    }
+    *seen_ = sync.buckets_reduced();
+    return g;
+  }
+
+ private:
+  const DistributedDataParallel** ddp_;
+  std::size_t* seen_;
+};
+
+TEST_CASE("Overlapped reduces buckets while backward is still running", "[ddp][overlap]") {
+  const auto strategy = GENERATE(GradSyncStrategy::Synchronous, GradSyncStrategy::Overlapped);
+  const int n = 2;
+  PerRank<std::size_t> seen_in_backward(n), after_sync(n), buckets(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
+    const DistributedDataParallel* self = nullptr;
+    std::size_t seen = 0;
+    Sequential mlp;
+    mlp.add(Linear(kIn, kHidden, 1)).add(Probe(&self, &seen)).add(ReLU()).add(Linear(kHidden, kClasses, 2));
+    DdpOptions options;
+    options.strategy = strategy;
+    options.bucket_cap_mb = options.first_bucket_cap_mb = 0.0001;  // 26 floats: a bucket per tensor or so
+    DistributedDataParallel ddp(std::move(mlp), ProcessGroup(backend), options);
+    self = &ddp;
+    const Batch b = make_batch(4, static_cast<unsigned>(r));
+    SoftmaxCrossEntropy loss;
+    loss.forward(ddp.forward(b.x), b.y);
+    ddp.backward(loss.backward());
+    seen_in_backward[r] = seen;
+    buckets[r] = ddp.synchronizer().bucket_count();
+    ddp.sync_gradients();
+    after_sync[r] = ddp.synchronizer().buckets_reduced();  // cleared for the next round
+  });
+  for (int r = 0; r < n; ++r) {
+    CHECK(buckets[r] >= 3);
+    if (strategy == GradSyncStrategy::Overlapped) {
+      CHECK(seen_in_backward[r] >= 1);
+    } else {
+      CHECK(seen_in_backward[r] == 0);
+    }
+    CHECK(after_sync[r] == 0);
+  }
+}
+
+TEST_CASE("a failure on the communication thread is rethrown by sync_gradients", "[ddp][errors]") {
+  const int n = 2;
+  std::string what;
+  run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
+    DdpOptions options;
+    options.strategy = GradSyncStrategy::Overlapped;
+    DistributedDataParallel ddp(Linear(kIn, kClasses, 1), ProcessGroup(backend), options);
+    if (r == 1) {
+      backend->abort("rank 1 gave up");
+      return;
+    }
+    const Batch b = make_batch(4, 0);
+    SoftmaxCrossEntropy loss;
+    loss.forward(ddp.forward(b.x), b.y);
+    ddp.backward(loss.backward());
+    try {
+      ddp.sync_gradients();
+    } catch (const PeerFailure& e) {
+      what = e.what();
+    }
+  });
+  CHECK_THAT(what, Catch::Contains("rank 1 gave up"));
+}
+
+TEST_CASE("GradientSynchronizer packs buckets in reverse index order with a small first bucket", "[grad_sync]") {
+  GradientSynchronizer sync(GradSyncStrategy::Synchronous, 10, 4);
+  sync.prepare(std::vector<Shape>{{3}, {5}, {2}, {2}, {12}});
+  REQUIRE(sync.bucket_count() == 3);
+  CHECK(sync.bucket_indices(0) == std::vector<std::size_t>{4});        // larger than the first cap: alone
+  CHECK(sync.bucket_indices(1) == std::vector<std::size_t>{3, 2, 1});  // 2+2+5 = 9 <= 10
+  CHECK(sync.bucket_indices(2) == std::vector<std::size_t>{0});
+  Tensor view = sync.slot(1);
+  view[0] = 7.0f;
+  CHECK(sync.slot(1)[0] == 7.0f);
+}
+
+TEST_CASE("GradientSynchronizer averages over the group for every strategy and layout", "[grad_sync]") {
+  const auto strategy = GENERATE(GradSyncStrategy::Synchronous, GradSyncStrategy::Overlapped, GradSyncStrategy::NoSync);
+  const bool fixed = GENERATE(false, true);
+  const int n = 3;
+  const std::vector<Shape> shapes{{3}, {5}, {2, 2}, {1}, {7}};
+  PerRank<std::vector<std::vector<float>>> results(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup pg(backend);
+    GradientSynchronizer sync(strategy, 6, 4);
+    if (fixed) sync.prepare(shapes); else sync.prepare(shapes.size());
+    sync.set_group(pg);
+    for (int round = 0; round < 2; ++round) {
+      std::vector<Tensor> grads;
+      for (const Shape& s : shapes) grads.push_back(Tensor::full(s, static_cast<float>(r + round)));
+      for (std::size_t i = grads.size(); i-- > 0;) sync.add_gradient(i, grads[i]);
+      sync.sync_all(pg);
+      if (round == 1) for (auto& g : grads) results[r].push_back(g.to_vec());
+      sync.clear();
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      // Round 1: ranks hold 1, 2, 3; the mean is 2.
+      const float expected = strategy == GradSyncStrategy::NoSync ? static_cast<float>(r + 1) : 2.0f;
+      CHECK(results[r][i] == std::vector<float>(numel_of(shapes[i]), expected));
+    }
+  }
+}
+
+TEST_CASE("GradientSynchronizer Overlapped needs the group before gradients arrive", "[grad_sync][errors]") {
+  GradientSynchronizer sync(GradSyncStrategy::Overlapped, 16);
+  sync.prepare(2);
+  CHECK_THROWS_WITH(sync.add_gradient(1, Tensor::zeros({2})), Catch::Contains("set_group"));
+  GradientSynchronizer plain(GradSyncStrategy::Synchronous, 16);
+  plain.prepare(1);
+  plain.add_gradient(0, Tensor::zeros({2}));
+  CHECK_THROWS_WITH(plain.add_gradient(0, Tensor::zeros({2})), Catch::Contains("already added"));
+}

@@ -1,0 +1,28 @@
+# The train example: it runs alone, and under axon-launch -n 4 it ends with
+# the parameters of a one-process run (max difference <= 1e-5 of the largest
+# parameter), for both gradient sync strategies.
+if(TARGET train)
+  add_executable(compare_params support/compare_params.cpp)
+  target_link_libraries(compare_params PRIVATE axon_warnings)
+
+  add_test(NAME "train: runs alone and prints its progress and checksum"
+           COMMAND train --epochs 1 --samples 8192)
+  set_tests_properties("train: runs alone and prints its progress and checksum" PROPERTIES
+    PASS_REGULAR_EXPRESSION "epoch 1/1  loss [0-9.]+  accuracy [0-9.]+%.*parameter checksum" TIMEOUT 300)
+
+  add_test(NAME "train: rejects a zero global batch"
+           COMMAND train --global-batch 0)
+  set_tests_properties("train: rejects a zero global batch" PROPERTIES WILL_FAIL TRUE)
+
+  if(TARGET axon-launch)
+    foreach(strategy sync overlapped)
+      set(name "train: 4 ranks end with one process's parameters (${strategy})")
+      add_test(NAME "${name}"
+        COMMAND ${CMAKE_COMMAND} -DLAUNCH=$<TARGET_FILE:axon-launch> -DTRAIN=$<TARGET_FILE:train>
+                -DCOMPARE=$<TARGET_FILE:compare_params> -DSTRATEGY=${strategy} -DRANKS=4
+                -DWORK=${CMAKE_CURRENT_BINARY_DIR}/train_equivalence_${strategy}
+                -P ${CMAKE_CURRENT_SOURCE_DIR}/support/train_equivalence_run.cmake)
+      set_tests_properties("${name}" PROPERTIES TIMEOUT 900)
+    endforeach()
+  endif()
+endif()
