@@ -201,3 +201,24 @@ TEST_CASE("lines without a rank of their own name the launcher's RANK", "[log]")
   ::unsetenv("RANK");
   CHECK(log::process_rank() == 0);
 }
+
+TEST_CASE("under the launcher's tagged output a rank's own lines carry one prefix", "[log]") {
+  ::setenv("RANK", "2", 1);
+  ::setenv("AXON_TAG_OUTPUT", "1", 1);
+  std::string text;
+  {
+    LogEnvironment env("info", nullptr);
+    StderrCapture capture;
+    log::info(2, "own line");
+    log::info(5, "another rank's line");
+    text = capture.text();
+  }
+  ::unsetenv("RANK");
+  ::unsetenv("AXON_TAG_OUTPUT");
+  log::reload_from_environment();
+  const auto lines = lines_of(text);
+  INFO("captured:\n" << text);
+  REQUIRE(lines.size() == 2);
+  CHECK(count_matching(lines, kStamp + " info: own line") == 1);
+  CHECK(count_matching(lines, R"(\[rank 5\] )" + kStamp + " info: another rank's line") == 1);
+}

@@ -4,7 +4,9 @@
 // the output of many ranks interleaved in one terminal stays readable. The
 // level comes from AXON_LOG_LEVEL (trace, debug, info, warn, error, off;
 // default warn); AXON_DEBUG=1 lowers it to at least debug, which logs each
-// collective with its descriptor as it begins.
+// collective with its descriptor as it begins. Under axon-launch, which
+// prefixes each rank's output lines itself (AXON_TAG_OUTPUT=1), a process's
+// lines about its own rank carry no second prefix.
 //
 // This facade hides the logging library (spdlog) from the rest of the code:
 // callers include only this header and pay one relaxed atomic load for a
@@ -29,8 +31,8 @@ std::string_view to_string(Level level);
 Level level();
 inline bool enabled(Level at) { return at != Level::Off && at >= level(); }
 
-// Re-reads AXON_LOG_LEVEL and AXON_DEBUG. Done once before the first line;
-// call it again after changing the environment (tests do).
+// Re-reads AXON_LOG_LEVEL, AXON_DEBUG and AXON_TAG_OUTPUT. Done once before
+// the first line; call it again after changing the environment (tests do).
 void reload_from_environment();
 
 // The rank to name when a line has no rank of its own: RANK from the
