@@ -5,7 +5,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test test-asan bench docs clean
+.PHONY: all deps configure build demo test test-asan bench docs install clean
 
 all: build
 
@@ -23,6 +23,11 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Headers, library, tools, CMake package and pkg-config file under PREFIX.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # API reference from the header comments (docs/Doxyfile); installs doxygen
 # on first use, so that `make test` never needs it.
