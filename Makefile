@@ -5,7 +5,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test test-asan bench clean
+.PHONY: all deps configure build demo test test-asan bench docs install clean
 
 all: build
 
@@ -23,6 +23,22 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Headers, library, tools, CMake package and pkg-config file under PREFIX.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# API reference from the header comments (docs/Doxyfile); installs doxygen
+# on first use, so that `make test` never needs it.
+DOCS    := build/docs
+VERSION := $(shell grep -m1 '^project' CMakeLists.txt | grep -o 'VERSION [0-9.]*' | cut -d' ' -f2)
+docs:
+	@bash scripts/install-deps.sh doxygen
+	@rm -rf $(DOCS) && mkdir -p $(DOCS)
+	@AXON_VERSION=$(VERSION) AXON_DOCS_DIR=$(DOCS) doxygen docs/Doxyfile \
+	  || { cat $(DOCS)/warnings.log; echo "docs: doxygen failed (warnings above)"; exit 1; }
+	@echo "docs: $(DOCS)/html/index.html"
 
 test-asan:
 	@$(MAKE) --no-print-directory test PRESET=asan

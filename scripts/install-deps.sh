@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build needs, and only those that are missing.
 # Idempotent: silent and fast when everything is present.
+# Extra package names as arguments are installed too (`make docs` adds doxygen).
 set -euo pipefail
 
 packages=(
@@ -8,6 +9,7 @@ packages=(
   libboost-dev libtbb-dev catch2 libbenchmark-dev libcli11-dev
   libspdlog-dev libfmt-dev libopenmpi-dev openmpi-bin gnuplot-nox
 )
+packages+=("$@")
 
 missing=()
 for p in "${packages[@]}"; do

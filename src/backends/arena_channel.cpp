@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "axonml/distributed/error.hpp"
+#include "core/log.hpp"
 
 namespace axonml::distributed {
 
@@ -45,6 +46,10 @@ void ArenaChannel::begin(const CollectiveCall& call) {
   pending_.dtype = static_cast<std::uint8_t>(call.type);
   pending_.reduce_op = call.has_reduce_op ? static_cast<std::uint8_t>(call.reduce_op) : 0xff;
   check_pending_ = true;
+  if (log::enabled(log::Level::Debug)) {  // AXON_DEBUG=1: one line per collective
+    log::debug(world_ranks_[static_cast<std::size_t>(member_)], "{} call #{} in group {}",
+               describe(pending_), pending_.call, group_name());
+  }
 }
 
 std::byte* ArenaChannel::outbox() {

@@ -1,0 +1,83 @@
+# `cmake --install`: the public headers, libaxonml_distributed (static, or
+# shared with -DBUILD_SHARED_LIBS=ON), the tools, a CMake package
+# (find_package(axonml_distributed) -> axonml::distributed) and a pkg-config
+# file. Included at the end of the top-level CMakeLists.txt, once every target
+# exists.
+#
+# Both package files are relocatable: `cmake --install build --prefix /any/where`
+# gives a tree that works from /any/where (the tests install into a temporary
+# prefix and build examples/consumer against it).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(AXON_PACKAGE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/axonml_distributed)
+
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.hpp")
+
+# The tools other parts of the project define, when they are part of this build.
+set(AXON_TOOLS "")
+foreach(tool IN ITEMS axon-launch axon-bench)
+  if(TARGET ${tool})
+    list(APPEND AXON_TOOLS ${tool})
+  endif()
+endforeach()
+if(AXON_TOOLS)
+  # An installed tool finds a shared libaxonml_distributed beside it, wherever
+  # the tree was installed.
+  file(RELATIVE_PATH AXON_BIN_TO_LIB ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
+  set_target_properties(${AXON_TOOLS} PROPERTIES INSTALL_RPATH "$ORIGIN/${AXON_BIN_TO_LIB}")
+endif()
+
+install(TARGETS axonml_distributed ${AXON_TOOLS}
+  EXPORT axonml_distributedTargets
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+install(EXPORT axonml_distributedTargets
+  NAMESPACE axonml::
+  DESTINATION ${AXON_PACKAGE_DIR})
+
+# What a consumer's link needs beyond the library itself. The library links
+# spdlog and rt privately: a shared library carries them in its own DT_NEEDED,
+# a static archive leaves them to whoever links it.
+get_target_property(AXON_LIBRARY_TYPE axonml_distributed TYPE)
+if(AXON_LIBRARY_TYPE STREQUAL "STATIC_LIBRARY")
+  set(AXON_LIBRARY_KIND static)
+  set(AXON_LINK_ONLY_DEPENDENCIES spdlog)
+  set(AXON_PC_REQUIRES "tbb spdlog")
+  set(AXON_PC_LIBS "-lrt -pthread")
+  set(AXON_PC_LIBS_PRIVATE "")
+else()
+  set(AXON_LIBRARY_KIND shared)
+  set(AXON_LINK_ONLY_DEPENDENCIES "")
+  set(AXON_PC_REQUIRES "tbb")
+  set(AXON_PC_LIBS "")
+  set(AXON_PC_LIBS_PRIVATE "-lrt -pthread")
+endif()
+
+configure_package_config_file(
+  ${CMAKE_CURRENT_LIST_DIR}/axonml_distributedConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/package/axonml_distributedConfig.cmake
+  INSTALL_DESTINATION ${AXON_PACKAGE_DIR})
+# 0.x: a new minor version may break the API, so only 0.1.* satisfies 0.1.
+write_basic_package_version_file(
+  ${PROJECT_BINARY_DIR}/package/axonml_distributedConfigVersion.cmake
+  VERSION ${PROJECT_VERSION}
+  COMPATIBILITY SameMinorVersion)
+install(FILES
+  ${PROJECT_BINARY_DIR}/package/axonml_distributedConfig.cmake
+  ${PROJECT_BINARY_DIR}/package/axonml_distributedConfigVersion.cmake
+  DESTINATION ${AXON_PACKAGE_DIR})
+
+# pkg-config: prefix is found from the .pc file's own place (${pcfiledir}).
+file(RELATIVE_PATH AXON_PC_PREFIX_FROM_PCFILEDIR
+  ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+string(REGEX REPLACE "/$" "" AXON_PC_PREFIX_FROM_PCFILEDIR "${AXON_PC_PREFIX_FROM_PCFILEDIR}")
+configure_file(${CMAKE_CURRENT_LIST_DIR}/axonml_distributed.pc.in
+  ${PROJECT_BINARY_DIR}/package/axonml_distributed.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/package/axonml_distributed.pc
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

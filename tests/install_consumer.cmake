@@ -1,0 +1,30 @@
+# The installed package works for someone else's project: install this build
+# into a temporary prefix, build examples/consumer against it with CMake
+# (find_package) and with pkg-config, and run both, under axon-launch -n 2
+# when this build has the launcher.
+include(GNUInstallDirs)
+find_program(AXON_PKG_CONFIG pkg-config REQUIRED)
+
+if(TARGET axon-launch)
+  set(AXON_CONSUMER_RANKS 2)
+else()
+  set(AXON_CONSUMER_RANKS 1)
+endif()
+
+add_test(NAME "install: examples/consumer builds and runs against the installed package"
+  COMMAND ${CMAKE_COMMAND}
+    -DBUILD_DIR=${PROJECT_BINARY_DIR}
+    -DCONFIG=$<CONFIG>
+    -DCONSUMER_SOURCE=${PROJECT_SOURCE_DIR}/examples/consumer
+    -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/install_consumer
+    -DLIBDIR=${CMAKE_INSTALL_LIBDIR}
+    -DBINDIR=${CMAKE_INSTALL_BINDIR}
+    -DGENERATOR=${CMAKE_GENERATOR}
+    -DCXX=${CMAKE_CXX_COMPILER}
+    "-DCXX_FLAGS=${CMAKE_CXX_FLAGS}"
+    "-DLINKER_FLAGS=${CMAKE_EXE_LINKER_FLAGS}"
+    -DPKG_CONFIG=${AXON_PKG_CONFIG}
+    -DRANKS=${AXON_CONSUMER_RANKS}
+    -P ${CMAKE_CURRENT_SOURCE_DIR}/support/install_consumer.cmake)
+set_tests_properties("install: examples/consumer builds and runs against the installed package"
+  PROPERTIES TIMEOUT 600 LABELS install)
