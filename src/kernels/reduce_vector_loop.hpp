@@ -16,7 +16,7 @@
 // keeps the instantiations of different ISAs apart.
 //
 // Step by step, for elements [begin, end):
-//   1. Elements before the first aligned vector (only when streaming) and
+//   1. Elements before the first aligned output vector (on long runs) and
 //      after the last whole step go to reduce_scalar, which the vector code
 //      matches bitwise.
 //   2. The rest goes in blocks whose accumulators fit in L1. Each block is
@@ -132,8 +132,11 @@ void reduce_op(std::span<const std::byte* const> sources, std::byte* dest_bytes,
   const bool integer_average = kOp == ReduceOp::Average && std::is_integral_v<typename L::Acc>;
   const bool stream = (end - begin) * sizeof(T) >= kStreamBytes && !integer_average &&
                       address % sizeof(T) == 0;
+  // Aligned stores never split a cache line; worth a short scalar head once
+  // the body is long.
   std::size_t head = begin;
-  if (stream) head += std::min(end - begin, (kAlign - address % kAlign) % kAlign / sizeof(T));
+  if ((end - begin) >= 16 * kStep && address % sizeof(T) == 0)
+    head += (kAlign - address % kAlign) % kAlign / sizeof(T);
   const std::size_t body_end = head + (end - head) / kStep * kStep;
   if (head > begin) reduce_scalar(L::kType, kOp, sources, dest_bytes, begin, head);
   if (stream) {
