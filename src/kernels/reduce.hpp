@@ -6,7 +6,12 @@
 // sources gets bitwise the same result whichever kernel the CPU selects.
 // Average is Sum followed by one multiplication by 1/sources.size() (integer
 // types divide, truncating). bf16 and f16 are widened to f32, combined in f32
-// and rounded once to nearest-even when stored.
+// and rounded once to nearest-even when stored. Integer Sum and Product wrap
+// around (two's complement). Min and Max follow std::min/std::max: a NaN in the
+// accumulator stays, a NaN from a later source is passed over. The one thing
+// not pinned across kernels is which payload comes out when an add or multiply
+// meets two NaNs (x86 keeps its first operand's, and compilers may swap the
+// operands); every rank runs the same kernel, so ranks still agree.
 //
 // The implementation (AVX-512, AVX2 or scalar) is chosen once, at first use,
 // from the CPU's features; AXON_KERNEL=scalar|avx2|avx512 overrides it.

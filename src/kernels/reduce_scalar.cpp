@@ -1,24 +1,44 @@
-// Portable reduce kernels. The compiler vectorizes the inner loops for the
-// baseline ISA; the explicitly vectorized kernels sit beside this file.
+// The portable reduce kernel: the reference every vector kernel must match
+// bitwise. The compiler may vectorize it for the baseline ISA.
 #include <algorithm>
-#include <cstring>
+#include <cstdint>
 #include <type_traits>
 
-#include "kernels/reduce.hpp"
+#include "kernels/reduce_isa.hpp"
 
 namespace axonml::distributed::kernels {
 namespace {
 
+// Integer Sum and Product wrap (computed in the unsigned type) instead of
+// overflowing, which C++ leaves undefined for signed types.
+template <typename Acc> Acc add(Acc a, Acc b) {
+  if constexpr (std::is_integral_v<Acc>) {
+    using U = std::make_unsigned_t<Acc>;
+    return static_cast<Acc>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename Acc> Acc multiply(Acc a, Acc b) {
+  if constexpr (std::is_integral_v<Acc>) {
+    using U = std::make_unsigned_t<Acc>;
+    return static_cast<Acc>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
 // Storage type T, accumulated in Acc, in blocks that stay in L1.
 template <typename T, typename Acc>
 void reduce_typed(ReduceOp op, std::span<const std::byte* const> sources, std::byte* dest_bytes,
-                  std::size_t count) {
+                  std::size_t begin, std::size_t end) {
   constexpr std::size_t kBlock = 1024;
   Acc acc[kBlock];
   T* dest = reinterpret_cast<T*>(dest_bytes);
   const std::size_t n = sources.size();
-  for (std::size_t base = 0; base < count; base += kBlock) {
-    const std::size_t len = std::min(kBlock, count - base);
+  for (std::size_t base = begin; base < end; base += kBlock) {
+    const std::size_t len = std::min(kBlock, end - base);
     const T* first = reinterpret_cast<const T*>(sources[0]) + base;
     for (std::size_t i = 0; i < len; ++i) acc[i] = static_cast<Acc>(first[i]);
     for (std::size_t s = 1; s < n; ++s) {
@@ -26,11 +46,14 @@ void reduce_typed(ReduceOp op, std::span<const std::byte* const> sources, std::b
       switch (op) {
         case ReduceOp::Sum:
         case ReduceOp::Average:
-          for (std::size_t i = 0; i < len; ++i) acc[i] = acc[i] + static_cast<Acc>(src[i]);
+          for (std::size_t i = 0; i < len; ++i) acc[i] = add(acc[i], static_cast<Acc>(src[i]));
           break;
         case ReduceOp::Product:
-          for (std::size_t i = 0; i < len; ++i) acc[i] = acc[i] * static_cast<Acc>(src[i]);
+          for (std::size_t i = 0; i < len; ++i) acc[i] = multiply(acc[i], static_cast<Acc>(src[i]));
           break;
+        // std::min(a, b) keeps a unless b < a: a NaN already in the
+        // accumulator stays, a NaN from a later source is passed over. The
+        // vector kernels reproduce exactly this.
         case ReduceOp::Min:
           for (std::size_t i = 0; i < len; ++i) acc[i] = std::min(acc[i], static_cast<Acc>(src[i]));
           break;
@@ -53,18 +76,16 @@ void reduce_typed(ReduceOp op, std::span<const std::byte* const> sources, std::b
 
 }  // namespace
 
-void reduce(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
-            std::byte* dest, std::size_t count) {
+void reduce_scalar(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
+                   std::byte* dest, std::size_t begin, std::size_t end) {
   switch (type) {
-    case DataType::F32: return reduce_typed<float, float>(op, sources, dest, count);
-    case DataType::F64: return reduce_typed<double, double>(op, sources, dest, count);
-    case DataType::BF16: return reduce_typed<bfloat16, float>(op, sources, dest, count);
-    case DataType::F16: return reduce_typed<float16, float>(op, sources, dest, count);
-    case DataType::I32: return reduce_typed<std::int32_t, std::int32_t>(op, sources, dest, count);
-    case DataType::I64: return reduce_typed<std::int64_t, std::int64_t>(op, sources, dest, count);
+    case DataType::F32: return reduce_typed<float, float>(op, sources, dest, begin, end);
+    case DataType::F64: return reduce_typed<double, double>(op, sources, dest, begin, end);
+    case DataType::BF16: return reduce_typed<bfloat16, float>(op, sources, dest, begin, end);
+    case DataType::F16: return reduce_typed<float16, float>(op, sources, dest, begin, end);
+    case DataType::I32: return reduce_typed<std::int32_t, std::int32_t>(op, sources, dest, begin, end);
+    case DataType::I64: return reduce_typed<std::int64_t, std::int64_t>(op, sources, dest, begin, end);
   }
 }
-
-std::string_view selected_isa() { return "scalar"; }
 
 }  // namespace axonml::distributed::kernels

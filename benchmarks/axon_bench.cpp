@@ -1,0 +1,91 @@
+// axon-bench: an nccl-tests-style sweep of the collectives.
+//
+//   axon-launch -n 8 build/release/benchmarks/axon-bench -c all -b 4 -e 256M -f 4
+//   mpirun -np 8 build/release/benchmarks/axon-bench-mpi -c all_reduce -b 4 -e 256M
+//   axon-bench --memcpy -e 256M     # one core's memcpy bandwidth, the roof
+//
+// Built twice from these sources: axon-bench over axonml::distributed, and
+// with -DAXON_BENCH_MPI axon-bench-mpi over Open MPI (see transport.cpp).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <string>
+
+#include "axon_bench/sweep.hpp"
+#include "axon_bench/transport.hpp"
+
+namespace {
+
+using namespace axon_bench;
+
+const std::vector<std::string> kCollectives{"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"};
+
+int run(int argc, char** argv) {
+  Options o;
+  bool memcpy_only = false;
+  std::string op = "sum", dtype = "f32";
+  CLI::App app{"axon-bench: time and check collectives over a sweep of sizes (nccl-tests style)"};
+  app.add_option("-c,--collective", o.collectives, "all_reduce, broadcast, all_gather, reduce_scatter, barrier or all")
+      ->delimiter(',')
+      ->check(CLI::IsMember([] { auto v = kCollectives; v.push_back("all"); return v; }()));
+  app.add_option("-o,--op", op, "reduction op")->check(CLI::IsMember({"sum", "product", "min", "max", "average"}));
+  app.add_option("-d,--dtype", dtype, "element type")->check(CLI::IsMember({"f32", "f64", "bf16", "f16", "i32", "i64"}));
+  app.add_option("-b,--min-bytes", o.min_bytes, "smallest size (K, M, G suffixes are powers of 1024)")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_option("-e,--max-bytes", o.max_bytes, "largest size")->transform(CLI::AsSizeValue(false));
+  app.add_option("-f,--factor", o.factor, "size multiplier between rows")->check(CLI::Range(2, 1024));
+  app.add_option("-n,--iters", o.iterations, "timed iterations per size")->check(CLI::Range(1, 1000000));
+  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
+  app.add_option("-r,--root", o.root, "broadcast root");
+  app.add_option("--seconds-per-size", o.seconds_per_size,
+                 "cut the iterations of a size that would take longer (0: never)");
+  app.add_option("--json", o.json_file, "also write the rows to this JSON file (rank 0)");
+  app.add_flag("--memcpy", memcpy_only, "print one core's memcpy GB/s at the largest size and exit");
+  app.allow_extras();  // MPI may leave its own arguments
+  CLI11_PARSE(app, argc, argv);
+
+  if (memcpy_only) {
+    std::printf("memcpy %zu bytes: %.2f GB/s\n", o.max_bytes, memcpy_bandwidth(o.max_bytes));
+    return 0;
+  }
+  if (o.min_bytes == 0 || o.min_bytes > o.max_bytes) {
+    std::fprintf(stderr, "axon-bench: need 0 < min-bytes <= max-bytes\n");
+    return 2;
+  }
+  if (std::find(o.collectives.begin(), o.collectives.end(), "all") != o.collectives.end()) o.collectives = kCollectives;
+  const std::map<std::string, ReduceOp> ops{{"sum", ReduceOp::Sum}, {"product", ReduceOp::Product},
+      {"min", ReduceOp::Min}, {"max", ReduceOp::Max}, {"average", ReduceOp::Average}};
+  const std::map<std::string, DataType> types{{"f32", DataType::F32}, {"f64", DataType::F64},
+      {"bf16", DataType::BF16}, {"f16", DataType::F16}, {"i32", DataType::I32}, {"i64", DataType::I64}};
+  o.op = ops.at(op);
+  o.type = types.at(dtype);
+
+  auto transport = make_transport(argc, argv);
+  if (o.root < 0 || o.root >= transport->size()) {
+    std::fprintf(stderr, "axon-bench: root %d outside 0..%d\n", o.root, transport->size() - 1);
+    return 2;
+  }
+  if (transport->rank() == 0) print_header(*transport, o);
+  const auto rows = run_sweep(*transport, o);
+  long wrong = 0;
+  for (const Row& r : rows) wrong += r.wrong;
+  if (transport->rank() == 0) {
+    if (!o.json_file.empty()) write_json(o.json_file, *transport, o, rows);
+    std::printf("# wrong elements in total: %ld\n", wrong);
+  }
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "axon-bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,269 @@
+#include "axon_bench/sweep.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <type_traits>
+
+namespace axon_bench {
+namespace {
+
+namespace ad = axonml::distributed;
+using Clock = std::chrono::steady_clock;
+
+// ---- Deterministic inputs and their exact reference ---------------------------
+
+// Small integers, so that every dtype holds every partial result exactly and
+// the reference does not depend on the order of combination. Products use
+// 1s and 2s (at most 2^n).
+double input_value(ReduceOp op, int rank, std::size_t i) {
+  if (op == ReduceOp::Product) return (i + static_cast<std::size_t>(rank)) % 3 == 0 ? 2.0 : 1.0;
+  return static_cast<double>((i * 7 + static_cast<std::size_t>(rank) * 3) % 11) - 5.0;
+}
+
+constexpr double kSentinel = 99.0;  // what receive buffers hold before a collective
+
+template <typename T> T from_double(double v) {
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(v);
+  else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v);
+  else return T(static_cast<float>(v));
+}
+
+// The accumulator type of the kernels: f32 for the 16-bit floats.
+template <typename T>
+using Acc = std::conditional_t<std::is_same_v<T, ad::bfloat16> || std::is_same_v<T, ad::float16>, float, T>;
+
+// The op over ranks 0..n-1 of input_value(., i), as the kernels compute it.
+template <typename T> T reference(ReduceOp op, int n, std::size_t i) {
+  using A = Acc<T>;
+  A acc = static_cast<A>(input_value(op, 0, i));
+  for (int r = 1; r < n; ++r) {
+    const A x = static_cast<A>(input_value(op, r, i));
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Average: acc = acc + x; break;
+      case ReduceOp::Product: acc = acc * x; break;
+      case ReduceOp::Min: acc = std::min(acc, x); break;
+      case ReduceOp::Max: acc = std::max(acc, x); break;
+    }
+  }
+  if (op == ReduceOp::Average) {
+    if constexpr (std::is_integral_v<A>) acc = acc / static_cast<A>(n);
+    else acc = acc * (A(1) / static_cast<A>(n));
+  }
+  if constexpr (std::is_arithmetic_v<T>) return acc;
+  else return T(acc);
+}
+
+template <typename T> std::vector<T> inputs(ReduceOp op, int rank, std::size_t count) {
+  std::vector<T> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = from_double<T>(input_value(op, rank, i));
+  return v;
+}
+
+template <typename T> long count_wrong(const T* got, std::size_t count, auto&& expected) {
+  long wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const T want = expected(i);
+    if (std::memcmp(&got[i], &want, sizeof(T)) != 0) ++wrong;
+  }
+  return wrong;
+}
+
+std::byte* bytes(auto& v) { return reinterpret_cast<std::byte*>(v.data()); }
+
+// ---- One collective at one size ---------------------------------------------------
+
+// The buffers of one collective and how to run and check it.
+template <typename T> struct Case {
+  Transport& t;
+  const Options& o;
+  std::string collective;
+  std::size_t count;  // per rank
+  std::vector<T> a, b;
+
+  void reset() {
+    const int n = t.size(), r = t.rank();
+    if (collective == "all_reduce") {
+      a = inputs<T>(o.op, r, count);
+    } else if (collective == "broadcast") {
+      a = r == o.root ? inputs<T>(o.op, r, count) : std::vector<T>(count, from_double<T>(kSentinel));
+    } else if (collective == "all_gather") {
+      a = inputs<T>(o.op, r, count);
+      b.assign(count * static_cast<std::size_t>(n), from_double<T>(kSentinel));
+    } else if (collective == "reduce_scatter") {
+      a = inputs<T>(o.op, r, count * static_cast<std::size_t>(n));
+      b.assign(count, from_double<T>(kSentinel));
+    }
+  }
+
+  void run() {
+    const DataType type = ad::data_type_v<T>;
+    if (collective == "all_reduce") t.all_reduce(bytes(a), count, type, o.op);
+    else if (collective == "broadcast") t.broadcast(bytes(a), count, type, o.root);
+    else if (collective == "all_gather") t.all_gather(bytes(a), bytes(b), count, type);
+    else if (collective == "reduce_scatter") t.reduce_scatter(bytes(a), bytes(b), count, type, o.op);
+    else t.barrier();
+  }
+
+  long check() const {
+    const int n = t.size(), r = t.rank();
+    if (collective == "all_reduce")
+      return count_wrong(a.data(), count, [&](std::size_t i) { return reference<T>(o.op, n, i); });
+    if (collective == "broadcast")
+      return count_wrong(a.data(), count, [&](std::size_t i) { return from_double<T>(input_value(o.op, o.root, i)); });
+    if (collective == "all_gather")
+      return count_wrong(b.data(), b.size(), [&](std::size_t i) {
+        return from_double<T>(input_value(o.op, static_cast<int>(i / count), i % count));
+      });
+    if (collective == "reduce_scatter") {
+      const std::size_t offset = static_cast<std::size_t>(r) * count;
+      return count_wrong(b.data(), count, [&](std::size_t i) { return reference<T>(o.op, n, offset + i); });
+    }
+    return 0;
+  }
+};
+
+// Elementwise max (or sum) over ranks of doubles, through the transport itself.
+std::vector<double> max_over_ranks(Transport& t, std::vector<double> v) {
+  t.all_reduce(bytes(v), v.size(), DataType::F64, ReduceOp::Max);
+  return v;
+}
+
+long sum_over_ranks(Transport& t, long value) {
+  std::int64_t v = value;
+  t.all_reduce(reinterpret_cast<std::byte*>(&v), 1, DataType::I64, ReduceOp::Sum);
+  return static_cast<long>(v);
+}
+
+double bus_factor(const std::string& collective, int n) {
+  if (collective == "all_reduce") return 2.0 * (n - 1) / n;
+  if (collective == "all_gather" || collective == "reduce_scatter") return static_cast<double>(n - 1) / n;
+  if (collective == "broadcast") return 1.0;
+  return 0.0;
+}
+
+template <typename T> Row measure(Transport& t, const Options& o, const std::string& collective, std::size_t bytes) {
+  const int n = t.size();
+  const bool split = collective == "all_gather" || collective == "reduce_scatter";
+  Row row;
+  row.collective = collective;
+  row.count = collective == "barrier" ? 0 : bytes / sizeof(T) / (split ? static_cast<std::size_t>(n) : 1);
+  row.bytes = row.count * sizeof(T) * (split ? static_cast<std::size_t>(n) : 1);
+  Case<T> c{t, o, collective, row.count, {}, {}};
+
+  c.reset();
+  c.run();
+  row.wrong = sum_over_ranks(t, c.check());
+
+  // Warm up, and learn how many iterations fit the time allowed per size.
+  const auto w0 = Clock::now();
+  for (int i = 0; i < o.warmup; ++i) c.run();
+  const double warm = std::chrono::duration<double>(Clock::now() - w0).count() / std::max(1, o.warmup);
+  const double slowest_warm = max_over_ranks(t, {warm})[0];
+  row.iterations = o.iterations;
+  if (o.seconds_per_size > 0 && slowest_warm > 0)
+    row.iterations = std::clamp(static_cast<int>(o.seconds_per_size / slowest_warm), std::min(3, o.iterations), o.iterations);
+
+  t.barrier();
+  std::vector<double> times(static_cast<std::size_t>(row.iterations) + 1);
+  auto last = Clock::now();
+  const auto start = last;
+  for (int i = 0; i < row.iterations; ++i) {
+    c.run();
+    const auto now = Clock::now();
+    times[static_cast<std::size_t>(i)] = std::chrono::duration<double, std::micro>(now - last).count();
+    last = now;
+  }
+  times.back() = std::chrono::duration<double, std::micro>(last - start).count() / row.iterations;
+  times = max_over_ranks(t, times);
+  row.avg_us = times.back();
+  times.pop_back();
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  row.time_us = times[times.size() / 2];
+  row.algbw = row.time_us > 0 ? static_cast<double>(row.bytes) / row.time_us / 1e3 : 0;
+  row.busbw = row.algbw * bus_factor(collective, n);
+  return row;
+}
+
+template <typename Fn> auto with_element(DataType type, Fn&& fn) {
+  switch (type) {
+    case DataType::F32: return fn(float{});
+    case DataType::F64: return fn(double{});
+    case DataType::BF16: return fn(ad::bfloat16{});
+    case DataType::F16: return fn(ad::float16{});
+    case DataType::I32: return fn(std::int32_t{});
+    case DataType::I64: return fn(std::int64_t{});
+  }
+  throw std::invalid_argument("unknown dtype");
+}
+
+}  // namespace
+
+std::vector<Row> run_sweep(Transport& transport, const Options& options) {
+  std::vector<Row> rows;
+  for (const std::string& collective : options.collectives) {
+    for (std::size_t size = options.min_bytes; size <= options.max_bytes; size *= options.factor) {
+      Row row = with_element(options.type, [&]<typename T>(T) {
+        return measure<T>(transport, options, collective, size);
+      });
+      const bool empty = collective != "barrier" && row.count == 0;
+      if (!empty) {
+        if (transport.rank() == 0) print_row(row, options);
+        rows.push_back(row);
+      }
+      if (collective == "barrier") break;  // one row: it moves no data
+    }
+  }
+  return rows;
+}
+
+void print_header(const Transport& t, const Options& o) {
+  std::printf("# axon-bench  transport: %s  ranks: %d  dtype: %s  op: %s  iterations: %d  warm-up: %d\n",
+              t.name().c_str(), t.size(), std::string(ad::to_string(o.type)).c_str(),
+              std::string(ad::to_string(o.op)).c_str(), o.iterations, o.warmup);
+  std::printf("# time: median over iterations of the slowest rank; avg: slowest rank's loop / iterations\n#\n");
+  std::printf("# %-14s %12s %12s %6s %10s %10s %11s %11s %7s\n", "collective", "size(B)", "count",
+              "iters", "time(us)", "avg(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  std::fflush(stdout);
+}
+
+void print_row(const Row& r, const Options&) {
+  std::printf("  %-14s %12zu %12zu %6d %10.2f %10.2f %11.3f %11.3f %7ld\n", r.collective.c_str(), r.bytes,
+              r.count, r.iterations, r.time_us, r.avg_us, r.algbw, r.busbw, r.wrong);
+  std::fflush(stdout);
+}
+
+void write_json(const std::string& file, const Transport& t, const Options& o, const std::vector<Row>& rows) {
+  std::ofstream out(file);
+  if (!out) throw std::runtime_error("axon-bench: cannot write " + file);
+  out << "{\n  \"transport\": \"" << t.name() << "\", \"ranks\": " << t.size() << ", \"dtype\": \""
+      << ad::to_string(o.type) << "\", \"op\": \"" << ad::to_string(o.op) << "\",\n  \"rows\": [\n";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    out << "    {\"collective\": \"" << r.collective << "\", \"bytes\": " << r.bytes << ", \"count\": " << r.count
+        << ", \"iterations\": " << r.iterations << ", \"time_us\": " << r.time_us << ", \"avg_us\": " << r.avg_us
+        << ", \"algbw_GBps\": " << r.algbw << ", \"busbw_GBps\": " << r.busbw << ", \"wrong\": " << r.wrong << "}"
+        << (i + 1 < rows.size() ? ",\n" : "\n");
+  }
+  out << "  ]\n}\n";
+}
+
+double memcpy_bandwidth(std::size_t size) {
+  std::vector<char> from(size, 1), to(size, 0);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    std::memcpy(to.data(), from.data(), size);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(size) / s / 1e9);
+  }
+  if (to[size / 2] != 1) throw std::runtime_error("memcpy did not copy");
+  return best;
+}
+
+}  // namespace axon_bench

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# axon-bench against Open MPI, side by side, on this machine.
+#
+#   benchmarks/compare.sh [preset]          (default preset: release)
+#
+# For each world size in RANKS it runs axon-bench under axon-launch and
+# axon-bench-mpi under mpirun, alternating the two REPEATS times (the host
+# moves its vCPUs between fast and slow every few seconds, so only
+# interleaved, repeated runs compare fairly). Per size it prints the median
+# time of each side and the ratio ours/MPI, and draws busbw against size for
+# both, with one core's memcpy bandwidth as the roof, into $OUT/compare.png.
+#
+# Environment: RANKS ("2 8"), REPEATS (3), COLLECTIVE (all_reduce), DTYPE
+# (f32), OP (sum), MIN (4), MAX (256M), FACTOR (4), ITERS (20), WARMUP (5),
+# SECONDS_PER_SIZE (2), LAUNCH_ARGS (extra axon-launch options, e.g.
+# "--arena-mb 2048"), OUT (build/<preset>/compare). World size 1 runs our side
+# without the launcher.
+set -euo pipefail
+
+preset=${1:-release}
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build/$preset
+bench=$build/benchmarks/axon-bench
+bench_mpi=$build/benchmarks/axon-bench-mpi
+launcher=$build/launcher/axon-launch
+
+RANKS=${RANKS:-"2 8"}
+REPEATS=${REPEATS:-3}
+COLLECTIVE=${COLLECTIVE:-all_reduce}
+DTYPE=${DTYPE:-f32}
+OP=${OP:-sum}
+MIN=${MIN:-4}
+MAX=${MAX:-256M}
+FACTOR=${FACTOR:-4}
+ITERS=${ITERS:-20}
+WARMUP=${WARMUP:-5}
+SECONDS_PER_SIZE=${SECONDS_PER_SIZE:-2}
+LAUNCH_ARGS=${LAUNCH_ARGS:-}
+OUT=${OUT:-$build/compare}
+
+for program in "$bench" "$bench_mpi"; do
+  [[ -x $program ]] || { echo "compare.sh: $program is missing; build the benchmarks of preset $preset" >&2; exit 2; }
+done
+command -v mpirun >/dev/null || { echo "compare.sh: mpirun not found" >&2; exit 2; }
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json
+
+args=(-c "$COLLECTIVE" -d "$DTYPE" -o "$OP" -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP"
+      --seconds-per-size "$SECONDS_PER_SIZE")
+
+run_ours() {  # n repeat
+  local n=$1 rep=$2 json=$OUT/axon-n$1-r$2.json
+  if [[ $n == 1 ]]; then
+    "$bench" "${args[@]}" --json "$json" >/dev/null
+  else
+    [[ -x $launcher ]] || { echo "compare.sh: $launcher is missing (needed for n=$n)" >&2; exit 2; }
+    # shellcheck disable=SC2086
+    "$launcher" -n "$n" $LAUNCH_ARGS "$bench" "${args[@]}" --json "$json" >/dev/null
+  fi
+}
+
+run_mpi() {  # n repeat
+  mpirun --allow-run-as-root --oversubscribe -np "$1" "$bench_mpi" "${args[@]}" \
+    --json "$OUT/mpi-n$1-r$2.json" >/dev/null
+}
+
+for n in $RANKS; do
+  for rep in $(seq 1 "$REPEATS"); do
+    echo "# n=$n repeat $rep/$REPEATS" >&2
+    if (( rep % 2 )); then run_ours "$n" "$rep"; run_mpi "$n" "$rep"; else run_mpi "$n" "$rep"; run_ours "$n" "$rep"; fi
+  done
+done
+
+roof=$("$bench" --memcpy -e "$MAX" | awk '{print $(NF-1)}')
+
+python3 - "$OUT" "$roof" "$RANKS" "$COLLECTIVE" <<'PY'
+import glob, json, statistics, sys
+out, roof, ranks, collective = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
+
+def load(side, n):
+    by_size = {}
+    for path in sorted(glob.glob(f"{out}/{side}-n{n}-r*.json")):
+        for row in json.load(open(path))["rows"]:
+            by_size.setdefault((row["collective"], row["bytes"]), []).append(row)
+    return by_size
+
+print(f"# {collective}: medians over repeats; roof = one core's memcpy {roof:.2f} GB/s")
+for n in ranks:
+    ours, mpi = load("axon", n), load("mpi", n)
+    print(f"#\n# n={n}\n# {'collective':<14} {'size(B)':>12} {'ours(us)':>10} {'mpi(us)':>10} {'ours/mpi':>9}"
+          f" {'ours busbw':>11} {'mpi busbw':>10} {'#wrong':>7}")
+    with open(f"{out}/busbw-n{n}.dat", "w") as dat:
+        for key in sorted(set(ours) & set(mpi), key=lambda k: (k[0], k[1])):
+            t_o = statistics.median(r["time_us"] for r in ours[key])
+            t_m = statistics.median(r["time_us"] for r in mpi[key])
+            b_o = statistics.median(r["busbw_GBps"] for r in ours[key])
+            b_m = statistics.median(r["busbw_GBps"] for r in mpi[key])
+            wrong = sum(r["wrong"] for r in ours[key] + mpi[key])
+            ratio = t_o / t_m if t_m > 0 else float("nan")
+            print(f"  {key[0]:<14} {key[1]:>12} {t_o:>10.2f} {t_m:>10.2f} {ratio:>9.3f} {b_o:>11.3f} {b_m:>10.3f} {wrong:>7}")
+            dat.write(f"{key[1]} {b_o} {b_m}\n")
+PY
+
+if command -v gnuplot >/dev/null; then
+  plot=""
+  for n in $RANKS; do
+    plot+="'$OUT/busbw-n$n.dat' using 1:2 with linespoints title 'axon n=$n', "
+    plot+="'$OUT/busbw-n$n.dat' using 1:3 with linespoints title 'Open MPI n=$n', "
+  done
+  plot+="$roof with lines dashtype 2 title 'memcpy (one core)'"
+  gnuplot <<GP
+set terminal pngcairo size 1000,600 noenhanced
+set output '$OUT/compare.png'
+set title '$COLLECTIVE $DTYPE $OP: bus bandwidth against size'
+set logscale x 2
+set logscale y 10
+set format x '%.0b%B'
+set xlabel 'size (bytes)'
+set ylabel 'busbw (GB/s)'
+set key left top
+set grid
+plot $plot
+GP
+  echo "# plot: $OUT/compare.png" >&2
+else
+  echo "# gnuplot not found: no plot" >&2
+fi
