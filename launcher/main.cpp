@@ -52,6 +52,11 @@ int launch(const LaunchOptions& options) {
 
   // Signals arrive through a signalfd read by the supervisor's poll loop;
   // the ranks start with the mask we had.
+  // A shell starts background jobs with SIGINT ignored, and an ignored signal
+  // never reaches a signalfd: take SIGINT and SIGTERM back (SIGHUP stays
+  // ignored under nohup).
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
   sigset_t handled;
   sigemptyset(&handled);
   for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, sig);
