@@ -102,8 +102,21 @@ void Supervisor::start_abort(const Failure& failure) {
   // the launcher as the aborter).
   shm::WaitGuard guard(arena_.header(), -1, std::chrono::milliseconds(0));
   guard.abort(failure.rank, reason);
+  wake_sleepers();
   phase_ = Phase::Aborting;
   phase_deadline_ = Clock::now() + times_.abort_grace;
+}
+
+// Ranks sleep on the doorbell of what they wait for, waking every 50 ms to
+// check the abort flag. Ringing the bells the launcher can find (every rank's
+// point-to-point doorbell and the world group's) makes most of them notice
+// at once; waiters in subgroups notice within one sleep slice.
+void Supervisor::wake_sleepers() {
+  auto& header = arena_.header();
+  auto* base = reinterpret_cast<std::byte*>(&header);
+  auto* controls = reinterpret_cast<shm::RankControl*>(base + header.rank_controls_offset);
+  for (std::uint32_t r = 0; r < header.world_size; ++r) shm::ring(controls[r].doorbell);
+  shm::ring(reinterpret_cast<shm::GroupHeader*>(base + header.groups_offset)->bell);
 }
 
 void Supervisor::advance_phase(Clock::time_point now) {

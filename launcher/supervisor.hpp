@@ -57,6 +57,7 @@ class Supervisor {
   void reap();
   void record_failures(const std::vector<int>& failed_ranks);
   void start_abort(const Failure& failure);
+  void wake_sleepers();
   void signal_running(int sig);
   void advance_phase(Clock::time_point now);
   void maybe_remove_name(Clock::time_point now);
