@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -20,10 +21,20 @@ std::string mib(std::size_t bytes) {
   return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
 }
 
-std::string dev_shm_free() {
+// Free bytes in /dev/shm, or SIZE_MAX when it cannot be asked.
+std::size_t dev_shm_free_bytes() {
   struct statvfs info {};
-  if (::statvfs("/dev/shm", &info) != 0) return "unknown";
-  return mib(static_cast<std::size_t>(info.f_bavail) * info.f_frsize);
+  if (::statvfs("/dev/shm", &info) != 0) return SIZE_MAX;
+  return static_cast<std::size_t>(info.f_bavail) * info.f_frsize;
+}
+
+[[noreturn]] void no_room(std::size_t bytes, const std::string& why) {
+  const std::size_t free_bytes = dev_shm_free_bytes();
+  throw std::runtime_error(
+      "cannot reserve " + mib(bytes) + " for the arena in /dev/shm (" + why + "; " +
+      (free_bytes == SIZE_MAX ? std::string("unknown") : mib(free_bytes)) +
+      " free there): free space in /dev/shm, enlarge it (docker run --shm-size), or choose a "
+      "smaller --arena-mb");
 }
 
 // Creates, sizes and reserves the object; unlinks it again if any step fails.
@@ -40,12 +51,11 @@ bip::shared_memory_object create_object(const std::string& name, std::size_t byt
     object.truncate(static_cast<bip::offset_t>(bytes));
     // tmpfs hands out pages lazily; reserving them now turns a full /dev/shm
     // into this message instead of a SIGBUS in some rank mid-run.
+    // Asking first spares the machine a partial reservation that is undone anyway.
+    if (bytes > dev_shm_free_bytes()) no_room(bytes, "not enough space");
     const int fd = object.get_mapping_handle().handle;
     if (const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
-      throw std::runtime_error("cannot reserve " + mib(bytes) + " for the arena in /dev/shm (" +
-                               std::strerror(err) + "; " + dev_shm_free() +
-                               " free): free space there, enlarge it (docker run --shm-size), "
-                               "or lower --arena-mb");
+      no_room(bytes, std::strerror(err));
     }
   } catch (...) {
     bip::shared_memory_object::remove(name.c_str());
@@ -76,9 +86,9 @@ JobArena::JobArena(int world_size, std::size_t arena_bytes, std::size_t slot_byt
     spec.slot_bytes = slot_bytes;
     spec.launcher_pid = static_cast<std::int32_t>(::getpid());
     shm::format_arena(region_.get_address(), spec);
-  } catch (const std::exception& e) {
+  } catch (...) {
     remove_name();
-    throw std::runtime_error(e.what());
+    throw;
   }
   // The object's descriptor closes here; the mapping keeps the memory.
 }

@@ -77,6 +77,16 @@ case "$case_name" in
     run -n 2 no-such-program-in-path-axon
     expect_status 127
     ;;
+  arena-too-large)
+    # More than /dev/shm holds: refused up front with the sizes, never SIGBUS.
+    free_mb=$(df -m --output=avail /dev/shm | tail -1 | tr -d ' ')
+    run -n 2 --arena-mb $((free_mb * 2 + 1024)) "$probe" ok
+    expect_status 1
+    [[ "$err" == *"cannot reserve"*MiB*free*--arena-mb* ]] || fail "message does not name the sizes: $err"
+    run -n 8 --arena-mb 1 "$probe" ok
+    expect_status 2
+    [[ "$err" == *"too small for 8 ranks"*--arena-mb* ]] || fail "unclear message: $err"
+    ;;
   success)
     "$launch" -n 3 "$probe" ok >"$work/out" 2>"$work/err" &
     pid=$!

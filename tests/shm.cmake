@@ -17,7 +17,7 @@ endforeach()
 # The launcher's own behaviour: exit statuses, arguments, output, cleanup.
 add_executable(launcher_probe programs/launcher_probe.cpp)
 target_link_libraries(launcher_probe PRIVATE axonml::distributed axon_warnings)
-foreach(case bad-arguments missing-program success exit-code signal-status output-lines
+foreach(case bad-arguments missing-program arena-too-large success exit-code signal-status output-lines
              rank-killed launcher-killed interrupt)
   add_test(NAME "launcher: ${case}"
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launcher_tests.sh ${case}
