@@ -146,8 +146,10 @@ int Supervisor::poll_timeout_ms(Clock::time_point now) const {
   };
   int timeout = -1;
   auto tighten = [&](int ms) { timeout = timeout < 0 ? ms : std::min(timeout, ms); };
-  // Attaching is seen by polling the counter: cheap, and only until the name is gone.
-  if (!arena_.name_removed()) tighten(10);
+  // Attaching is seen by polling the counter, only until the name is gone
+  // (the last rank to attach also removes it itself): often at first, then
+  // rarely for programs that never attach.
+  if (!arena_.name_removed()) tighten(now - started_ < std::chrono::seconds(2) ? 10 : 100);
   if (phase_ == Phase::Aborting || phase_ == Phase::Terminating) tighten(until(phase_deadline_));
   if (all_exited_at_) tighten(until(*all_exited_at_ + times_.drain_grace));
   return timeout;
