@@ -63,6 +63,8 @@ void write_all(int fd, const char* data, std::size_t size) {
   ::setenv("LOCAL_WORLD_SIZE", n.c_str(), 1);
   ::setenv("AXON_ARENA", env.arena_name.c_str(), 1);
   ::setenv("AXON_ARENA_BYTES", std::to_string(env.arena_bytes).c_str(), 1);
+  // The launcher prefixes each line itself; the logger then leaves its own prefix out.
+  if (out_fd >= 0) ::setenv("AXON_TAG_OUTPUT", "1", 1); else ::unsetenv("AXON_TAG_OUTPUT");
   if (env.timeout_s) {
     char timeout[64];
     std::snprintf(timeout, sizeof(timeout), "%g", *env.timeout_s);
