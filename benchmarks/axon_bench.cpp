@@ -43,6 +43,8 @@ int run(int argc, char** argv) {
   app.add_option("--seconds-per-size", o.seconds_per_size,
                  "cut the iterations of a size that would take longer (0: never)");
   app.add_option("--json", o.json_file, "also write the rows to this JSON file (rank 0)");
+  app.add_flag("--shared-buffers", o.shared_buffers,
+               "all_reduce buffers in the arena (zero copy; needs --arena-mb for the largest size)");
   app.add_flag("--memcpy", memcpy_only, "print one core's memcpy GB/s at the largest size and exit");
   app.allow_extras();  // MPI may leave its own arguments
   CLI11_PARSE(app, argc, argv);

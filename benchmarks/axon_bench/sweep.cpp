@@ -78,6 +78,22 @@ std::byte* bytes(auto& v) { return reinterpret_cast<std::byte*>(v.data()); }
 
 // ---- One collective at one size ---------------------------------------------------
 
+// One arena buffer for the whole sweep, grown to the largest size asked for
+// (the arena never frees, so one per size would exhaust it).
+std::shared_ptr<std::byte> shared_buffer(Transport& t, std::size_t bytes) {
+  static std::shared_ptr<std::byte> buffer;
+  static std::size_t capacity = 0;
+  if (bytes > capacity || !buffer) {
+    buffer = t.allocate_shared(std::max<std::size_t>(bytes, 64));
+    if (!buffer) {
+      throw std::runtime_error("--shared-buffers: the " + t.name() + " transport has no room for " +
+                               std::to_string(bytes) + " bytes (raise axon-launch --arena-mb)");
+    }
+    capacity = bytes;
+  }
+  return buffer;
+}
+
 // The buffers of one collective and how to run and check it.
 template <typename T> struct Case {
   Transport& t;
@@ -85,11 +101,16 @@ template <typename T> struct Case {
   std::string collective;
   std::size_t count;  // per rank
   std::vector<T> a, b;
+  std::shared_ptr<std::byte> shared;  // all_reduce's buffer with --shared-buffers
 
   void reset() {
     const int n = t.size(), r = t.rank();
     if (collective == "all_reduce") {
       a = inputs<T>(o.op, r, count);
+      if (o.shared_buffers) {
+        shared = shared_buffer(t, count * sizeof(T));
+        if (count) std::memcpy(shared.get(), a.data(), count * sizeof(T));
+      }
     } else if (collective == "broadcast") {
       a = r == o.root ? inputs<T>(o.op, r, count) : std::vector<T>(count, from_double<T>(kSentinel));
     } else if (collective == "all_gather") {
@@ -103,7 +124,7 @@ template <typename T> struct Case {
 
   void run() {
     const DataType type = ad::data_type_v<T>;
-    if (collective == "all_reduce") t.all_reduce(bytes(a), count, type, o.op);
+    if (collective == "all_reduce") t.all_reduce(shared ? shared.get() : bytes(a), count, type, o.op);
     else if (collective == "broadcast") t.broadcast(bytes(a), count, type, o.root);
     else if (collective == "all_gather") t.all_gather(bytes(a), bytes(b), count, type);
     else if (collective == "reduce_scatter") t.reduce_scatter(bytes(a), bytes(b), count, type, o.op);
@@ -113,7 +134,7 @@ template <typename T> struct Case {
   long check() const {
     const int n = t.size(), r = t.rank();
     if (collective == "all_reduce")
-      return count_wrong(a.data(), count, [&](std::size_t i) { return reference<T>(o.op, n, i); });
+      return count_wrong(shared ? reinterpret_cast<const T*>(shared.get()) : a.data(), count, [&](std::size_t i) { return reference<T>(o.op, n, i); });
     if (collective == "broadcast")
       return count_wrong(a.data(), count, [&](std::size_t i) { return from_double<T>(input_value(o.op, o.root, i)); });
     if (collective == "all_gather")

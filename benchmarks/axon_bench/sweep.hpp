@@ -24,6 +24,7 @@ struct Options {
   int root = 0;
   double seconds_per_size = 2.0;  // fewer iterations when the warm-up says a size would take longer
   std::string json_file;
+  bool shared_buffers = false;    // all_reduce on buffers in the arena (zero copy)
 };
 
 struct Row {

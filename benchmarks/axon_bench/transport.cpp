@@ -170,6 +170,9 @@ class AxonTransport final : public Transport {
   std::string name() const override { return "axon/" + std::string(world_.backend().name()); }
   int rank() const override { return world_.rank(); }
   int size() const override { return world_.world_size(); }
+  std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) override {
+    return backend().allocate_shared(bytes);
+  }
 
   void all_reduce(std::byte* data, std::size_t count, DataType type, ReduceOp op) override {
     with_element(type, [&]<typename T>(T) { backend().all_reduce(typed<T>(data, count), op); });

@@ -30,6 +30,12 @@ class Transport {
   virtual void reduce_scatter(const std::byte* send, std::byte* recv, std::size_t count,
                               DataType type, ReduceOp op) = 0;
   virtual void barrier() = 0;
+  // Memory every rank can reach (the arena), for zero-copy all-reduces;
+  // nullptr when the transport has none or no room.
+  virtual std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 };
 
 // axonml::distributed's World, or MPI_COMM_WORLD under -DAXON_BENCH_MPI.

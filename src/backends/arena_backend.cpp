@@ -88,7 +88,7 @@ void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   auto& channel = impl_->channel;
   const std::size_t bytes = data.count * size_of(data.type);
   const bool shared = channel.size() > 1 &&
-                      bytes > collectives::one_round_all_reduce_limit(channel.slot_bytes()) &&
+                      bytes > collectives::one_round_all_reduce_limit(channel.slot_bytes(), channel.size()) &&
                       impl_->in_arena(data.data, bytes);
   CollectiveCall call = reducing(call_of(CollectiveOp::AllReduce, data.type, data.count), op);
   call.detail = shared ? kSharedBuffer : 0;

@@ -20,8 +20,9 @@ namespace axonml::distributed::collectives {
 
 // Messages up to this many bytes use the one-round all-reduce (every member
 // reduces all slots); larger ones use reduce-scatter + all-gather.
-// AXON_ALLREDUCE_ONE_ROUND_BYTES overrides the default; the slot size caps it.
-std::size_t one_round_all_reduce_limit(std::size_t slot_bytes);
+// AXON_ALLREDUCE_ONE_ROUND_BYTES overrides the default (which shrinks with
+// the number of members); the slot size caps it.
+std::size_t one_round_all_reduce_limit(std::size_t slot_bytes, int members);
 
 void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                 ReduceOp op);
