@@ -211,17 +211,6 @@ template <typename T> Row measure(Transport& t, const Options& o, const std::str
   return row;
 }
 
-template <typename Fn> auto with_element(DataType type, Fn&& fn) {
-  switch (type) {
-    case DataType::F32: return fn(float{});
-    case DataType::F64: return fn(double{});
-    case DataType::BF16: return fn(ad::bfloat16{});
-    case DataType::F16: return fn(ad::float16{});
-    case DataType::I32: return fn(std::int32_t{});
-    case DataType::I64: return fn(std::int64_t{});
-  }
-  throw std::invalid_argument("unknown dtype");
-}
 
 }  // namespace
 
@@ -229,7 +218,7 @@ std::vector<Row> run_sweep(Transport& transport, const Options& options) {
   std::vector<Row> rows;
   for (const std::string& collective : options.collectives) {
     for (std::size_t size = options.min_bytes; size <= options.max_bytes; size *= options.factor) {
-      Row row = with_element(options.type, [&]<typename T>(T) {
+      Row row = ad::visit_element_type(options.type, [&]<typename T>(T) {
         return measure<T>(transport, options, collective, size);
       });
       const bool empty = collective != "barrier" && row.count == 0;

@@ -145,17 +145,6 @@ class MpiTransport final : public Transport {
 
 namespace ad = axonml::distributed;
 
-// Calls fn with a value of the C++ element type of `type`.
-template <typename Fn> void with_element(DataType type, Fn&& fn) {
-  switch (type) {
-    case DataType::F32: return fn(float{});
-    case DataType::F64: return fn(double{});
-    case DataType::BF16: return fn(ad::bfloat16{});
-    case DataType::F16: return fn(ad::float16{});
-    case DataType::I32: return fn(std::int32_t{});
-    case DataType::I64: return fn(std::int64_t{});
-  }
-}
 
 template <typename T> std::span<T> typed(std::byte* p, std::size_t count) {
   return {reinterpret_cast<T*>(p), count};
@@ -175,21 +164,21 @@ class AxonTransport final : public Transport {
   }
 
   void all_reduce(std::byte* data, std::size_t count, DataType type, ReduceOp op) override {
-    with_element(type, [&]<typename T>(T) { backend().all_reduce(typed<T>(data, count), op); });
+    ad::visit_element_type(type, [&]<typename T>(T) { backend().all_reduce(typed<T>(data, count), op); });
   }
   void broadcast(std::byte* data, std::size_t count, DataType type, int root) override {
-    with_element(type, [&]<typename T>(T) { backend().broadcast(typed<T>(data, count), root); });
+    ad::visit_element_type(type, [&]<typename T>(T) { backend().broadcast(typed<T>(data, count), root); });
   }
   void all_gather(const std::byte* send, std::byte* recv, std::size_t count, DataType type) override {
     const std::size_t n = static_cast<std::size_t>(size());
-    with_element(type, [&]<typename T>(T) {
+    ad::visit_element_type(type, [&]<typename T>(T) {
       backend().all_gather<T>(typed<T>(send, count), typed<T>(recv, n * count));
     });
   }
   void reduce_scatter(const std::byte* send, std::byte* recv, std::size_t count, DataType type,
                       ReduceOp op) override {
     const std::size_t n = static_cast<std::size_t>(size());
-    with_element(type, [&]<typename T>(T) {
+    ad::visit_element_type(type, [&]<typename T>(T) {
       backend().reduce_scatter<T>(typed<T>(send, n * count), typed<T>(recv, count), op);
     });
   }

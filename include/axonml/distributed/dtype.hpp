@@ -53,4 +53,17 @@ concept Element = requires { data_type_of<std::remove_const_t<T>>::value; };
 template <Element T>
 inline constexpr DataType data_type_v = data_type_of<std::remove_const_t<T>>::value;
 
+// Calls fn(T{}) with T the C++ element type of `type`, and returns its result.
+template <typename Fn> decltype(auto) visit_element_type(DataType type, Fn&& fn) {
+  switch (type) {
+    case DataType::F64: return fn(double{});
+    case DataType::BF16: return fn(bfloat16{});
+    case DataType::F16: return fn(float16{});
+    case DataType::I32: return fn(std::int32_t{});
+    case DataType::I64: return fn(std::int64_t{});
+    case DataType::F32: break;
+  }
+  return fn(float{});
+}
+
 }  // namespace axonml::distributed
