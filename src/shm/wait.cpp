@@ -34,8 +34,23 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+namespace {
+
+int choose_spin_polls(int ranks) {
+  if (const char* env = std::getenv("AXON_SPIN_POLLS"); env && *env) return std::atoi(env);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return ranks > cores ? 0 : 1024;
+}
+
+}  // namespace
+
 WaitGuard::WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds timeout)
-    : header_(header), rank_(rank), timeout_(timeout) {}
+    : header_(header),
+      rank_(rank),
+      timeout_(timeout),
+      spin_polls_(choose_spin_polls(static_cast<int>(header.world_size))) {}
 
 bool WaitGuard::aborted() const {
   return header_.abort_state.load(std::memory_order_acquire) !=

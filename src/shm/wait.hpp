@@ -60,11 +60,16 @@ class WaitGuard {
   std::chrono::milliseconds timeout() const { return timeout_; }
   int rank() const { return rank_; }
   ArenaHeader& header() const { return header_; }
+  // Polls before the first yield: none when the job has more ranks than
+  // this process may use cores (spinning would only delay the rank that has
+  // the work), a few microseconds' worth otherwise. AXON_SPIN_POLLS overrides.
+  int spin_polls() const { return spin_polls_; }
 
  private:
   ArenaHeader& header_;
   int rank_;
   std::chrono::milliseconds timeout_;
+  int spin_polls_;
 };
 
 // The timeout ranks use unless told otherwise: AXON_TIMEOUT seconds, or 300.
@@ -83,12 +88,11 @@ void yield_cpu();
 // launcher and Timeout after guard.timeout(), each naming describe().
 template <class Ready, class Describe>
 void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&& describe) {
-  constexpr int kSpinPolls = 256;
   constexpr auto kYieldPhase = std::chrono::microseconds(200);
   constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 
   if (ready()) return;
-  for (int i = 0; i < kSpinPolls; ++i) {
+  for (int i = 0, polls = guard.spin_polls(); i < polls; ++i) {
     detail::pause_cpu();
     if (ready()) return;
   }
