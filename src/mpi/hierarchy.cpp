@@ -108,26 +108,27 @@ void Hierarchy::all_reduce(std::byte* data, std::size_t count, DataType type, Re
   const std::size_t block = (count + L - 1) / L;
   // An uneven message goes through a zero-padded copy; padding is reduced
   // and dropped.
-  std::vector<std::byte> padded;
   std::byte* whole = data;
   if (block * L != count) {
-    padded.assign(block * L * es, std::byte{0});
-    std::memcpy(padded.data(), data, count * es);
-    whole = padded.data();
+    padded_.resize(std::max(padded_.size(), block * L * es));
+    std::memcpy(padded_.data(), data, count * es);
+    std::memset(padded_.data() + count * es, 0, (block * L - count) * es);
+    whole = padded_.data();
   }
-  std::vector<std::byte> slice(block * es);
+  slice_.resize(std::max(slice_.size(), block * es));
+  std::byte* slice = slice_.data();
   visit_element(type, [&](auto t) {
     using T = typename decltype(t)::type;
-    arena_->reduce_scatter(elements<T>(static_cast<const std::byte*>(whole), block * L), elements<T>(slice.data(), block), op);
+    arena_->reduce_scatter(elements<T>(static_cast<const std::byte*>(whole), block * L), elements<T>(slice, block), op);
   });
-  check(MPI_Allreduce(MPI_IN_PLACE, slice.data(), int_count(block, "all_reduce", world_rank_),
+  check(MPI_Allreduce(MPI_IN_PLACE, slice, int_count(block, "all_reduce", world_rank_),
                       datatype(type), mpi::op(op), cross_.get()),
         "MPI_Allreduce", world_rank_,
         "all_reduce across " + std::to_string(nodes_) + " nodes of a block of " +
             std::to_string(block) + " " + std::string(to_string(type)));
   visit_element(type, [&](auto t) {
     using T = typename decltype(t)::type;
-    arena_->all_gather(elements<T>(static_cast<const std::byte*>(slice.data()), block), elements<T>(whole, block * L));
+    arena_->all_gather(elements<T>(static_cast<const std::byte*>(slice), block), elements<T>(whole, block * L));
   });
   if (whole != data) std::memcpy(data, whole, count * es);
 }
@@ -154,23 +155,25 @@ void Hierarchy::all_gather(const std::byte* send, std::byte* recv, std::size_t c
   const auto L = static_cast<std::size_t>(local_size());
   const auto N = static_cast<std::size_t>(nodes_);
   // Block r of every node, in node order.
-  std::vector<std::byte> across(N * count * es);
+  across_.resize(std::max(across_.size(), N * count * es));
+  std::byte* across = across_.data();
   const int bytes = int_count(count * es, "all_gather", world_rank_);
-  check(MPI_Allgather(send, bytes, MPI_BYTE, across.data(), bytes, MPI_BYTE, cross_.get()),
+  check(MPI_Allgather(send, bytes, MPI_BYTE, across, bytes, MPI_BYTE, cross_.get()),
         "MPI_Allgather", world_rank_,
         "all_gather of " + std::to_string(count) + " " + std::string(to_string(type)) + " across " +
             std::to_string(nodes_) + " nodes");
   // Then every local rank's row of N blocks: everything, ordered [local][node].
-  std::vector<std::byte> all(L * N * count * es);
+  all_.resize(std::max(all_.size(), L * N * count * es));
+  std::byte* all = all_.data();
   visit_element(type, [&](auto t) {
     using T = typename decltype(t)::type;
-    arena_->all_gather(elements<T>(static_cast<const std::byte*>(across.data()), N * count),
-                       elements<T>(all.data(), L * N * count));
+    arena_->all_gather(elements<T>(static_cast<const std::byte*>(across), N * count),
+                       elements<T>(all, L * N * count));
   });
   for (std::size_t r = 0; r < L; ++r) {
     for (std::size_t j = 0; j < N; ++j) {
       const auto world = static_cast<std::size_t>(world_rank_of_[j * L + r]);
-      std::memcpy(recv + world * count * es, all.data() + (r * N + j) * count * es, count * es);
+      std::memcpy(recv + world * count * es, all + (r * N + j) * count * es, count * es);
     }
   }
 }

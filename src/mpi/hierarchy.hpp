@@ -58,6 +58,9 @@ class Hierarchy {
   std::vector<int> world_rank_of_;
   std::vector<int> position_of_;
   std::shared_ptr<ArenaBackend> arena_;
+  // Scratch kept between calls: big messages would otherwise pay for fresh
+  // pages on every call.
+  std::vector<std::byte> padded_, slice_, across_, all_;
 };
 
 }  // namespace axonml::distributed::mpi
