@@ -12,5 +12,6 @@
 #include "axonml/distributed/grad_sync.hpp"
 #include "axonml/distributed/mock_backend.hpp"
 #include "axonml/distributed/process_group.hpp"
+#include "axonml/distributed/shm_backend.hpp"
 #include "axonml/distributed/tensor.hpp"
 #include "axonml/distributed/world.hpp"

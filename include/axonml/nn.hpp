@@ -9,3 +9,8 @@
 #include "axonml/nn/optim.hpp"
 #include "axonml/nn/parameter.hpp"
 #include "axonml/nn/sequential.hpp"
+
+// So that `using namespace axonml::distributed;` also makes `nn::Linear` work.
+namespace axonml::distributed {
+namespace nn = ::axonml::nn;
+}  // namespace axonml::distributed

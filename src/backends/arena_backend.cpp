@@ -24,7 +24,8 @@ RankState::RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, 
 ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader* group,
                          int member, std::vector<int> world_ranks)
     : state(std::move(rank_state)),
-      channel(group, state->header.slot_bytes, member, std::move(world_ranks), state->guard) {}
+      channel(state->base, group, state->header.slot_bytes, member, std::move(world_ranks),
+              state->guard) {}
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
@@ -68,9 +69,35 @@ CollectiveCall reducing(CollectiveCall call, ReduceOp op) {
 
 }  // namespace
 
+std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
+  const std::uint64_t start = shm::allocate_from_arena(impl_->state->header, bytes);
+  if (start == 0) return nullptr;
+  return std::shared_ptr<std::byte>(impl_->state->memory, impl_->state->base + start);
+}
+
+bool ArenaBackend::Impl::in_arena(const std::byte* p, std::size_t bytes) const {
+  const std::byte* begin = state->base;
+  const std::byte* end = begin + state->header.arena_bytes;
+  return bytes != 0 && p >= begin && p + bytes <= end;
+}
+
+// Large reductions of buffers in the arena skip the copy in (zero copy);
+// whether a buffer is there is part of the descriptor, so ranks that mix
+// shared and private buffers get a mismatch error rather than a hang.
 void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
-  impl_->channel.begin(reducing(call_of(CollectiveOp::AllReduce, data.type, data.count), op));
-  collectives::all_reduce(impl_->channel, data.data, data.count, data.type, op);
+  auto& channel = impl_->channel;
+  const std::size_t bytes = data.count * size_of(data.type);
+  const bool shared = channel.size() > 1 &&
+                      bytes > collectives::one_round_all_reduce_limit(channel.slot_bytes()) &&
+                      impl_->in_arena(data.data, bytes);
+  CollectiveCall call = reducing(call_of(CollectiveOp::AllReduce, data.type, data.count), op);
+  call.detail = shared ? kSharedBuffer : 0;
+  channel.begin(call);
+  if (shared) {
+    collectives::all_reduce_shared(channel, data.data, data.count, data.type, op);
+  } else {
+    collectives::all_reduce(channel, data.data, data.count, data.type, op);
+  }
 }
 
 void ArenaBackend::do_broadcast(MutableBuffer data, int src) {
@@ -143,9 +170,8 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
   const int leader = ranks.front();
   std::uint64_t offset = 0;
   if (channel.rank() == leader) {
-    const std::uint64_t start = state.header.next_free.fetch_add(layout.total_bytes);
-    if (start + layout.total_bytes <= state.header.arena_bytes) {
-      offset = start;
+    offset = shm::allocate_from_arena(state.header, layout.total_bytes);
+    if (offset != 0) {
       auto* group = new (state.base + offset) shm::GroupHeader{};
       group->size = static_cast<std::uint32_t>(ranks.size());
       group->ranks_hash = hash;

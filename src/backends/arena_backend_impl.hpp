@@ -38,6 +38,9 @@ struct ArenaBackend::Impl {
                                             std::byte* arena_base, int rank,
                                             std::chrono::milliseconds timeout);
 
+  // Whether [p, p + bytes) lies in this rank's mapping of the arena.
+  bool in_arena(const std::byte* p, std::size_t bytes) const;
+
   std::shared_ptr<RankState> state;
   ArenaChannel channel;
 };

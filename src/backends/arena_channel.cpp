@@ -22,9 +22,10 @@ std::string_view to_string(CollectiveOp op) {
   return "unknown-collective";
 }
 
-ArenaChannel::ArenaChannel(shm::GroupHeader* group, std::size_t slot_bytes, int member,
-                           std::vector<int> world_ranks, const shm::WaitGuard& guard)
-    : group_(group),
+ArenaChannel::ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::size_t slot_bytes,
+                           int member, std::vector<int> world_ranks, const shm::WaitGuard& guard)
+    : arena_base_(arena_base),
+      group_(group),
       slot_bytes_(slot_bytes),
       member_(member),
       world_ranks_(std::move(world_ranks)),
@@ -107,6 +108,7 @@ std::string ArenaChannel::describe(const shm::Descriptor& d) const {
   s += std::string(to_string(static_cast<DataType>(d.dtype))) + ", " + std::to_string(d.count);
   if (d.reduce_op != 0xff) s += ", " + std::string(to_string(static_cast<ReduceOp>(d.reduce_op)));
   if (d.root >= 0) s += ", root " + std::to_string(d.root);
+  if (d.detail == kSharedBuffer) s += ", shared buffer";
   return s + ")";
 }
 

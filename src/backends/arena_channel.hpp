@@ -43,13 +43,17 @@ struct CollectiveCall {
   int root = -1;
   bool has_reduce_op = false;
   ReduceOp reduce_op = ReduceOp::Sum;
-  std::uint64_t detail = 0;
+  std::uint64_t detail = 0;  // NewGroup: hash of the list; others: kSharedBuffer or 0
 };
+
+// CollectiveCall::detail of a collective on buffers in the arena (zero copy):
+// every rank must pass one, so it is part of what ranks must agree on.
+inline constexpr std::uint64_t kSharedBuffer = 1;
 
 class ArenaChannel final : public collectives::RoundChannel {
  public:
   // `group` points at the group's GroupHeader; `world_ranks` are its members.
-  ArenaChannel(shm::GroupHeader* group, std::size_t slot_bytes, int member,
+  ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::size_t slot_bytes, int member,
                std::vector<int> world_ranks, const shm::WaitGuard& guard);
 
   // Starts a collective: its first exchange() posts and checks `call`.
@@ -61,6 +65,10 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::byte* outbox() override;
   const std::byte* inbox(int member) const override;
   void exchange() override;
+  std::uint64_t offset_of(const std::byte* p) const override {
+    return static_cast<std::uint64_t>(p - arena_base_);
+  }
+  std::byte* address_of(std::uint64_t offset) const override { return arena_base_ + offset; }
 
   const std::vector<int>& world_ranks() const { return world_ranks_; }
   // "[0, 1, 2]" or "world"
@@ -72,6 +80,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   void check_descriptors(int parity);
   std::string describe(const shm::Descriptor& d) const;
 
+  std::byte* arena_base_;
   shm::GroupHeader* group_;
   shm::MemberControl* controls_;
   std::byte* data_;

@@ -25,6 +25,11 @@ std::size_t one_round_all_reduce_limit(std::size_t slot_bytes);
 
 void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                 ReduceOp op);
+// Zero copy: `data` lies in the shared region on every member. Three
+// exchanges: addresses; each member reduces its slice of all buffers in
+// place; each copies the other slices out of their owners' buffers.
+void all_reduce_shared(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
+                       ReduceOp op);
 void broadcast(RoundChannel& channel, std::byte* data, std::size_t count, DataType type, int root);
 void all_gather(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
                 DataType type);

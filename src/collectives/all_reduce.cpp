@@ -95,3 +95,46 @@ void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataT
 }
 
 }  // namespace axonml::distributed::collectives
+
+namespace axonml::distributed::collectives {
+
+void all_reduce_shared(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
+                       ReduceOp op) {
+  const auto n = static_cast<std::size_t>(channel.size());
+  const auto me = static_cast<std::size_t>(channel.rank());
+  const std::size_t es = size_of(type);
+
+  const std::uint64_t mine = channel.offset_of(data);
+  copy_bytes(channel.outbox(), &mine, sizeof(mine));
+  channel.exchange();
+  std::vector<std::byte*> buffers(n);
+  for (std::size_t m = 0; m < n; ++m) {
+    std::uint64_t offset = 0;
+    copy_bytes(&offset, channel.inbox(static_cast<int>(m)), sizeof(offset));
+    buffers[m] = channel.address_of(offset);
+  }
+
+  std::size_t block = (count + n - 1) / n;
+  block = (block + 15) / 16 * 16;  // slices on cache-line boundaries
+  auto slice = [&](std::size_t m) {
+    return std::pair{std::min(m * block, count), std::min((m + 1) * block, count)};
+  };
+
+  // Member `me` alone reads and writes slice `me` of every buffer now, so it
+  // may reduce in place into its own.
+  const auto [begin, end] = slice(me);
+  std::vector<const std::byte*> sources(n);
+  for (std::size_t m = 0; m < n; ++m) sources[m] = buffers[m] + begin * es;
+  kernels::reduce(type, op, sources, data + begin * es, end - begin);
+  channel.exchange();
+
+  for (std::size_t m = 0; m < n; ++m) {
+    if (m == me) continue;
+    const auto [first, last] = slice(m);
+    copy_bytes(data + first * es, buffers[m] + first * es, (last - first) * es);
+  }
+  // Nobody may change its buffer until everyone has copied out of it.
+  channel.exchange();
+}
+
+}  // namespace axonml::distributed::collectives

@@ -23,6 +23,10 @@ void broadcast(RoundChannel& channel, std::byte* data, std::size_t count, DataTy
   const std::size_t per_round = channel.slot_bytes() / es;
   const std::size_t rounds = rounds_for(count, per_round);
   const bool is_root = channel.rank() == root;
+  if (channel.size() == 1) {
+    channel.exchange();  // the root already holds the data
+    return;
+  }
   for (std::size_t k = 0; k < rounds; ++k) {
     const std::size_t offset = k * per_round;
     const std::size_t len = std::min(per_round, count - std::min(count, offset));

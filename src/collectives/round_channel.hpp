@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace axonml::distributed::collectives {
 
@@ -35,6 +36,12 @@ class RoundChannel {
   // Publishes outbox() and waits until every member has published the same
   // round. Throws on abort, timeout, or a collective mismatch.
   virtual void exchange() = 0;
+
+  // Memory every member can address: a buffer's position in the shared
+  // region, and back (each member may map the region at another address).
+  // REQUIRES: p lies in the shared region.
+  virtual std::uint64_t offset_of(const std::byte* p) const = 0;
+  virtual std::byte* address_of(std::uint64_t offset) const = 0;
 };
 
 }  // namespace axonml::distributed::collectives

@@ -56,8 +56,8 @@ DistributedDataParallel::DistributedDataParallel(std::unique_ptr<nn::Module> mod
   check_same_shapes_everywhere();
   std::vector<Shape> shapes;
   for (const nn::Parameter* p : parameters_) shapes.push_back(p->shape());
+  sync_.set_group(group_);  // first: the buckets go in the group's shared memory if it has room
   sync_.prepare(shapes);
-  sync_.set_group(group_);
   if (options_.gradient_as_bucket_view) {
     for (std::size_t i = 0; i < parameters_.size(); ++i) parameters_[i]->rebind_grad(sync_.slot(i));
   }

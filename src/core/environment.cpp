@@ -5,6 +5,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/mock_backend.hpp"
+#include "axonml/distributed/shm_backend.hpp"
 #ifdef AXON_HAVE_MPI
 #include "axonml/distributed/mpi_backend.hpp"
 #endif
@@ -38,9 +39,15 @@ std::shared_ptr<Backend> mpi_backend() {
 std::shared_ptr<Backend> backend_from_environment() {
   const char* choice = std::getenv("AXON_BACKEND");
   const std::string backend = choice ? choice : "";
+  if (backend == "shm") return ShmBackend::from_environment();
   if (backend == "mpi") return mpi_backend();
   if (backend == "mock") return MockBackend::single();
-  if (!backend.empty()) throw InvalidArgument("AXON_BACKEND=" + backend + " is not one of: mpi, mock");
+  if (!backend.empty()) {
+    throw InvalidArgument("AXON_BACKEND=" + backend + " is not one of: shm, mpi, mock");
+  }
+  // Under axon-launch the arena's name is set; under mpirun, MPI's variables;
+  // run alone, a world of one.
+  if (is_set("AXON_ARENA")) return ShmBackend::from_environment();
   if (started_by_mpirun()) return mpi_backend();
   return MockBackend::single();
 }

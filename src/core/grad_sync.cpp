@@ -55,8 +55,11 @@ void GradientSynchronizer::prepare(std::size_t num_params) {
 // with the storage allocated up front so that slot() can hand out views.
 void GradientSynchronizer::prepare(const std::vector<Shape>& shapes) {
   prepare(shapes.size());
+  place_in_shared_memory_ = group_ && group_->is_member();
   for (std::size_t i = shapes.size(); i-- > 0;) place(i, numel_of(shapes[i]));
   close_open_bucket();
+  if (place_in_shared_memory_) agree_on_shared_buckets();
+  place_in_shared_memory_ = false;
   fixed_layout_ = true;
   shapes_ = shapes;
   bucket_of_.assign(shapes.size(), 0);
@@ -84,6 +87,37 @@ Tensor GradientSynchronizer::slot(std::size_t index) const {
                       shapes_[index]);
 }
 
+// In the group's shared memory when the backend offers it (the all-reduce then
+// skips its copy in), else on the heap.
+std::shared_ptr<float> GradientSynchronizer::allocate_bucket(std::size_t count, bool& shared) const {
+  shared = false;
+  if (place_in_shared_memory_ && count > 0) {
+    if (auto memory = group_->backend().allocate_shared(count * sizeof(float))) {
+      auto* floats = reinterpret_cast<float*>(memory.get());
+      std::fill_n(floats, count, 0.0f);
+      shared = true;
+      return std::shared_ptr<float>(std::move(memory), floats);
+    }
+  }
+  return allocate_floats(count);
+}
+
+// A zero-copy all-reduce needs the buffer in shared memory on every rank, so
+// the ranks agree: all buckets shared everywhere, or none anywhere.
+void GradientSynchronizer::agree_on_shared_buckets() {
+  std::int32_t all_shared = 1;
+  for (const Bucket& bucket : buckets_) {
+    if (bucket.size > 0 && !bucket.shared) all_shared = 0;
+  }
+  group_->backend().all_reduce(std::span<std::int32_t>(&all_shared, 1), ReduceOp::Min);
+  if (all_shared) return;
+  for (Bucket& bucket : buckets_) {
+    if (!bucket.shared) continue;
+    bucket.storage = allocate_floats(bucket.size);
+    bucket.shared = false;
+  }
+}
+
 void GradientSynchronizer::set_group(ProcessGroup pg) { group_ = std::move(pg); }
 
 // Appends gradient `index` to the open bucket, closing it first when the
@@ -107,7 +141,7 @@ void GradientSynchronizer::close_open_bucket() {
   if (buckets_.empty() || buckets_.back().closed) return;
   Bucket& bucket = buckets_.back();
   bucket.closed = true;
-  bucket.storage = allocate_floats(bucket.size);
+  bucket.storage = allocate_bucket(bucket.size, bucket.shared);
 }
 
 void GradientSynchronizer::add_gradient(std::size_t index, const Tensor& gradient) {

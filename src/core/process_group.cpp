@@ -66,6 +66,18 @@ std::string ProcessGroup::describe() const {
   return s + "]";
 }
 
+Tensor ProcessGroup::alloc_shared(Shape shape) const {
+  Backend& b = member_backend("alloc_shared");
+  const std::size_t bytes = numel_of(shape) * sizeof(float);
+  std::shared_ptr<std::byte> memory = b.allocate_shared(bytes);
+  if (!memory) {
+    throw InvalidArgument("alloc_shared on rank " + std::to_string(rank()) + " of " + describe() +
+                          ": the " + std::string(b.name()) + " backend has no shared memory left for " +
+                          std::to_string(bytes) + " bytes (raise axon-launch --arena-mb)");
+  }
+  return Tensor::view(std::shared_ptr<float>(memory, reinterpret_cast<float*>(memory.get())), std::move(shape));
+}
+
 void ProcessGroup::barrier() const { member_backend("barrier").barrier(); }
 
 void ProcessGroup::all_reduce_tensor(Tensor& tensor, ReduceOp op) const {

@@ -28,7 +28,8 @@
 namespace axonml::distributed::kernels {
 
 // REQUIRES: sources non-empty; each source and dest hold `count` elements of
-// `type`; dest overlaps no source except that it may equal sources[0].
+// `type`; dest overlaps no source except that it may be exactly one of them
+// (every element is read from all sources before its result is stored).
 void reduce(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
             std::byte* dest, std::size_t count);
 

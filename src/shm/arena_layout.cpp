@@ -41,6 +41,15 @@ std::string mib(std::size_t bytes) {
 
 }  // namespace
 
+std::uint64_t allocate_from_arena(ArenaHeader& header, std::size_t bytes) {
+  const std::size_t rounded = std::max(round_up(bytes, kPage), kPage);
+  std::uint64_t start = header.next_free.load(std::memory_order_relaxed);
+  do {
+    if (start + rounded > header.arena_bytes) return 0;
+  } while (!header.next_free.compare_exchange_weak(start, start + rounded, std::memory_order_relaxed));
+  return start;
+}
+
 GroupLayout group_layout(std::size_t members, std::size_t slot_bytes) {
   GroupLayout layout{};
   layout.controls_offset = round_up(sizeof(GroupHeader), kCacheLine);

@@ -148,6 +148,11 @@ struct ArenaSpec {
 
 std::size_t default_arena_bytes(int world_size);
 
+// Takes `bytes` (rounded up to whole pages) from the arena's free space and
+// returns their offset, or 0 when they do not fit (the space stays free).
+// Lock-free; any rank may call it.
+std::uint64_t allocate_from_arena(ArenaHeader& header, std::size_t bytes);
+
 // Writes the header and zeroes the control areas of a fresh arena of
 // spec.arena_bytes at `base`, and allocates the world group. Throws
 // InvalidArgument naming the sizes when the arena is too small.

@@ -2,10 +2,12 @@
 
 #include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -51,7 +53,10 @@ void WaitGuard::check_alive() const {
     std::string reason(header_.abort_reason, strnlen(header_.abort_reason, sizeof(header_.abort_reason)));
     throw PeerFailure("rank " + std::to_string(rank_) + ": job aborted: " + reason);
   }
-  if (header_.launcher_pid != 0 && getppid() != header_.launcher_pid) {
+  // The launcher is normally our parent; a wrapper in between (sh -c, time,
+  // a debugger) makes it a grandparent, so ask the kernel before concluding.
+  if (header_.launcher_pid != 0 && getppid() != header_.launcher_pid &&
+      ::kill(header_.launcher_pid, 0) != 0 && errno == ESRCH) {
     throw PeerFailure("rank " + std::to_string(rank_) + ": the launcher (pid " +
                       std::to_string(header_.launcher_pid) + ") has gone away");
   }

@@ -24,6 +24,8 @@ class ArenaBackend : public Backend {
   int rank() const override;
   int world_size() const override;
   void abort(const std::string& reason) override;
+  // From the arena's free space (page-aligned); nullptr once it is full.
+  std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) override;
 
   // The bytes of one member's slot: messages larger than this are chunked.
   std::size_t slot_bytes() const;

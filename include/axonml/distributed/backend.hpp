@@ -67,6 +67,16 @@ class Backend {
   // PeerFailure carrying `reason` (as MPI_Abort, without killing anyone).
   virtual void abort(const std::string& reason) = 0;
 
+  // `bytes` of memory that every rank of this communicator can read, or
+  // nullptr when the backend has none or no room is left. Not collective:
+  // each rank allocates its own. Reductions of buffers that every rank placed
+  // here skip the copy into the transport (zero copy); DDP buckets use it.
+  // The memory lives as long as the returned pointer and the job.
+  virtual std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+
   // Shorthands so that std::vector and span<float> arguments need no spelling out.
   void all_reduce(std::vector<float>& data, ReduceOp op) { all_reduce(std::span<float>(data), op); }
   void broadcast(std::vector<float>& data, int src) { broadcast(std::span<float>(data), src); }

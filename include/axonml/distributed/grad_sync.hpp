@@ -14,6 +14,10 @@
 // Two ways to prepare:
 //   prepare(n)        the layout is learned as gradients arrive;
 //   prepare(shapes)   the layout is fixed now, and slot(i) is a view of
+//                     the bucket storage. With a group set first, this is
+//                     collective over it: the buckets go in the group's
+//                     shared memory (zero-copy all-reduce) when every rank
+//                     has room, else all on the heap.
 //                     gradient i's place in its bucket. A gradient that IS its
 //                     slot (a DDP parameter with gradient_as_bucket_view) is
 //                     reduced in place with no copy in or out.
@@ -93,6 +97,7 @@ class GradientSynchronizer {
     std::vector<std::size_t> offsets;  // floats from the start of storage
     std::size_t size = 0;              // floats
     std::shared_ptr<float> storage;    // allocated when the bucket closes
+    bool shared = false;               // storage is in the group's shared memory
     std::size_t missing = 0;           // members not yet added this round
     bool closed = false;               // no more members will join
     bool launched = false;
@@ -101,6 +106,8 @@ class GradientSynchronizer {
   std::size_t capacity_of(std::size_t bucket) const;
   void place(std::size_t index, std::size_t numel);
   void close_open_bucket();
+  std::shared_ptr<float> allocate_bucket(std::size_t count, bool& shared) const;
+  void agree_on_shared_buckets();
   void launch_ready(bool force);
   void launch(std::size_t bucket);
   void reduce(std::size_t bucket, const ProcessGroup& pg);
@@ -110,6 +117,7 @@ class GradientSynchronizer {
   GradSyncStrategy strategy_;
   std::size_t bucket_size_;
   std::size_t first_bucket_size_;
+  bool place_in_shared_memory_ = false;  // only while prepare(shapes) runs
   bool fixed_layout_ = false;
   std::vector<Shape> shapes_;                   // fixed layout only
   std::vector<std::size_t> bucket_of_;          // fixed layout only

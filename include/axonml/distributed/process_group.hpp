@@ -57,6 +57,12 @@ class ProcessGroup {
   void send_tensor(const Tensor& tensor, int dst, int tag = 0) const;
   void recv_tensor(Tensor& tensor, int src, int tag = 0) const;
 
+  // A tensor in memory the group's ranks share (the arena), so that
+  // all-reducing it skips the copy into the transport when every rank passes
+  // such a tensor. Throws InvalidArgument naming the sizes when the backend
+  // has no shared memory or no room (raise axon-launch --arena-mb).
+  Tensor alloc_shared(Shape shape) const;
+
   // "group [0, 2] (rank 1 of 2)" for messages.
   std::string describe() const;
 

@@ -1,0 +1,115 @@
+#include "options.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "shm/arena_layout.hpp"
+
+namespace axon_launch {
+namespace {
+
+[[noreturn]] void bad_arguments(const std::string& message) {
+  std::cerr << "axon-launch: " << message << " (see axon-launch --help)\n";
+  std::exit(kExitBadArguments);
+}
+
+// Whether `path` names an executable regular file.
+bool executable_file(const std::string& path, std::string& why) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    why = "no such file";
+    return false;
+  }
+  if (S_ISDIR(info.st_mode)) {
+    why = "is a directory";
+    return false;
+  }
+  if (::access(path.c_str(), X_OK) != 0) {
+    why = "not executable (permission denied)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+LaunchOptions parse_options(int argc, char** argv) {
+  LaunchOptions options;
+  const int max_ranks = axonml::distributed::shm::kMaxWorldSize;
+  CLI::App app{
+      "Runs N copies of PROGRAM as the ranks of one job, sharing a /dev/shm arena.\n"
+      "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA,\n"
+      "AXON_ARENA_BYTES and AXON_TIMEOUT. Exits 0 when every rank does, else with the\n"
+      "status of the first rank that failed (128+signal for a signal).",
+      "axon-launch"};
+  app.prefix_command();  // PROGRAM and everything after it are passed through
+  app.add_option("-n,--nproc", options.world_size, "number of ranks (1.." + std::to_string(max_ranks) + ")")
+      ->required();
+  app.add_option("--arena-mb", options.arena_mb,
+                 "size of the shared arena in MiB (default: sized for N ranks)");
+  app.add_option("--timeout", options.timeout_s,
+                 "seconds a rank may wait for its peers before failing (AXON_TIMEOUT, default 300)");
+  app.add_flag("--tag-output,!--no-tag-output", options.tag_output,
+               "prefix each line of rank k's output with [rank k] (default on)");
+  app.footer("Example: axon-launch -n 8 ./examples/train --epochs 2");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    bad_arguments(e.what());
+  }
+
+  if (options.world_size < 1 || options.world_size > max_ranks) {
+    bad_arguments("-n " + std::to_string(options.world_size) + " is out of range (1.." +
+                  std::to_string(max_ranks) + ")");
+  }
+  if (options.timeout_s && !(*options.timeout_s > 0)) {
+    bad_arguments("--timeout must be a positive number of seconds");
+  }
+  if (options.arena_mb > (std::size_t{1} << 20)) {
+    bad_arguments("--arena-mb " + std::to_string(options.arena_mb) + " is above the 1 TiB limit");
+  }
+  options.command = app.remaining();
+  if (!options.command.empty() && options.command.front() == "--") {
+    options.command.erase(options.command.begin());
+  }
+  if (options.command.empty()) bad_arguments("no PROGRAM given");
+  if (!options.command.front().empty() && options.command.front().front() == '-') {
+    // prefix_command() stops at the first positional; a leftover flag is one we do not know.
+    bad_arguments("unknown option " + options.command.front());
+  }
+  return options;
+}
+
+std::optional<std::string> resolve_program(const std::string& program, std::string& why) {
+  if (program.empty()) {
+    why = "empty program name";
+    return std::nullopt;
+  }
+  if (program.find('/') != std::string::npos) {
+    if (executable_file(program, why)) return program;
+    return std::nullopt;
+  }
+  const char* path_env = std::getenv("PATH");
+  std::istringstream path(path_env ? path_env : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  std::string last_why = "not found in PATH";
+  while (std::getline(path, dir, ':')) {
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+    std::string candidate_why;
+    if (executable_file(candidate, candidate_why)) return candidate;
+    if (candidate_why != "no such file") last_why = candidate + ": " + candidate_why;
+  }
+  why = last_why;
+  return std::nullopt;
+}
+
+}  // namespace axon_launch

@@ -1,0 +1,201 @@
+#include "rank_process.hpp"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace axon_launch {
+namespace {
+
+// A line longer than this is written out in pieces rather than buffered whole.
+constexpr std::size_t kMaxLine = 64 << 10;
+
+// The descriptor limit the launcher started with, restored for the ranks.
+rlimit g_original_fd_limit{};
+bool g_fd_limit_raised = false;
+
+void write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // our stdout is gone (EPIPE): drop the output, keep supervising
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+[[noreturn]] void child_fail(const char* what, const std::string& detail) {
+  const std::string line = std::string("axon-launch: ") + what + detail + ": " + std::strerror(errno) + "\n";
+  write_all(STDERR_FILENO, line.data(), line.size());
+  ::_exit(127);
+}
+
+// Runs in the child between fork and exec; never returns.
+[[noreturn]] void become_rank(int rank, const std::string& program_path,
+                              const std::vector<std::string>& command, const RankEnvironment& env,
+                              int out_fd, int err_fd, pid_t launcher, const sigset_t& child_mask) {
+  ::setpgid(0, 0);  // Ctrl-C reaches the launcher only; it forwards signals
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl took effect
+  ::signal(SIGPIPE, SIG_DFL);
+  if (g_fd_limit_raised) ::setrlimit(RLIMIT_NOFILE, &g_original_fd_limit);
+  ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
+
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+  if (out_fd >= 0 && ::dup2(out_fd, STDOUT_FILENO) < 0) child_fail("cannot redirect stdout", "");
+  if (err_fd >= 0 && ::dup2(err_fd, STDERR_FILENO) < 0) child_fail("cannot redirect stderr", "");
+
+  const std::string n = std::to_string(env.world_size);
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", n.c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", n.c_str(), 1);
+  ::setenv("AXON_ARENA", env.arena_name.c_str(), 1);
+  ::setenv("AXON_ARENA_BYTES", std::to_string(env.arena_bytes).c_str(), 1);
+  // The launcher prefixes each line itself; the logger then leaves its own prefix out.
+  if (out_fd >= 0) ::setenv("AXON_TAG_OUTPUT", "1", 1); else ::unsetenv("AXON_TAG_OUTPUT");
+  if (env.timeout_s) {
+    char timeout[64];
+    std::snprintf(timeout, sizeof(timeout), "%g", *env.timeout_s);
+    ::setenv("AXON_TIMEOUT", timeout, 1);
+  }
+
+  std::vector<char*> argv;
+  for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  ::execv(program_path.c_str(), argv.data());
+  child_fail("cannot run ", program_path);
+}
+
+}  // namespace
+
+void raise_fd_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == limit.rlim_max) return;
+  g_original_fd_limit = limit;
+  limit.rlim_cur = limit.rlim_max;
+  g_fd_limit_raised = ::setrlimit(RLIMIT_NOFILE, &limit) == 0;
+}
+
+OutputStream::OutputStream(int read_fd, int target_fd, std::string prefix)
+    : fd_(read_fd), target_(target_fd), prefix_(std::move(prefix)) {}
+
+OutputStream::OutputStream(OutputStream&& other) noexcept
+    : fd_(other.fd_), target_(other.target_), prefix_(std::move(other.prefix_)),
+      pending_(std::move(other.pending_)) {
+  other.fd_ = -1;
+}
+
+OutputStream::~OutputStream() { close(); }
+
+void OutputStream::emit(std::size_t end) {
+  // One write per line (prefix included), so concurrent ranks never split a line.
+  std::string line = prefix_;
+  line.append(pending_, 0, end);
+  if (line.back() != '\n') line.push_back('\n');
+  write_all(target_, line.data(), line.size());
+  pending_.erase(0, end);
+}
+
+void OutputStream::drain() {
+  char buffer[16 << 10];
+  for (;;) {
+    const ssize_t n = ::read(fd_, buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      close();
+      return;
+    }
+    if (n == 0) {
+      close();
+      return;
+    }
+    pending_.append(buffer, static_cast<std::size_t>(n));
+    std::size_t newline;
+    while ((newline = pending_.find('\n')) != std::string::npos) emit(newline + 1);
+    while (pending_.size() >= kMaxLine) emit(kMaxLine);
+  }
+}
+
+void OutputStream::close() {
+  if (fd_ < 0) return;
+  if (!pending_.empty()) emit(pending_.size());
+  ::close(fd_);
+  fd_ = -1;
+}
+
+RankProcess spawn_rank(int rank, const std::string& program_path,
+                       const std::vector<std::string>& command, const RankEnvironment& env,
+                       bool tag_output, const sigset_t& child_mask) {
+  int out_pipe[2] = {-1, -1};
+  int err_pipe[2] = {-1, -1};
+  if (tag_output) {
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      const int err = errno;
+      for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+        if (fd >= 0) ::close(fd);
+      }
+      throw std::runtime_error("cannot create the output pipes of rank " + std::to_string(rank) +
+                               ": " + std::strerror(err));
+    }
+  }
+  const pid_t launcher = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
+    throw std::runtime_error("cannot fork rank " + std::to_string(rank) + ": " + std::strerror(err));
+  }
+  if (pid == 0) {
+    become_rank(rank, program_path, command, env, out_pipe[1], err_pipe[1], launcher, child_mask);
+  }
+  ::setpgid(pid, pid);  // also here, so that signals sent before the child runs reach its group
+
+  RankProcess process;
+  process.rank = rank;
+  process.pid = pid;
+  process.running = true;
+  if (tag_output) {
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+    for (int fd : {out_pipe[0], err_pipe[0]}) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    }
+    process.streams.emplace_back(out_pipe[0], STDOUT_FILENO, prefix);
+    process.streams.emplace_back(err_pipe[0], STDERR_FILENO, prefix);
+  }
+  return process;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = ::sigabbrev_np(sig);
+    return "was killed by signal " + std::to_string(sig) + (name ? std::string(" (SIG") + name + ")" : "");
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace axon_launch

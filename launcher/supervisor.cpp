@@ -1,0 +1,214 @@
+#include "supervisor.hpp"
+
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+
+#include "shm/wait.hpp"
+
+namespace axon_launch {
+namespace shm = axonml::distributed::shm;
+
+Supervisor::Supervisor(JobArena& arena, std::vector<RankProcess>& ranks, int signal_fd,
+                       SupervisorTimes times)
+    : arena_(arena), ranks_(ranks), signal_fd_(signal_fd), times_(times), started_(Clock::now()) {}
+
+int Supervisor::running_count() const {
+  return static_cast<int>(std::count_if(ranks_.begin(), ranks_.end(),
+                                        [](const RankProcess& r) { return r.running; }));
+}
+
+bool Supervisor::any_stream_open() const {
+  for (const auto& r : ranks_) {
+    for (const auto& s : r.streams) {
+      if (s.open()) return true;
+    }
+  }
+  return false;
+}
+
+void Supervisor::signal_running(int sig) {
+  for (const auto& r : ranks_) {
+    if (!r.running) continue;
+    // The rank leads its own process group: reach its children too.
+    if (::kill(-r.pid, sig) != 0) ::kill(r.pid, sig);
+  }
+}
+
+void Supervisor::handle_signals() {
+  signalfd_siginfo info{};
+  while (::read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) continue;  // reap() below runs after every wake-up
+    ++forwarded_count_;
+    if (forwarded_count_ == 1) {
+      forwarded_signal_ = sig;
+      signal_running(sig);
+    } else {
+      // A second interrupt: the user means it.
+      signal_running(SIGKILL);
+      phase_ = Phase::Killing;
+    }
+  }
+}
+
+void Supervisor::reap() {
+  std::vector<int> failed;
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    auto it = std::find_if(ranks_.begin(), ranks_.end(),
+                           [&](const RankProcess& r) { return r.pid == pid; });
+    if (it == ranks_.end()) continue;
+    it->running = false;
+    it->status = status;
+    any_exited_ = true;
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) failed.push_back(it->rank);
+  }
+  if (!failed.empty()) record_failures(failed);
+  if (running_count() == 0 && !all_exited_at_) all_exited_at_ = Clock::now();
+}
+
+// Ranks reaped together all ended before the launcher reacted to any of them,
+// so none of them failed because of another's abort; prefer the one that
+// aborted the job itself, if any did, else the first reaped.
+void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
+  if (first_failure_) return;
+  int chosen = failed_ranks.front();
+  auto& header = arena_.header();
+  if (header.abort_state.load(std::memory_order_acquire) ==
+      static_cast<std::uint32_t>(shm::AbortState::Set)) {
+    const int aborter = header.abort_rank;
+    if (std::find(failed_ranks.begin(), failed_ranks.end(), aborter) != failed_ranks.end()) {
+      chosen = aborter;
+    }
+  }
+  first_failure_ = Failure{chosen, ranks_[static_cast<std::size_t>(chosen)].status};
+  if (running_count() > 0 && forwarded_count_ == 0) start_abort(*first_failure_);
+}
+
+void Supervisor::start_abort(const Failure& failure) {
+  const std::string reason = "rank " + std::to_string(failure.rank) + " " +
+                             describe_status(failure.status);
+  // The launcher is no rank; the guard only needs the header (and -1 marks
+  // the launcher as the aborter).
+  shm::WaitGuard guard(arena_.header(), -1, std::chrono::milliseconds(0));
+  guard.abort(failure.rank, reason);
+  wake_sleepers();
+  phase_ = Phase::Aborting;
+  phase_deadline_ = Clock::now() + times_.abort_grace;
+}
+
+// Ranks sleep on the doorbell of what they wait for, waking every 50 ms to
+// check the abort flag. Ringing the bells the launcher can find (every rank's
+// point-to-point doorbell and the world group's) makes most of them notice
+// at once; waiters in subgroups notice within one sleep slice.
+void Supervisor::wake_sleepers() {
+  auto& header = arena_.header();
+  auto* base = reinterpret_cast<std::byte*>(&header);
+  auto* controls = reinterpret_cast<shm::RankControl*>(base + header.rank_controls_offset);
+  for (std::uint32_t r = 0; r < header.world_size; ++r) shm::ring(controls[r].doorbell);
+  shm::ring(reinterpret_cast<shm::GroupHeader*>(base + header.groups_offset)->bell);
+}
+
+void Supervisor::advance_phase(Clock::time_point now) {
+  if (running_count() == 0) return;
+  if (phase_ == Phase::Aborting && now >= phase_deadline_) {
+    signal_running(SIGTERM);
+    phase_ = Phase::Terminating;
+    phase_deadline_ = now + times_.term_grace;
+  } else if (phase_ == Phase::Terminating && now >= phase_deadline_) {
+    signal_running(SIGKILL);
+    phase_ = Phase::Killing;
+  }
+}
+
+void Supervisor::maybe_remove_name(Clock::time_point now) {
+  if (arena_.name_removed()) return;
+  if (arena_.attached() >= ranks_.size() || any_exited_ || now - started_ >= times_.attach_deadline) {
+    arena_.remove_name();
+  }
+}
+
+int Supervisor::poll_timeout_ms(Clock::time_point now) const {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  auto until = [&](Clock::time_point t) {
+    return static_cast<int>(std::max<long long>(0, duration_cast<milliseconds>(t - now).count() + 1));
+  };
+  int timeout = -1;
+  auto tighten = [&](int ms) { timeout = timeout < 0 ? ms : std::min(timeout, ms); };
+  // Attaching is seen by polling the counter, only until the name is gone
+  // (the last rank to attach also removes it itself): often at first, then
+  // rarely for programs that never attach.
+  if (!arena_.name_removed()) tighten(now - started_ < std::chrono::seconds(2) ? 10 : 100);
+  if (phase_ == Phase::Aborting || phase_ == Phase::Terminating) tighten(until(phase_deadline_));
+  if (all_exited_at_) tighten(until(*all_exited_at_ + times_.drain_grace));
+  return timeout;
+}
+
+int Supervisor::run() {
+  std::vector<pollfd> fds;
+  std::vector<OutputStream*> owners;
+  for (;;) {
+    const auto now = Clock::now();
+    maybe_remove_name(now);
+    advance_phase(now);
+    if (running_count() == 0) {
+      if (!any_stream_open() || now >= *all_exited_at_ + times_.drain_grace) break;
+    }
+
+    fds.assign(1, pollfd{signal_fd_, POLLIN, 0});
+    owners.assign(1, nullptr);
+    for (auto& r : ranks_) {
+      for (auto& s : r.streams) {
+        if (!s.open()) continue;
+        fds.push_back(pollfd{s.fd(), POLLIN, 0});
+        owners.push_back(&s);
+      }
+    }
+    const int ready = ::poll(fds.data(), fds.size(), poll_timeout_ms(now));
+    if (ready < 0 && errno != EINTR) {
+      throw std::runtime_error(std::string("poll failed: ") + std::strerror(errno));
+    }
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) owners[i]->drain();
+    }
+    if (fds[0].revents & POLLIN) handle_signals();
+    reap();
+  }
+  for (auto& r : ranks_) {
+    for (auto& s : r.streams) s.close();
+  }
+  arena_.remove_name();
+  print_summary();
+  return first_failure_ ? exit_code_of(first_failure_->status) : 0;
+}
+
+void Supervisor::print_summary() const {
+  if (!first_failure_) {
+    if (forwarded_signal_ != 0) {
+      std::cerr << "axon-launch: every rank exited 0 after SIG" << ::sigabbrev_np(forwarded_signal_)
+                << "\n";
+    }
+    return;
+  }
+  const auto& f = *first_failure_;
+  std::string line = "axon-launch: rank " + std::to_string(f.rank) + " " + describe_status(f.status);
+  if (forwarded_signal_ != 0) {
+    line += " after the launcher forwarded SIG" + std::string(::sigabbrev_np(forwarded_signal_));
+  }
+  if (phase_ != Phase::Running) line += "; the job was aborted and the other ranks stopped";
+  line += " (exit status " + std::to_string(exit_code_of(f.status)) + ")";
+  std::cerr << line << std::endl;
+}
+
+}  // namespace axon_launch

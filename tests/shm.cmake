@@ -1,0 +1,26 @@
+# Multi-process tests: real ranks started by axon-launch over a /dev/shm arena.
+add_executable(shm_collectives_check programs/shm_collectives_check.cpp)
+target_link_libraries(shm_collectives_check PRIVATE axonml::distributed axon_warnings)
+
+foreach(n 1 2 3 8)
+  add_test(NAME "shm: every collective is correct on ${n} ranks"
+           COMMAND axon-launch -n ${n} --timeout 120 $<TARGET_FILE:shm_collectives_check>)
+  set_tests_properties("shm: every collective is correct on ${n} ranks" PROPERTIES TIMEOUT 600)
+endforeach()
+foreach(n 3 8)
+  add_test(NAME "shm: collectives through 4 KiB slots are correct on ${n} ranks"
+           COMMAND axon-launch -n ${n} --timeout 120 $<TARGET_FILE:shm_collectives_check>)
+  set_tests_properties("shm: collectives through 4 KiB slots are correct on ${n} ranks" PROPERTIES
+                       TIMEOUT 600 ENVIRONMENT "AXON_SLOT_BYTES=4096")
+endforeach()
+
+# The launcher's own behaviour: exit statuses, arguments, output, cleanup.
+add_executable(launcher_probe programs/launcher_probe.cpp)
+target_link_libraries(launcher_probe PRIVATE axonml::distributed axon_warnings)
+foreach(case bad-arguments missing-program arena-too-large success exit-code signal-status output-lines
+             rank-killed launcher-killed interrupt)
+  add_test(NAME "launcher: ${case}"
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launcher_tests.sh ${case}
+                   $<TARGET_FILE:axon-launch> $<TARGET_FILE:launcher_probe>)
+  set_tests_properties("launcher: ${case}" PROPERTIES TIMEOUT 300)
+endforeach()
