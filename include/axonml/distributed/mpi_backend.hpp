@@ -58,8 +58,7 @@ class MpiBackend final : public Backend {
 
   // Whether all_reduce, broadcast and all_gather go through the node arenas.
   bool hierarchical() const;
-  // Nodes of the world, and ranks per node (1 node of world_size() when flat
-  // and not split).
+  // The nodes the world spans when hierarchical(); 1 when flat.
   int nodes() const;
 
   struct Impl;
