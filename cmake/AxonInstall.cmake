@@ -59,6 +59,14 @@ else()
   set(AXON_PC_LIBS_PRIVATE "-lrt -pthread")
 endif()
 
+# MpiBackend links MPI privately, like spdlog: a static archive needs it
+# found again ("mpi-c" is the pkg-config name Open MPI and MPICH both install).
+set(AXON_STATIC_NEEDS_MPI FALSE)
+if(AXON_WITH_MPI AND AXON_LIBRARY_KIND STREQUAL "static")
+  set(AXON_STATIC_NEEDS_MPI TRUE)
+  string(APPEND AXON_PC_REQUIRES " mpi-c")
+endif()
+
 configure_package_config_file(
   ${CMAKE_CURRENT_LIST_DIR}/axonml_distributedConfig.cmake.in
   ${PROJECT_BINARY_DIR}/package/axonml_distributedConfig.cmake

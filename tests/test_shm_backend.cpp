@@ -160,5 +160,5 @@ TEST_CASE("World::init without a launcher is a world of one", "[environment]") {
   env.set("AXON_BACKEND", "mock");
   CHECK(World::init().world_size() == 1);
   env.set("AXON_BACKEND", "nccl");
-  REQUIRE_THROWS_WITH(World::init(), Catch::Contains("AXON_BACKEND=nccl") && Catch::Contains("shm, mock"));
+  REQUIRE_THROWS_WITH(World::init(), Catch::Contains("AXON_BACKEND=nccl") && Catch::Contains("shm, mpi, mock"));
 }

@@ -2,8 +2,10 @@
 # the parameters of a one-process run (max difference <= 1e-5 of the largest
 # parameter), for both gradient sync strategies.
 if(TARGET train)
-  add_executable(compare_params support/compare_params.cpp)
-  target_link_libraries(compare_params PRIVATE axon_warnings)
+  if(NOT TARGET compare_params)  # tests/mpi.cmake may have made it
+    add_executable(compare_params support/compare_params.cpp)
+    target_link_libraries(compare_params PRIVATE axon_warnings)
+  endif()
 
   add_test(NAME "train: runs alone and prints its progress and checksum"
            COMMAND train --epochs 1 --samples 8192)

@@ -6,20 +6,49 @@
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/mock_backend.hpp"
 #include "axonml/distributed/shm_backend.hpp"
+#ifdef AXON_HAVE_MPI
+#include "axonml/distributed/mpi_backend.hpp"
+#endif
 
 namespace axonml::distributed {
+namespace {
+
+bool is_set(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0';
+}
+
+// mpirun (Open MPI, or a PMI launcher such as MPICH's hydra or Slurm's) left
+// its variables: this process is one rank of an MPI job.
+bool started_by_mpirun() {
+  return is_set("OMPI_COMM_WORLD_SIZE") || is_set("PMI_SIZE") || is_set("PMIX_RANK");
+}
+
+std::shared_ptr<Backend> mpi_backend() {
+#ifdef AXON_HAVE_MPI
+  return MpiBackend::from_environment();
+#else
+  throw InvalidArgument(
+      "AXON_BACKEND=mpi (or a start under mpirun), but this build of axonml_distributed has no "
+      "MPI backend: rebuild with MPI installed (-DAXON_WITH_MPI=ON)");
+#endif
+}
+
+}  // namespace
 
 std::shared_ptr<Backend> backend_from_environment() {
   const char* choice = std::getenv("AXON_BACKEND");
   const std::string backend = choice ? choice : "";
   if (backend == "shm") return ShmBackend::from_environment();
+  if (backend == "mpi") return mpi_backend();
   if (backend == "mock") return MockBackend::single();
   if (!backend.empty()) {
-    throw InvalidArgument("AXON_BACKEND=" + backend + " is not one of: shm, mock");
+    throw InvalidArgument("AXON_BACKEND=" + backend + " is not one of: shm, mpi, mock");
   }
-  // Under axon-launch the arena's name is set; run alone, a world of one.
-  const char* arena = std::getenv("AXON_ARENA");
-  if (arena != nullptr && *arena != '\0') return ShmBackend::from_environment();
+  // Under axon-launch the arena's name is set; under mpirun, MPI's variables;
+  // run alone, a world of one.
+  if (is_set("AXON_ARENA")) return ShmBackend::from_environment();
+  if (started_by_mpirun()) return mpi_backend();
   return MockBackend::single();
 }
 

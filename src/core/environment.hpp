@@ -7,7 +7,8 @@
 
 namespace axonml::distributed {
 
-// AXON_BACKEND=shm|mock, else the launcher's variables decide; a process
+// AXON_BACKEND=shm|mpi|mock, else the launcher's variables decide (under
+// mpirun: MpiBackend, which throws when built without MPI); a process
 // started without a launcher gets a world of one.
 std::shared_ptr<Backend> backend_from_environment();
 

@@ -139,7 +139,9 @@ Level level() { return logging().threshold(); }
 void reload_from_environment() { logging().reload(); }
 
 int process_rank() {
-  const std::string_view text = env("RANK");
+  // RANK from axon-launch, else Open MPI's mpirun's own variable.
+  std::string_view text = env("RANK");
+  if (text.empty()) text = env("OMPI_COMM_WORLD_RANK");
   int rank = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), rank);
   if (ec != std::errc{} || end != text.data() + text.size() || rank < 0) return 0;

@@ -36,7 +36,8 @@ inline bool enabled(Level at) { return at != Level::Off && at >= level(); }
 void reload_from_environment();
 
 // The rank to name when a line has no rank of its own: RANK from the
-// launcher's environment, else 0 (a process run alone is a world of one).
+// launcher's environment (or OMPI_COMM_WORLD_RANK under mpirun), else 0 (a
+// process run alone is a world of one).
 int process_rank();
 
 // Writes one line for `rank` (a world rank) at `at`, if enabled.

@@ -1,16 +1,22 @@
 # Runs train alone and under axon-launch with the same arguments and compares
-# the final parameters. Variables: LAUNCH, TRAIN, COMPARE, STRATEGY, WORK, RANKS.
+# the final parameters. Variables: LAUNCH, TRAIN, COMPARE, STRATEGY, WORK,
+# RANKS. LAUNCH may be a whole command with "|" between its words (mpirun and
+# its options); RANKS, when set, adds "-n RANKS" (axon-launch).
+string(REPLACE "|" ";" launch "${LAUNCH}")
+if(RANKS)
+  list(APPEND launch -n ${RANKS})
+endif()
 file(MAKE_DIRECTORY ${WORK})
 set(args --epochs 3 --sync ${STRATEGY})
 execute_process(COMMAND ${TRAIN} ${args} --checksum-file ${WORK}/alone.txt RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "train alone failed (${rc})")
 endif()
-execute_process(COMMAND ${LAUNCH} -n ${RANKS} ${TRAIN} ${args} --checksum-file ${WORK}/launched.txt RESULT_VARIABLE rc)
+execute_process(COMMAND ${launch} ${TRAIN} ${args} --checksum-file ${WORK}/launched.txt RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "axon-launch -n ${RANKS} train failed (${rc})")
+  message(FATAL_ERROR "${launch} train failed (${rc})")
 endif()
 execute_process(COMMAND ${COMPARE} ${WORK}/launched.txt ${WORK}/alone.txt 1e-5 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "parameters of ${RANKS} ranks differ from one process's")
+  message(FATAL_ERROR "parameters under ${launch} differ from one process's")
 endif()

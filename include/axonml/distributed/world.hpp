@@ -1,9 +1,10 @@
 // World: every rank of the job, and the entry point of a program.
 //
 // World::init() reads the launcher's environment: under axon-launch it
-// attaches to the job's shared-memory arena (ShmBackend); run alone it is a
+// attaches to the job's shared-memory arena (ShmBackend); under mpirun it is
+// an MpiBackend (when the library was built with MPI); run alone it is a
 // world of one, so every program also runs without the launcher.
-// AXON_BACKEND=shm|mock chooses explicitly.
+// AXON_BACKEND=shm|mpi|mock chooses explicitly.
 //
 // Thread safety: as ProcessGroup.
 #pragma once

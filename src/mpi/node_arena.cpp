@@ -1,0 +1,125 @@
+#include "mpi/node_arena.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "axonml/distributed/error.hpp"
+#include "backends/arena_backend_impl.hpp"
+#include "shm/arena_layout.hpp"
+#include "shm/wait.hpp"
+
+namespace axonml::distributed::mpi {
+namespace bip = boost::interprocess;
+
+namespace {
+
+class NodeArenaBackend final : public ArenaBackend {
+ public:
+  explicit NodeArenaBackend(std::unique_ptr<Impl> impl) : ArenaBackend("shm-node", std::move(impl)) {}
+};
+
+// What the creator broadcasts: the name, or an empty name and why.
+struct Announcement {
+  std::array<char, 64> name{};
+  std::array<char, 448> error{};
+};
+
+std::string unique_name() {
+  std::random_device device;
+  const std::uint64_t random = (std::uint64_t{device()} << 32) ^ device();
+  char name[64];
+  std::snprintf(name, sizeof(name), "axon-mpi-%d-%016llx", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(random));
+  return name;
+}
+
+// Creates, reserves, maps and formats the arena; unlinks it if a step fails.
+std::shared_ptr<bip::mapped_region> create(const std::string& name, std::size_t bytes, int ranks) {
+  bip::permissions owner_only;
+  owner_only.set_permissions(0600);
+  bip::shared_memory_object object(bip::create_only, name.c_str(), bip::read_write, owner_only);
+  try {
+    object.truncate(static_cast<bip::offset_t>(bytes));
+    const int fd = object.get_mapping_handle().handle;
+    if (const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+      throw Error("cannot reserve " + std::to_string(bytes >> 20) + " MiB in /dev/shm (" +
+                  std::strerror(err) + "): free space there or set AXON_HIERARCHICAL=0");
+    }
+    auto region = std::make_shared<bip::mapped_region>(object, bip::read_write, 0, bytes);
+    shm::ArenaSpec spec;
+    spec.world_size = ranks;
+    spec.arena_bytes = bytes;
+    shm::format_arena(region->get_address(), spec);
+    return region;
+  } catch (...) {
+    bip::shared_memory_object::remove(name.c_str());
+    throw;
+  }
+}
+
+std::shared_ptr<bip::mapped_region> open(const std::string& name, std::size_t bytes) {
+  bip::shared_memory_object object(bip::open_only, name.c_str(), bip::read_write);
+  return std::make_shared<bip::mapped_region>(object, bip::read_write, 0, bytes);
+}
+
+}  // namespace
+
+std::shared_ptr<ArenaBackend> attach_node_arena(const Comm& node, int world_rank) {
+  const std::size_t bytes = shm::default_arena_bytes(node.size());
+  const std::string where = "node arena (local rank " + std::to_string(node.rank()) + " of " +
+                            std::to_string(node.size()) + ")";
+  Announcement announcement;
+  std::shared_ptr<bip::mapped_region> region;
+  std::string name;
+  if (node.rank() == 0) {
+    name = unique_name();
+    try {
+      region = create(name, bytes, node.size());
+      std::snprintf(announcement.name.data(), announcement.name.size(), "%s", name.c_str());
+    } catch (const std::exception& e) {
+      std::snprintf(announcement.error.data(), announcement.error.size(), "%s", e.what());
+    }
+  }
+  check(MPI_Bcast(&announcement, sizeof announcement, MPI_BYTE, 0, node.get()), "MPI_Bcast",
+        world_rank, where + ": sharing the arena's name");
+  if (announcement.name[0] == '\0') {
+    throw Error("rank " + std::to_string(world_rank) + ": " + where +
+                ": the node's first rank could not create the arena in /dev/shm: " +
+                announcement.error.data());
+  }
+  name = announcement.name.data();
+
+  // Everyone maps (or fails) before the name goes; then the creator removes it.
+  std::string failure;
+  try {
+    if (!region) region = open(name, bytes);
+    shm::check_arena(region->get_address(), region->get_size(), node.size());
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  int ok = failure.empty() ? 1 : 0;
+  const int rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, node.get());
+  if (node.rank() == 0) bip::shared_memory_object::remove(name.c_str());
+  check(rc, "MPI_Allreduce", world_rank, where + ": agreeing that every rank mapped the arena");
+  if (!ok) {
+    throw Error("rank " + std::to_string(world_rank) + ": " + where + ": mapping /dev/shm/" + name +
+                " failed on " + (failure.empty() ? "another rank of the node" : "this rank: " + failure));
+  }
+
+  auto* base = static_cast<std::byte*>(region->get_address());
+  reinterpret_cast<shm::ArenaHeader*>(base)->attached.fetch_add(1, std::memory_order_acq_rel);
+  std::shared_ptr<void> owner = region;
+  auto impl = ArenaBackend::Impl::attach_world(std::move(owner), base, node.rank(),
+                                               shm::default_timeout());
+  return std::make_shared<NodeArenaBackend>(std::move(impl));
+}
+
+}  // namespace axonml::distributed::mpi

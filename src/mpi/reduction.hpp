@@ -1,0 +1,26 @@
+// How MpiBackend keeps the reduction semantics of the kernels (see
+// src/kernels/reduce.hpp) while MPI does the combining: bf16 and f16 are
+// widened to f32 before MPI sees them and rounded once afterwards, and
+// Average is MPI's Sum followed by one scaling by 1/n (integers divide).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "axonml/distributed/dtype.hpp"
+
+namespace axonml::distributed::mpi {
+
+inline bool is_half(DataType type) { return type == DataType::BF16 || type == DataType::F16; }
+
+// The bf16 / f16 values of `data` as f32.
+std::vector<float> widen(const std::byte* data, std::size_t count, DataType type);
+// Rounds f32 values to nearest-even bf16 / f16.
+void narrow(const float* values, std::byte* data, std::size_t count, DataType type);
+
+// Sum -> Average over n ranks, as the kernels do it: floating types multiply
+// by 1/n (computed in the type), integers divide (truncating).
+// REQUIRES: type is F32, F64, I32 or I64.
+void finish_average(std::byte* data, std::size_t count, DataType type, int n);
+
+}  // namespace axonml::distributed::mpi

@@ -1,0 +1,60 @@
+# MpiBackend under a real mpirun: every op, flat and hierarchical (two
+# pretend nodes of two ranks, AXON_NODE_ID from each rank's
+# OMPI_COMM_WORLD_RANK) over TCP and over shared memory (vader), and the train
+# example under mpirun ending with one process's parameters. Skipped, with a
+# message, when the library was built without MPI or mpirun is missing.
+find_program(AXON_MPIRUN mpirun)
+if(NOT AXON_WITH_MPI OR NOT AXON_MPIRUN)
+  message(STATUS "MPI tests skipped: built without MPI (AXON_WITH_MPI=OFF) or no mpirun")
+  return()
+endif()
+
+add_executable(mpi_rank_checks support/mpi_rank_checks.cpp)
+target_include_directories(mpi_rank_checks PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(mpi_rank_checks PRIVATE axonml::distributed axon_warnings)
+
+# We run as root in containers, and 4 ranks on fewer cores.
+set(AXON_MPIRUN_ARGS --allow-run-as-root --oversubscribe -np 4)
+set(AXON_PRETEND_TWO_NODES /bin/sh -c
+    "AXON_NODE_ID=$((OMPI_COMM_WORLD_RANK / 2)) exec \"$0\" \"$@\"")
+
+foreach(btl "tcp,self" "vader,self")
+  add_test(NAME "mpi: every op on 4 ranks, flat (btl ${btl})"
+    COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} --mca btl ${btl} -x AXON_HIERARCHICAL=0
+            $<TARGET_FILE:mpi_rank_checks> --nodes 0)
+  add_test(NAME "mpi: every op on 2 pretend nodes x 2 ranks equals flat (btl ${btl})"
+    COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} --mca btl ${btl}
+            ${AXON_PRETEND_TWO_NODES} $<TARGET_FILE:mpi_rank_checks> --nodes 2)
+endforeach()
+add_test(NAME "mpi: every op on one node of 4 ranks through its arena"
+  COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} $<TARGET_FILE:mpi_rank_checks> --nodes 1)
+add_test(NAME "mpi: AXON_NODE_ID that splits nothing still runs (4 pretend nodes of 1 rank: flat)"
+  COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} /bin/sh -c "AXON_NODE_ID=$OMPI_COMM_WORLD_RANK exec \"$0\" \"$@\""
+          $<TARGET_FILE:mpi_rank_checks> --nodes 0)
+set_tests_properties(
+  "mpi: every op on 4 ranks, flat (btl tcp,self)"
+  "mpi: every op on 2 pretend nodes x 2 ranks equals flat (btl tcp,self)"
+  "mpi: every op on 4 ranks, flat (btl vader,self)"
+  "mpi: every op on 2 pretend nodes x 2 ranks equals flat (btl vader,self)"
+  "mpi: every op on one node of 4 ranks through its arena"
+  "mpi: AXON_NODE_ID that splits nothing still runs (4 pretend nodes of 1 rank: flat)"
+  PROPERTIES TIMEOUT 600 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures")
+
+# The same train binary under mpirun (hierarchical: 2 pretend nodes) ends
+# with the parameters of one process.
+if(TARGET train)
+  if(NOT TARGET compare_params)
+    add_executable(compare_params support/compare_params.cpp)
+    target_link_libraries(compare_params PRIVATE axon_warnings)
+  endif()
+  foreach(strategy sync overlapped)
+    set(name "train: mpirun -np 4 ends with one process's parameters (${strategy})")
+    string(REPLACE ";" "|" launch "${AXON_MPIRUN};${AXON_MPIRUN_ARGS};${AXON_PRETEND_TWO_NODES}")
+    add_test(NAME "${name}"
+      COMMAND ${CMAKE_COMMAND} "-DLAUNCH=${launch}" -DTRAIN=$<TARGET_FILE:train>
+              -DCOMPARE=$<TARGET_FILE:compare_params> -DSTRATEGY=${strategy}
+              -DWORK=${CMAKE_CURRENT_BINARY_DIR}/train_equivalence_mpi_${strategy}
+              -P ${CMAKE_CURRENT_SOURCE_DIR}/support/train_equivalence_run.cmake)
+    set_tests_properties("${name}" PROPERTIES TIMEOUT 900)
+  endforeach()
+endif()
