@@ -175,7 +175,7 @@ template <typename T> Row measure(Transport& t, const Options& o, const std::str
   row.collective = collective;
   row.count = collective == "barrier" ? 0 : bytes / sizeof(T) / (split ? static_cast<std::size_t>(n) : 1);
   row.bytes = row.count * sizeof(T) * (split ? static_cast<std::size_t>(n) : 1);
-  Case<T> c{t, o, collective, row.count, {}, {}};
+  Case<T> c{t, o, collective, row.count, {}, {}, {}};
 
   c.reset();
   c.run();
