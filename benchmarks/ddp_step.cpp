@@ -10,7 +10,8 @@
 // Run alone (world of one) the model trains without DDP: the baseline is pure
 // compute. Rank 0 prints the median and minimum step time over --steps timed
 // steps after --warmup untimed ones, the median time spent in
-// sync_gradients(), and samples/s over all ranks.
+// sync_gradients() and in the rest of the step (forward, backward with the
+// Overlapped launches, SGD), and samples/s over all ranks.
 //
 // Each rank limits oneTBB to --threads (default: cores / LOCAL_WORLD_SIZE);
 // to compare like with like, give the baseline the same --threads as a rank.
@@ -105,7 +106,7 @@ int run(const Config& cfg) {
 
   nn::SGD sgd(model->parameters(), {0.01f, 0.9f, 0.0f});
   nn::SoftmaxCrossEntropy loss;
-  std::vector<double> step_ms, sync_ms;
+  std::vector<double> step_ms, sync_ms, compute_ms;
   for (int step = 0; step < cfg.warmup + cfg.steps; ++step) {
     const auto start = Clock::now();
     sgd.zero_grad();
@@ -119,6 +120,7 @@ int run(const Config& cfg) {
     if (step >= cfg.warmup) {
       step_ms.push_back(total);
       sync_ms.push_back(sync);
+      compute_ms.push_back(total - sync);
     }
   }
 
@@ -129,8 +131,8 @@ int run(const Config& cfg) {
     std::printf("ddp_step: ranks %d  %s  mlp %s (%zu params)  batch %zu/rank  threads %zu  buckets %zu (%zu shared)\n",
                 n, use_ddp ? (cfg.strategy + " " + cfg.compress).c_str() : "no DDP", shape.str().c_str(),
                 parameters, cfg.batch, cfg.threads, buckets, shared_buckets);
-    std::printf("step median %.2f ms  min %.2f ms  sync_gradients median %.2f ms  %.1f samples/s\n", med,
-                *std::min_element(step_ms.begin(), step_ms.end()), median(sync_ms),
+    std::printf("step median %.2f ms  min %.2f ms  sync_gradients median %.2f ms  rest median %.2f ms  %.1f samples/s\n",
+                med, *std::min_element(step_ms.begin(), step_ms.end()), median(sync_ms), median(compute_ms),
                 static_cast<double>(cfg.batch) * n * 1000.0 / med);
   }
   return 0;
