@@ -9,7 +9,12 @@
 // r takes the r-th of world-size equal slices of every global batch (as
 // PyTorch's DistributedSampler), computes the mean loss over its slice, and
 // DDP averages gradients, which gives the gradient of the global batch mean.
-// Hence the final parameters equal a one-process run's up to float rounding.
+// Hence the final parameters equal a one-process run's up to float rounding
+// (with --compress bf16 the gradients travel as bf16, so only closely).
+//
+// The matrix products use oneTBB; each rank limits it to its share of the
+// cores (--threads, default: cores / LOCAL_WORLD_SIZE), since n ranks each
+// running a pool the size of the machine oversubscribe it n times over.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -39,6 +44,8 @@ struct Config {
   std::uint64_t seed = 1;
   std::string sync = "sync";
   double bucket_mb = 25.0;
+  std::string compress = "none";
+  std::size_t threads = 0;  // 0: this rank's fair share of the cores
   std::string checksum_file;
 };
 
@@ -126,6 +133,7 @@ int run(const Config& cfg, const dist::World& world) {
   dist::DdpOptions options;
   options.strategy = cfg.sync == "overlapped" ? dist::GradSyncStrategy::Overlapped : dist::GradSyncStrategy::Synchronous;
   options.bucket_cap_mb = cfg.bucket_mb;
+  options.gradient_compression = cfg.compress == "bf16" ? dist::GradientCompression::BF16 : dist::GradientCompression::None;
   dist::DistributedDataParallel ddp(make_model(cfg.hidden, cfg.seed), world.default_group(), options);
   ddp.sync_parameters();
   nn::SGD sgd(ddp.module_mut().parameters(), {cfg.lr, cfg.momentum, 0.0f});
@@ -137,8 +145,8 @@ int run(const Config& cfg, const dist::World& world) {
   const bool main = rank == 0;
   ProgressBar bar(main && isatty(STDOUT_FILENO));
   if (main) {
-    std::printf("train: %zu ranks, %zu samples, global batch %zu (%zu per rank), %s sync, %zu parameters\n", n,
-                cfg.samples, cfg.global_batch, local, cfg.sync.c_str(),
+    std::printf("train: %zu ranks, %zu samples, global batch %zu (%zu per rank), %s sync, %s compression, "
+                "%zu parameters\n", n, cfg.samples, cfg.global_batch, local, cfg.sync.c_str(), cfg.compress.c_str(),
                 [&] { std::size_t c = 0; for (auto* p : ddp.module_mut().parameters()) c += p->numel(); return c; }());
   }
   dist::Tensor x = dist::Tensor::zeros({local, kFeatures});
@@ -212,9 +220,13 @@ int main(int argc, char** argv) {
   app.add_option("--seed", cfg.seed, "Seed of the data, the shuffle and the initial weights")->capture_default_str();
   app.add_option("--sync", cfg.sync, "Gradient sync strategy")->capture_default_str()->check(CLI::IsMember({"sync", "overlapped"}));
   app.add_option("--bucket-mb", cfg.bucket_mb, "DDP bucket capacity in MiB")->capture_default_str();
+  app.add_option("--compress", cfg.compress, "Gradients travel as f32 (none) or bf16 (half the bytes)")
+      ->capture_default_str()->check(CLI::IsMember({"none", "bf16"}));
+  app.add_option("--threads", cfg.threads, "Compute threads per rank (0: cores / LOCAL_WORLD_SIZE)")->capture_default_str();
   app.add_option("--checksum-file", cfg.checksum_file, "Write every final parameter, one per line, to PATH (rank 0)");
   CLI11_PARSE(app, argc, argv);
   try {
+    const nn::ComputeThreads threads(cfg.threads ? cfg.threads : nn::ComputeThreads::fair_share());
     const dist::World world = dist::World::init();
     return run(cfg, world);
   } catch (const std::exception& e) {

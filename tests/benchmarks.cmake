@@ -15,3 +15,25 @@ if(TARGET axon-bench-mpi)
     set_tests_properties("axon-bench-mpi: every collective verifies under mpirun -np 3" PROPERTIES TIMEOUT 120)
   endif()
 endif()
+
+# ddp_step: a few steps of a tiny MLP, alone and under axon-launch -n 2 with
+# each strategy and compression, so that the benchmark keeps working.
+if(TARGET ddp_step)
+  add_test(NAME "ddp_step: times a few steps in one process"
+    COMMAND ddp_step --widths 32,64,10 --batch 8 --steps 3 --warmup 1)
+  set_tests_properties("ddp_step: times a few steps in one process" PROPERTIES
+    PASS_REGULAR_EXPRESSION "ranks 1  no DDP.*step median [0-9.]+ ms" TIMEOUT 120)
+  if(TARGET axon-launch)
+    foreach(strategy sync overlapped)
+      foreach(compress none bf16)
+        set(name "ddp_step: times a few DDP steps under axon-launch -n 2 (${strategy}, ${compress})")
+        add_test(NAME "${name}"
+          COMMAND axon-launch -n 2 --arena-mb 16 $<TARGET_FILE:ddp_step> --widths 32,64,10 --batch 8
+                  --steps 3 --warmup 1 --bucket-mb 0.004 --strategy ${strategy} --compress ${compress})
+        set_tests_properties("${name}" PROPERTIES
+          PASS_REGULAR_EXPRESSION "ranks 2  ${strategy} ${compress}.*buckets [2-9] \\([1-9] shared\\).*step median [0-9.]+ ms"
+          TIMEOUT 120)
+      endforeach()
+    endforeach()
+  endif()
+endif()

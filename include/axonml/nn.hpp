@@ -9,6 +9,7 @@
 #include "axonml/nn/optim.hpp"
 #include "axonml/nn/parameter.hpp"
 #include "axonml/nn/sequential.hpp"
+#include "axonml/nn/threads.hpp"
 
 // So that `using namespace axonml::distributed;` also makes `nn::Linear` work.
 namespace axonml::distributed {

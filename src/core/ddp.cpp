@@ -47,7 +47,8 @@ DistributedDataParallel::DistributedDataParallel(std::unique_ptr<nn::Module> mod
       group_(std::move(group)),
       options_(options),
       sync_(options.strategy, floats_in_mib(options.bucket_cap_mb, "bucket_cap_mb"),
-            floats_in_mib(options.first_bucket_cap_mb, "first_bucket_cap_mb")) {
+            floats_in_mib(options.first_bucket_cap_mb, "first_bucket_cap_mb"),
+            options.gradient_compression) {
   if (!module_) throw InvalidArgument("DistributedDataParallel: null module");
   if (!group_.is_member()) {
     throw InvalidArgument("DistributedDataParallel: this rank is not a member of " + group_.describe());

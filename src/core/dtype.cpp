@@ -5,20 +5,6 @@
 
 namespace axonml::distributed {
 
-bfloat16::bfloat16(float value) {
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(value);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep it a (quiet) NaN
-    bits = static_cast<std::uint16_t>((u >> 16) | 0x40u);
-    return;
-  }
-  const std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);  // nearest, ties to even
-  bits = static_cast<std::uint16_t>((u + rounding) >> 16);
-}
-
-bfloat16::operator float() const {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
-}
-
 float16::float16(float value) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(value);
   const std::uint32_t sign = (u >> 16) & 0x8000u;

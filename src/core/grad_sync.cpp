@@ -9,18 +9,40 @@
 namespace axonml::distributed {
 namespace {
 
-std::shared_ptr<float> allocate_floats(std::size_t count) {
-  return std::shared_ptr<float>(new float[std::max<std::size_t>(count, 1)](),
-                                std::default_delete<float[]>());
+template <typename T>
+std::shared_ptr<T> allocate_on_heap(std::size_t count) {
+  return std::shared_ptr<T>(new T[std::max<std::size_t>(count, 1)](), std::default_delete<T[]>());
+}
+
+// `count` zeroed elements in the backend's shared memory, or null when it has
+// no room (or none at all).
+template <typename T>
+std::shared_ptr<T> allocate_in_shared_memory(Backend& backend, std::size_t count) {
+  auto memory = backend.allocate_shared(count * sizeof(T));
+  if (!memory) return nullptr;
+  auto* elements = reinterpret_cast<T*>(memory.get());
+  std::fill_n(elements, count, T{});
+  return std::shared_ptr<T>(std::move(memory), elements);
+}
+
+// Gradients into a bucket's bf16 twin (round to nearest even) and back.
+void narrow(const float* source, bfloat16* dest, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) dest[i] = bfloat16(source[i]);
+}
+
+void widen(const bfloat16* source, float* dest, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) dest[i] = static_cast<float>(source[i]);
 }
 
 }  // namespace
 
 GradientSynchronizer::GradientSynchronizer(GradSyncStrategy strategy, std::size_t bucket_size,
-                                           std::size_t first_bucket_size)
+                                           std::size_t first_bucket_size,
+                                           GradientCompression compression)
     : strategy_(strategy),
       bucket_size_(bucket_size),
-      first_bucket_size_(first_bucket_size ? first_bucket_size : bucket_size) {
+      first_bucket_size_(first_bucket_size ? first_bucket_size : bucket_size),
+      compression_(compression) {
   if (bucket_size == 0) throw InvalidArgument("GradientSynchronizer: bucket_size must be > 0");
 }
 
@@ -87,19 +109,23 @@ Tensor GradientSynchronizer::slot(std::size_t index) const {
                       shapes_[index]);
 }
 
-// In the group's shared memory when the backend offers it (the all-reduce then
-// skips its copy in), else on the heap.
-std::shared_ptr<float> GradientSynchronizer::allocate_bucket(std::size_t count, bool& shared) const {
-  shared = false;
-  if (place_in_shared_memory_ && count > 0) {
-    if (auto memory = group_->backend().allocate_shared(count * sizeof(float))) {
-      auto* floats = reinterpret_cast<float*>(memory.get());
-      std::fill_n(floats, count, 0.0f);
-      shared = true;
-      return std::shared_ptr<float>(std::move(memory), floats);
-    }
+// The buffer the all-reduce moves (the f32 bucket, or its bf16 twin) goes in
+// the group's shared memory when the backend offers it (the all-reduce then
+// skips its copy in), else on the heap. The f32 bucket of a compressed
+// synchronizer is never sent, so it stays on the heap.
+void GradientSynchronizer::allocate_bucket(Bucket& bucket) const {
+  const bool try_shared = place_in_shared_memory_ && bucket.size > 0;
+  bucket.shared = false;
+  if (compression_ == GradientCompression::BF16) {
+    bucket.storage = allocate_on_heap<float>(bucket.size);
+    if (try_shared) bucket.wire = allocate_in_shared_memory<bfloat16>(group_->backend(), bucket.size);
+    bucket.shared = bucket.wire != nullptr;
+    if (!bucket.wire) bucket.wire = allocate_on_heap<bfloat16>(bucket.size);
+    return;
   }
-  return allocate_floats(count);
+  if (try_shared) bucket.storage = allocate_in_shared_memory<float>(group_->backend(), bucket.size);
+  bucket.shared = bucket.storage != nullptr;
+  if (!bucket.storage) bucket.storage = allocate_on_heap<float>(bucket.size);
 }
 
 // A zero-copy all-reduce needs the buffer in shared memory on every rank, so
@@ -113,7 +139,11 @@ void GradientSynchronizer::agree_on_shared_buckets() {
   if (all_shared) return;
   for (Bucket& bucket : buckets_) {
     if (!bucket.shared) continue;
-    bucket.storage = allocate_floats(bucket.size);
+    if (compression_ == GradientCompression::BF16) {
+      bucket.wire = allocate_on_heap<bfloat16>(bucket.size);
+    } else {
+      bucket.storage = allocate_on_heap<float>(bucket.size);
+    }
     bucket.shared = false;
   }
 }
@@ -141,7 +171,7 @@ void GradientSynchronizer::close_open_bucket() {
   if (buckets_.empty() || buckets_.back().closed) return;
   Bucket& bucket = buckets_.back();
   bucket.closed = true;
-  bucket.storage = allocate_bucket(bucket.size, bucket.shared);
+  allocate_bucket(bucket);
 }
 
 void GradientSynchronizer::add_gradient(std::size_t index, const Tensor& gradient) {
@@ -185,20 +215,27 @@ void GradientSynchronizer::launch_ready(bool force) {
   }
 }
 
-// Copy-in happens here, on the owner's thread; the all-reduce and the copy
-// out run on the communication thread (Overlapped) or right away.
+// Copy-in (or, under BF16, rounding into the twin) happens here, on the
+// owner's thread; the all-reduce and the copy out run on the communication
+// thread (Overlapped) or right away.
 void GradientSynchronizer::launch(std::size_t b) {
   Bucket& bucket = buckets_[b];
   bucket.launched = true;
-  float* storage = bucket.storage.get();
+  const bool compressed = compression_ == GradientCompression::BF16;
   for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
     const auto& g = gradients_[bucket.indices[k]];
-    float* dest = storage + bucket.offsets[k];
+    const std::size_t offset = bucket.offsets[k];
     if (!g) {
       const std::size_t n = fixed_layout_ ? numel_of(shapes_[bucket.indices[k]]) : 0;
-      std::fill_n(dest, n, 0.0f);
-    } else if (g->data().data() != dest) {
-      std::copy(g->data().begin(), g->data().end(), dest);
+      if (compressed) {
+        std::fill_n(bucket.wire.get() + offset, n, bfloat16{});
+      } else {
+        std::fill_n(bucket.storage.get() + offset, n, 0.0f);
+      }
+    } else if (compressed) {
+      narrow(g->data().data(), bucket.wire.get() + offset, g->numel());
+    } else if (g->data().data() != bucket.storage.get() + offset) {
+      std::copy(g->data().begin(), g->data().end(), bucket.storage.get() + offset);
     }
   }
   if (strategy_ == GradSyncStrategy::Overlapped) {
@@ -211,11 +248,19 @@ void GradientSynchronizer::launch(std::size_t b) {
 
 void GradientSynchronizer::reduce(std::size_t b, const ProcessGroup& pg) {
   Bucket& bucket = buckets_[b];
-  pg.backend().all_reduce(std::span<float>(bucket.storage.get(), bucket.size), ReduceOp::Average);
-  for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
-    auto& g = gradients_[bucket.indices[k]];
-    const float* src = bucket.storage.get() + bucket.offsets[k];
-    if (g && g->data().data() != src) std::copy_n(src, g->numel(), g->data().begin());
+  if (compression_ == GradientCompression::BF16) {
+    pg.backend().all_reduce(std::span<bfloat16>(bucket.wire.get(), bucket.size), ReduceOp::Average);
+    for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
+      auto& g = gradients_[bucket.indices[k]];
+      if (g) widen(bucket.wire.get() + bucket.offsets[k], g->data().data(), g->numel());
+    }
+  } else {
+    pg.backend().all_reduce(std::span<float>(bucket.storage.get(), bucket.size), ReduceOp::Average);
+    for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
+      auto& g = gradients_[bucket.indices[k]];
+      const float* src = bucket.storage.get() + bucket.offsets[k];
+      if (g && g->data().data() != src) std::copy_n(src, g->numel(), g->data().begin());
+    }
   }
   reduced_.fetch_add(1, std::memory_order_acq_rel);
 }

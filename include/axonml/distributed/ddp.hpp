@@ -44,6 +44,9 @@ struct DdpOptions {
   double first_bucket_cap_mb = 1.0;  // small, so the first all-reduce starts early
   bool broadcast_buffers = true;     // sync_parameters() also sends buffers
   bool gradient_as_bucket_view = false;
+  // BF16: buckets travel as bf16 (half the bytes), like PyTorch's
+  // bf16_compress_hook; the averaged grads keep bf16 precision.
+  GradientCompression gradient_compression = GradientCompression::None;
 };
 
 class DistributedDataParallel {

@@ -5,6 +5,7 @@
 // them to f32, combine in f32 and round once when storing.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -16,12 +17,22 @@ enum class ReduceOp : std::uint8_t { Sum, Product, Min, Max, Average };
 
 enum class DataType : std::uint8_t { F32, F64, BF16, F16, I32, I64 };
 
-// 16-bit brain float: the top half of an IEEE f32.
+// 16-bit brain float: the top half of an IEEE f32. The conversions are
+// inline so that loops over whole buffers (DDP's bf16 compression) vectorize.
 struct bfloat16 {
   std::uint16_t bits = 0;
   bfloat16() = default;
-  explicit bfloat16(float value);
-  explicit operator float() const;
+  // Rounds to nearest, ties to even; a NaN stays a (quiet) NaN.
+  explicit bfloat16(float value) {
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(value);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      bits = static_cast<std::uint16_t>((u >> 16) | 0x40u);
+      return;
+    }
+    const std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
+    bits = static_cast<std::uint16_t>((u + rounding) >> 16);
+  }
+  explicit operator float() const { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
   friend bool operator==(bfloat16, bfloat16) = default;
 };
 

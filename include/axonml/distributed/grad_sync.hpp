@@ -17,10 +17,10 @@
 //                     the bucket storage. With a group set first, this is
 //                     collective over it: the buckets go in the group's
 //                     shared memory (zero-copy all-reduce) when every rank
-//                     has room, else all on the heap.
-//                     gradient i's place in its bucket. A gradient that IS its
-//                     slot (a DDP parameter with gradient_as_bucket_view) is
-//                     reduced in place with no copy in or out.
+//                     has room, else all on the heap. slot(i) is gradient
+//                     i's place in its bucket. A gradient that IS its slot (a
+//                     DDP parameter with gradient_as_bucket_view) is reduced
+//                     in place with no copy in or out.
 //
 // Strategies:
 //   Synchronous  every bucket is reduced inside sync_all(), on the caller.
@@ -33,6 +33,16 @@
 //                it has added. An exception on that thread is rethrown by
 //                sync_all(); the buckets queued after it are dropped.
 //   NoSync       nothing is communicated; gradients stay local.
+//
+// Compression (like PyTorch's bf16_compress_hook):
+//   None   buckets are all-reduced as f32.
+//   BF16   each bucket also has a bf16 twin, the buffer that is all-reduced:
+//          launching a bucket rounds its gradients into the twin (nearest
+//          even), the backend averages the twin (summing in f32, rounding
+//          once) and the result is widened back into the f32 gradients. Half
+//          the bytes move; the averaged gradients carry bf16 precision (8
+//          significant bits). The twin, not the f32 bucket, is what goes in
+//          shared memory for the zero-copy all-reduce.
 //
 // Every rank must add the same indices with the same sizes.
 //
@@ -53,13 +63,16 @@ namespace axonml::distributed {
 
 enum class GradSyncStrategy { Synchronous, Overlapped, NoSync };
 
+enum class GradientCompression { None, BF16 };
+
 class CommWorker;
 
 class GradientSynchronizer {
  public:
   // Sizes in floats; first_bucket_size 0 means bucket_size.
   GradientSynchronizer(GradSyncStrategy strategy, std::size_t bucket_size,
-                       std::size_t first_bucket_size = 0);
+                       std::size_t first_bucket_size = 0,
+                       GradientCompression compression = GradientCompression::None);
   // Drops buckets not yet started and waits for the one in flight.
   ~GradientSynchronizer();
   GradientSynchronizer(const GradientSynchronizer&) = delete;
@@ -68,6 +81,7 @@ class GradientSynchronizer {
   GradSyncStrategy strategy() const { return strategy_; }
   std::size_t bucket_size() const { return bucket_size_; }
   std::size_t first_bucket_size() const { return first_bucket_size_; }
+  GradientCompression compression() const { return compression_; }
 
   void prepare(std::size_t num_params);
   void prepare(const std::vector<Shape>& shapes);
@@ -88,6 +102,9 @@ class GradientSynchronizer {
   std::size_t bucket_count() const { return buckets_.size(); }
   // Parameter indices of bucket b, in the order they were packed.
   const std::vector<std::size_t>& bucket_indices(std::size_t b) const { return buckets_.at(b).indices; }
+  // Whether bucket b's all-reduce runs on a buffer in the group's shared
+  // memory (zero copy): the f32 bucket, or its bf16 twin under BF16.
+  bool bucket_in_shared_memory(std::size_t b) const { return buckets_.at(b).shared; }
   // Buckets whose all-reduce has finished this round, on any thread.
   std::size_t buckets_reduced() const { return reduced_.load(std::memory_order_acquire); }
 
@@ -97,7 +114,8 @@ class GradientSynchronizer {
     std::vector<std::size_t> offsets;  // floats from the start of storage
     std::size_t size = 0;              // floats
     std::shared_ptr<float> storage;    // allocated when the bucket closes
-    bool shared = false;               // storage is in the group's shared memory
+    std::shared_ptr<bfloat16> wire;    // BF16 only: the twin that is all-reduced
+    bool shared = false;               // the all-reduced buffer is in the group's shared memory
     std::size_t missing = 0;           // members not yet added this round
     bool closed = false;               // no more members will join
     bool launched = false;
@@ -106,7 +124,7 @@ class GradientSynchronizer {
   std::size_t capacity_of(std::size_t bucket) const;
   void place(std::size_t index, std::size_t numel);
   void close_open_bucket();
-  std::shared_ptr<float> allocate_bucket(std::size_t count, bool& shared) const;
+  void allocate_bucket(Bucket& bucket) const;
   void agree_on_shared_buckets();
   void launch_ready(bool force);
   void launch(std::size_t bucket);
@@ -117,6 +135,7 @@ class GradientSynchronizer {
   GradSyncStrategy strategy_;
   std::size_t bucket_size_;
   std::size_t first_bucket_size_;
+  GradientCompression compression_;
   bool place_in_shared_memory_ = false;  // only while prepare(shapes) runs
   bool fixed_layout_ = false;
   std::vector<Shape> shapes_;                   // fixed layout only
