@@ -13,7 +13,8 @@
 # Environment: RANKS ("2 8"), REPEATS (3), COLLECTIVE (all_reduce), DTYPE
 # (f32), OP (sum), MIN (4), MAX (256M), FACTOR (4), ITERS (20), WARMUP (5),
 # SECONDS_PER_SIZE (2), LAUNCH_ARGS (extra axon-launch options, e.g.
-# "--arena-mb 2048"), OUT (build/<preset>/compare). World size 1 runs our side
+# "--arena-mb 2048"), OURS_ARGS (extra axon-bench options for our side only,
+# e.g. "--shared-buffers" with LAUNCH_ARGS="--arena-mb 700"), OUT (build/<preset>/compare). World size 1 runs our side
 # without the launcher.
 set -euo pipefail
 
@@ -36,6 +37,7 @@ ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 SECONDS_PER_SIZE=${SECONDS_PER_SIZE:-2}
 LAUNCH_ARGS=${LAUNCH_ARGS:-}
+OURS_ARGS=${OURS_ARGS:-}
 OUT=${OUT:-$build/compare}
 
 for program in "$bench" "$bench_mpi"; do
@@ -51,11 +53,12 @@ args=(-c "$COLLECTIVE" -d "$DTYPE" -o "$OP" -b "$MIN" -e "$MAX" -f "$FACTOR" -n 
 run_ours() {  # n repeat
   local n=$1 rep=$2 json=$OUT/axon-n$1-r$2.json
   if [[ $n == 1 ]]; then
-    "$bench" "${args[@]}" --json "$json" >/dev/null
+    # shellcheck disable=SC2086
+    "$bench" "${args[@]}" $OURS_ARGS --json "$json" >/dev/null
   else
     [[ -x $launcher ]] || { echo "compare.sh: $launcher is missing (needed for n=$n)" >&2; exit 2; }
     # shellcheck disable=SC2086
-    "$launcher" -n "$n" $LAUNCH_ARGS "$bench" "${args[@]}" --json "$json" >/dev/null
+    "$launcher" -n "$n" $LAUNCH_ARGS "$bench" "${args[@]}" $OURS_ARGS --json "$json" >/dev/null
   fi
 }
 
