@@ -22,7 +22,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
 
@@ -77,11 +77,15 @@ static_assert(sizeof(ArenaHeader) <= 4096);
 
 // Per rank: the doorbell rung whenever point-to-point traffic that this rank
 // may be waiting for moves (data for it arrives, or space frees up in a
-// mailbox it sends into).
+// mailbox it sends into), and whether the rank has joined the job.
 struct RankControl {
   Doorbell doorbell;
+  // Written by: this rank, once, when it attaches (0 -> 1). Read by the
+  // launcher: a rank that exits while this is 0 never called World::init(),
+  // and peers that did would wait for it in vain.
+  alignas(kCacheLine) std::atomic<std::uint32_t> joined{0};
 };
-static_assert(sizeof(RankControl) == kCacheLine);
+static_assert(sizeof(RankControl) == 2 * kCacheLine);
 
 // One-way channel from src to dst: a ring of mailbox_cells cells.
 struct MailboxControl {
