@@ -50,6 +50,9 @@ void Supervisor::handle_signals() {
     ++forwarded_count_;
     if (forwarded_count_ == 1) {
       forwarded_signal_ = sig;
+      // Who sent it is often the first question when a job ends this way.
+      std::cerr << "axon-launch: got SIG" << ::sigabbrev_np(sig) << " from pid " << info.ssi_pid
+                << ": forwarding it to every rank (a second one kills them)" << std::endl;
       signal_running(sig);
     } else {
       // A second interrupt: the user means it.

@@ -426,7 +426,9 @@ int main(int argc, char** argv) {
                   options.endless ? "endless" : std::to_string(options.ops).c_str(),
                   static_cast<unsigned long long>(options.seed));
     }
-    std::printf("ready rank=%d pid=%d\n", rank, static_cast<int>(::getpid()));
+    const char* arena = std::getenv("AXON_ARENA");
+    std::printf("ready rank=%d pid=%d arena=%s\n", rank, static_cast<int>(::getpid()),
+                arena ? arena : "none");
     std::fflush(stdout);
 
     std::vector<Group> groups = make_groups(world);
