@@ -108,22 +108,29 @@ struct Descriptor {
   std::uint64_t call;       // collectives this rank has made in this group before
   std::uint64_t count;      // elements per rank
   std::uint64_t detail;     // op-specific: e.g. the hash of new_group's list
-  std::uint32_t op;         // CollectiveOp
   std::int32_t root;        // -1 when the op has none
+  std::uint8_t op;          // CollectiveOp
   std::uint8_t dtype;       // DataType
   std::uint8_t reduce_op;   // ReduceOp, or 0xff when the op reduces nothing
   friend bool operator==(const Descriptor&, const Descriptor&) = default;
 };
+static_assert(sizeof(Descriptor) == 32);  // two fill one cache line
 
 // One member's control block within a group.
 struct alignas(kCacheLine) MemberControl {
   // Written by: this member. The last round it has published; its slot of
   // that round's parity is complete when this is observed (acquire).
   std::atomic<std::uint64_t> round;
+  // Written by: this member, indexed by round parity, before publishing: a
+  // 64-bit hash of descriptor[parity]. Peers compare only these, on the line
+  // they read for `round` anyway; the descriptors themselves sit on the next
+  // line and are read only to describe a mismatch.
+  std::uint64_t digest[2];
   // Written by: this member, indexed by round parity, before publishing.
-  Descriptor descriptor[2];
+  alignas(kCacheLine) Descriptor descriptor[2];
 };
-static_assert(sizeof(MemberControl) % kCacheLine == 0);
+static_assert(sizeof(MemberControl) == 2 * kCacheLine);  // docs/arena.md: 128 bytes each
+static_assert(offsetof(MemberControl, descriptor) == kCacheLine);
 
 // A group's shared state. Followed by MemberControl[size] and then the data
 // slots: member m's slot of parity p at data + (2 * m + p) * slot_bytes.
