@@ -172,9 +172,18 @@ void Supervisor::advance_phase(Clock::time_point now) {
 void Supervisor::maybe_remove_name(Clock::time_point now) {
   if (arena_.name_removed()) return;
   // A rank that exited 0 without attaching keeps the name: the others may
-  // still attach, and then check_unjoined_exit() reports it.
-  if (arena_.attached() >= ranks_.size() || first_failure_ || joined_rank_exited_ ||
-      now - started_ >= times_.attach_deadline) {
+  // still attach, and then check_unjoined_exit() reports it. After a failure
+  // the name stays while running ranks have yet to attach, so that they find
+  // the abort (and its reason) rather than no arena; the grace period ends
+  // them if they never do.
+  bool unjoined_running = false;
+  for (const auto& r : ranks_) {
+    if (r.running && !arena_.joined(r.rank)) unjoined_running = true;
+  }
+  const bool remove = arena_.attached() >= ranks_.size() ||
+                      now - started_ >= times_.attach_deadline ||
+                      (first_failure_ ? !unjoined_running : joined_rank_exited_);
+  if (remove) {
     arena_.remove_name();
   }
 }

@@ -4,8 +4,9 @@
 // every rank's output pipes. It
 //   - forwards output lines (see OutputStream);
 //   - removes the arena's /dev/shm name as soon as every rank has attached,
-//     or a rank has failed or ended after attaching, or the attach deadline
-//     passed;
+//     or the attach deadline passed, or (no rank failed) a rank ended after
+//     attaching, or (one failed) every rank still running has attached, so
+//     that late ones find the abort and its reason;
 //   - reaps ranks; the first that fails (a signal, or a non-zero exit) while
 //     others still run marks the arena aborted with a reason naming it, which
 //     wakes every waiter so that the survivors throw PeerFailure; survivors
