@@ -103,6 +103,13 @@ unsigned JobArena::attached() const {
   return header().attached.load(std::memory_order_acquire);
 }
 
+bool JobArena::joined(int rank) const {
+  auto& h = header();
+  const auto* controls = reinterpret_cast<const shm::RankControl*>(
+      reinterpret_cast<const std::byte*>(&h) + h.rank_controls_offset);
+  return controls[rank].joined.load(std::memory_order_acquire) != 0;
+}
+
 void JobArena::remove_name() {
   if (removed_) return;
   bip::shared_memory_object::remove(name_.c_str());

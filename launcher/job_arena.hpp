@@ -34,6 +34,8 @@ class JobArena {
 
   // Ranks that have attached so far.
   unsigned attached() const;
+  // Whether `rank` has attached (its RankControl::joined flag).
+  bool joined(int rank) const;
   // Unlinks the /dev/shm name (idempotent).
   void remove_name();
   bool name_removed() const { return removed_; }

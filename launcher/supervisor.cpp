@@ -50,6 +50,9 @@ void Supervisor::handle_signals() {
     ++forwarded_count_;
     if (forwarded_count_ == 1) {
       forwarded_signal_ = sig;
+      // Who sent it is often the first question when a job ends this way.
+      std::cerr << "axon-launch: got SIG" << ::sigabbrev_np(sig) << " from pid " << info.ssi_pid
+                << ": forwarding it to every rank (a second one kills them)" << std::endl;
       signal_running(sig);
     } else {
       // A second interrupt: the user means it.
@@ -70,10 +73,16 @@ void Supervisor::reap() {
     if (it == ranks_.end()) continue;
     it->running = false;
     it->status = status;
-    any_exited_ = true;
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) failed.push_back(it->rank);
+    const bool joined = arena_.joined(it->rank);
+    if (joined) joined_rank_exited_ = true;
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      failed.push_back(it->rank);
+    } else if (!joined && !unjoined_exit_ && ranks_.size() > 1) {
+      unjoined_exit_ = Failure{it->rank, status, false};
+    }
   }
   if (!failed.empty()) record_failures(failed);
+  check_unjoined_exit();
   if (running_count() == 0 && !all_exited_at_) all_exited_at_ = Clock::now();
 }
 
@@ -91,13 +100,38 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
       chosen = aborter;
     }
   }
-  first_failure_ = Failure{chosen, ranks_[static_cast<std::size_t>(chosen)].status};
+  first_failure_ = Failure{chosen, ranks_[static_cast<std::size_t>(chosen)].status,
+                           arena_.joined(chosen)};
   if (running_count() > 0 && forwarded_count_ == 0) start_abort(*first_failure_);
 }
 
+// A rank that exited 0 without attaching is only an error once another rank
+// has attached: that one will wait for it. Checked after every wake-up (the
+// poll wakes every 10-100 ms while the arena's name exists, which it does
+// until then).
+void Supervisor::check_unjoined_exit() {
+  if (!unjoined_exit_ || first_failure_ || forwarded_count_ != 0) return;
+  if (arena_.attached() == 0) return;
+  first_failure_ = unjoined_exit_;
+  if (running_count() > 0) start_abort(*first_failure_);
+}
+
+std::string Supervisor::describe(const Failure& failure) const {
+  std::string s = "rank " + std::to_string(failure.rank) + " ";
+  if (failure.joined) return s + describe_status(failure.status);
+  if (WIFEXITED(failure.status) && WEXITSTATUS(failure.status) == 0) {
+    return s + "exited (status 0) before joining the job (did it call World::init()?)";
+  }
+  return s + describe_status(failure.status) + " before joining the job";
+}
+
+int Supervisor::exit_code(const Failure& failure) const {
+  const int code = exit_code_of(failure.status);
+  return code == 0 && !failure.joined ? 1 : code;
+}
+
 void Supervisor::start_abort(const Failure& failure) {
-  const std::string reason = "rank " + std::to_string(failure.rank) + " " +
-                             describe_status(failure.status);
+  const std::string reason = describe(failure);
   // The launcher is no rank; the guard only needs the header (and -1 marks
   // the launcher as the aborter).
   shm::WaitGuard guard(arena_.header(), -1, std::chrono::milliseconds(0));
@@ -122,10 +156,14 @@ void Supervisor::wake_sleepers() {
 void Supervisor::advance_phase(Clock::time_point now) {
   if (running_count() == 0) return;
   if (phase_ == Phase::Aborting && now >= phase_deadline_) {
+    std::cerr << "axon-launch: " << running_count() << " rank(s) still running "
+              << times_.abort_grace.count() << " ms after the abort: sending SIGTERM" << std::endl;
     signal_running(SIGTERM);
     phase_ = Phase::Terminating;
     phase_deadline_ = now + times_.term_grace;
   } else if (phase_ == Phase::Terminating && now >= phase_deadline_) {
+    std::cerr << "axon-launch: " << running_count() << " rank(s) still running "
+              << times_.term_grace.count() << " ms after SIGTERM: sending SIGKILL" << std::endl;
     signal_running(SIGKILL);
     phase_ = Phase::Killing;
   }
@@ -133,7 +171,19 @@ void Supervisor::advance_phase(Clock::time_point now) {
 
 void Supervisor::maybe_remove_name(Clock::time_point now) {
   if (arena_.name_removed()) return;
-  if (arena_.attached() >= ranks_.size() || any_exited_ || now - started_ >= times_.attach_deadline) {
+  // A rank that exited 0 without attaching keeps the name: the others may
+  // still attach, and then check_unjoined_exit() reports it. After a failure
+  // the name stays while running ranks have yet to attach, so that they find
+  // the abort (and its reason) rather than no arena; the grace period ends
+  // them if they never do.
+  bool unjoined_running = false;
+  for (const auto& r : ranks_) {
+    if (r.running && !arena_.joined(r.rank)) unjoined_running = true;
+  }
+  const bool remove = arena_.attached() >= ranks_.size() ||
+                      now - started_ >= times_.attach_deadline ||
+                      (first_failure_ ? !unjoined_running : joined_rank_exited_);
+  if (remove) {
     arena_.remove_name();
   }
 }
@@ -190,7 +240,7 @@ int Supervisor::run() {
   }
   arena_.remove_name();
   print_summary();
-  return first_failure_ ? exit_code_of(first_failure_->status) : 0;
+  return first_failure_ ? exit_code(*first_failure_) : 0;
 }
 
 void Supervisor::print_summary() const {
@@ -202,12 +252,12 @@ void Supervisor::print_summary() const {
     return;
   }
   const auto& f = *first_failure_;
-  std::string line = "axon-launch: rank " + std::to_string(f.rank) + " " + describe_status(f.status);
+  std::string line = "axon-launch: " + describe(f);
   if (forwarded_signal_ != 0) {
     line += " after the launcher forwarded SIG" + std::string(::sigabbrev_np(forwarded_signal_));
   }
   if (phase_ != Phase::Running) line += "; the job was aborted and the other ranks stopped";
-  line += " (exit status " + std::to_string(exit_code_of(f.status)) + ")";
+  line += " (exit status " + std::to_string(exit_code(f)) + ")";
   std::cerr << line << std::endl;
 }
 

@@ -4,14 +4,22 @@
 // every rank's output pipes. It
 //   - forwards output lines (see OutputStream);
 //   - removes the arena's /dev/shm name as soon as every rank has attached,
-//     or a rank has ended before attaching, or the attach deadline passed;
+//     or the attach deadline passed, or (no rank failed) a rank ended after
+//     attaching, or (one failed) every rank still running has attached, so
+//     that late ones find the abort and its reason;
 //   - reaps ranks; the first that fails (a signal, or a non-zero exit) while
 //     others still run marks the arena aborted with a reason naming it, which
 //     wakes every waiter so that the survivors throw PeerFailure; survivors
 //     still running after a grace period get SIGTERM, then SIGKILL;
+//   - treats a rank that exited 0 without ever attaching as a failure too,
+//     once any other rank has attached (it would wait for it until the
+//     timeout): "rank 2 exited (status 0) before joining the job (did it
+//     call World::init()?)", exit status 1. Ranks that all run without
+//     attaching (programs that do not use the library) are left alone;
 //   - forwards SIGINT/SIGTERM/SIGHUP to every rank; a second one kills them.
 // run() returns the launcher's exit status: 0 when every rank exited 0, else
-// the status of the first failed rank (its code, or 128 + signal).
+// the status of the first failed rank (its code, or 128 + signal; 1 for a
+// rank that exited 0 before joining).
 //
 // Thread safety: single-threaded.
 #pragma once
@@ -51,12 +59,16 @@ class Supervisor {
   struct Failure {
     int rank;
     int status;
+    bool joined = true;  // false: ended before attaching to the arena
   };
 
   void handle_signals();
   void reap();
   void record_failures(const std::vector<int>& failed_ranks);
   void start_abort(const Failure& failure);
+  void check_unjoined_exit();
+  std::string describe(const Failure& failure) const;
+  int exit_code(const Failure& failure) const;
   void wake_sleepers();
   void signal_running(int sig);
   void advance_phase(Clock::time_point now);
@@ -75,7 +87,8 @@ class Supervisor {
   Phase phase_ = Phase::Running;
   Clock::time_point phase_deadline_{};
   std::optional<Failure> first_failure_;
-  bool any_exited_ = false;
+  bool joined_rank_exited_ = false;
+  std::optional<Failure> unjoined_exit_;  // first rank that exited 0 without attaching
   int forwarded_signal_ = 0;   // the first SIGINT/SIGTERM/SIGHUP we passed on
   int forwarded_count_ = 0;
   std::optional<Clock::time_point> all_exited_at_;

@@ -175,6 +175,31 @@ case "$case_name" in
     expect_status $((128 + 2))
     expect_no_arena_of "$pid"
     ;;
+  early-exit)
+    # A rank that exits 0 without calling World::init() while the others
+    # wait for it: a clear error at once, not a wait until --timeout.
+    start=$(date +%s)
+    run -n 4 --timeout 120 "$probe" early 2 0
+    expect_status 1
+    [ $(($(date +%s) - start)) -lt 60 ] || fail "took until the timeout: $err"
+    [[ "$err" == *"axon-launch: rank 2 exited (status 0) before joining the job (did it call World::init()?)"* ]] ||
+      fail "no summary naming rank 2: $err"
+    for r in 0 1 3; do
+      grep -q "^\[rank $r\] probe rank $r caught PeerFailure: .*rank 2 exited (status 0) before joining" "$work/err" ||
+        fail "rank $r did not report rank 2: $err"
+    done
+    # Non-zero before joining: its own status, and the same hint of when.
+    run -n 3 --timeout 120 "$probe" early 0 3
+    expect_status 3
+    [[ "$err" == *"axon-launch: rank 0 exited with code 3 before joining the job"* ]] || fail "unclear summary: $err"
+    ;;
+  leave-early)
+    # A rank that exits 0 after its last collective while the others still
+    # run is a normal ending.
+    run -n 4 --timeout 120 "$probe" leave 1
+    expect_status 0
+    [ -z "$err" ] || fail "unexpected stderr: $err"
+    ;;
   *)
     fail "unknown case"
     ;;

@@ -2,8 +2,9 @@
 //
 // Adds to the bare round protocol the safety net every collective gets: the
 // first exchange of each collective posts a Descriptor (op, type, count,
-// root, reduce op, call number) beside the round counter, and every member
-// compares all peers' descriptors with its own before touching their data,
+// root, reduce op, call number) and its 64-bit hash beside the round counter,
+// and every member compares all peers' hashes with its own before touching
+// their data (the descriptors themselves only to describe a difference),
 // so ranks that disagree get a CollectiveMismatch naming both sides instead
 // of corrupt data or a hang.
 //
@@ -93,6 +94,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::uint64_t calls_ = 0;  // collectives begun
   bool check_pending_ = false;
   shm::Descriptor pending_{};
+  std::uint64_t pending_digest_ = 0;
   std::string broken_;       // set after a mismatch: the group is unusable
 };
 

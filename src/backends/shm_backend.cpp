@@ -70,8 +70,12 @@ std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
   auto* base = static_cast<std::byte*>(region->get_address());
   auto& header = const_cast<shm::ArenaHeader&>(shm::check_arena(base, region->get_size(), world_size));
 
-  // Register; the last rank to arrive also removes the name itself (the
-  // launcher does too), so that from here on nothing can leak it.
+  // Register: first this rank's joined flag (the launcher reads it when a
+  // rank exits, to tell a rank that never joined from one that finished),
+  // then the count; the last rank to arrive also removes the name itself
+  // (the launcher does too), so that from here on nothing can leak it.
+  auto* controls = reinterpret_cast<shm::RankControl*>(base + header.rank_controls_offset);
+  controls[rank].joined.store(1, std::memory_order_release);
   const std::uint32_t before = header.attached.fetch_add(1, std::memory_order_acq_rel);
   if (before >= static_cast<std::uint32_t>(world_size)) {
     throw Error(who + "more than WORLD_SIZE=" + std::to_string(world_size) +

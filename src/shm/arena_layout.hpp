@@ -22,7 +22,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
 
@@ -77,11 +77,15 @@ static_assert(sizeof(ArenaHeader) <= 4096);
 
 // Per rank: the doorbell rung whenever point-to-point traffic that this rank
 // may be waiting for moves (data for it arrives, or space frees up in a
-// mailbox it sends into).
+// mailbox it sends into), and whether the rank has joined the job.
 struct RankControl {
   Doorbell doorbell;
+  // Written by: this rank, once, when it attaches (0 -> 1). Read by the
+  // launcher: a rank that exits while this is 0 never called World::init(),
+  // and peers that did would wait for it in vain.
+  alignas(kCacheLine) std::atomic<std::uint32_t> joined{0};
 };
-static_assert(sizeof(RankControl) == kCacheLine);
+static_assert(sizeof(RankControl) == 2 * kCacheLine);
 
 // One-way channel from src to dst: a ring of mailbox_cells cells.
 struct MailboxControl {
@@ -104,22 +108,29 @@ struct Descriptor {
   std::uint64_t call;       // collectives this rank has made in this group before
   std::uint64_t count;      // elements per rank
   std::uint64_t detail;     // op-specific: e.g. the hash of new_group's list
-  std::uint32_t op;         // CollectiveOp
   std::int32_t root;        // -1 when the op has none
+  std::uint8_t op;          // CollectiveOp
   std::uint8_t dtype;       // DataType
   std::uint8_t reduce_op;   // ReduceOp, or 0xff when the op reduces nothing
   friend bool operator==(const Descriptor&, const Descriptor&) = default;
 };
+static_assert(sizeof(Descriptor) == 32);  // two fill one cache line
 
 // One member's control block within a group.
 struct alignas(kCacheLine) MemberControl {
   // Written by: this member. The last round it has published; its slot of
   // that round's parity is complete when this is observed (acquire).
   std::atomic<std::uint64_t> round;
+  // Written by: this member, indexed by round parity, before publishing: a
+  // 64-bit hash of descriptor[parity]. Peers compare only these, on the line
+  // they read for `round` anyway; the descriptors themselves sit on the next
+  // line and are read only to describe a mismatch.
+  std::uint64_t digest[2];
   // Written by: this member, indexed by round parity, before publishing.
-  Descriptor descriptor[2];
+  alignas(kCacheLine) Descriptor descriptor[2];
 };
-static_assert(sizeof(MemberControl) % kCacheLine == 0);
+static_assert(sizeof(MemberControl) == 2 * kCacheLine);  // docs/arena.md: 128 bytes each
+static_assert(offsetof(MemberControl, descriptor) == kCacheLine);
 
 // A group's shared state. Followed by MemberControl[size] and then the data
 // slots: member m's slot of parity p at data + (2 * m + p) * slot_bytes.

@@ -8,6 +8,12 @@
 //                                         block in a recv nobody answers
 //   launcher_probe lines COUNT            write COUNT stdout and stderr lines
 //                                         in pieces, then an unterminated one
+//   launcher_probe early RANK CODE        rank RANK exits CODE without calling
+//                                         World::init(); the others init and
+//                                         wait in a barrier
+//   launcher_probe leave RANK             rank RANK exits 0 after its last
+//                                         collective; the others go on without
+//                                         it for a while, then exit 0
 //
 // A rank whose wait fails prints "probe rank K caught <what>" and exits 1.
 #include <signal.h>
@@ -65,6 +71,12 @@ int main(int argc, char** argv) {
     return 64;
   }
   if (args[0] == "lines") return lines(args.size() > 1 ? std::atoi(args[1].c_str()) : 10);
+  if (args[0] == "early" && args.size() == 3) {
+    const char* my_rank = std::getenv("RANK");
+    if (my_rank != nullptr && std::atoi(my_rank) == std::atoi(args[1].c_str())) {
+      return std::atoi(args[2].c_str());
+    }
+  }
 
   int rank = -1;
   try {
@@ -79,6 +91,25 @@ int main(int argc, char** argv) {
         ::raise(std::atoi(args[2].c_str()));
       }
       world.barrier();
+      return 0;
+    }
+    if (args[0] == "early") {
+      world.barrier();  // never completes: the early rank is not there
+      return 0;
+    }
+    if (args[0] == "leave" && args.size() == 2) {
+      const int leaver = std::atoi(args[1].c_str());
+      std::vector<int> others;
+      for (int r = 0; r < world.world_size(); ++r) {
+        if (r != leaver) others.push_back(r);
+      }
+      const ProcessGroup rest = world.new_group(others);
+      world.barrier();
+      if (rank == leaver) return 0;
+      for (int i = 0; i < 5; ++i) {
+        ::usleep(100 * 1000);
+        rest.barrier();
+      }
       return 0;
     }
     std::fprintf(stderr, "launcher_probe: unknown mode %s\n", args[0].c_str());
