@@ -63,6 +63,7 @@ class WaitGuard {
   // Polls before the first yield: none when the job has more ranks than
   // this process may use cores (spinning would only delay the rank that has
   // the work), a few microseconds' worth otherwise. AXON_SPIN_POLLS overrides.
+  // After the polls, sched_yield: as cheap as a poll when the core is free.
   int spin_polls() const { return spin_polls_; }
 
  private:
