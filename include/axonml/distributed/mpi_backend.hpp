@@ -16,7 +16,7 @@
 //
 // Environment:
 //   AXON_HIERARCHICAL=0   flat MPI only
-//   AXON_NODE_ID=<int>    the node this rank counts as (one machine can
+//   AXON_NODE_ID=N        the node this rank counts as (one machine can
 //                         pretend to be several); default: ranks that share
 //                         memory (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED))
 //
