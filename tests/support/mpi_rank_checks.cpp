@@ -56,7 +56,7 @@ template <typename T> std::vector<T> inputs(int rank, std::size_t count, std::si
 }
 
 template <typename T> bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // Element-wise reduction of every rank's vector, in rank order, by the kernels.
