@@ -13,11 +13,15 @@
 
 #include "axonml/nn.hpp"
 #include "support/run_ranks.hpp"
+#include "support/training.hpp"
 
 using namespace axonml::distributed;
 using namespace axonml::nn;
 using axon_test::PerRank;
+using axon_test::Batch;
+using axon_test::flatten_values;
 using axon_test::run_ranks;
+using axon_test::shard;
 
 namespace {
 
@@ -30,11 +34,6 @@ Sequential make_mlp(std::uint64_t seed) {
   return mlp;
 }
 
-struct Batch {
-  Tensor x;
-  std::vector<int> y;
-};
-
 Batch make_batch(std::size_t rows, unsigned seed) {
   std::mt19937 rng(seed);
   std::vector<float> x(rows * kIn);
@@ -42,21 +41,6 @@ Batch make_batch(std::size_t rows, unsigned seed) {
   std::vector<int> y(rows);
   for (int& label : y) label = static_cast<int>(rng() % kClasses);
   return {Tensor::from_vec(std::move(x), {rows, kIn}), std::move(y)};
-}
-
-// Rows [begin, begin + count) of a batch: a rank's shard.
-Batch shard(const Batch& b, std::size_t begin, std::size_t count) {
-  return {b.x.narrow(0, begin, count),
-          std::vector<int>(b.y.begin() + static_cast<long>(begin), b.y.begin() + static_cast<long>(begin + count))};
-}
-
-std::vector<float> flatten(Module& m) {
-  std::vector<float> out;
-  for (Parameter* p : m.parameters()) {
-    auto v = p->value().to_vec();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
 }
 
 constexpr int kSteps = 6;
@@ -74,7 +58,7 @@ std::vector<float> train_single() {
     mlp.backward(loss.backward());
     sgd.step();
   }
-  return flatten(mlp);
+  return flatten_values(mlp);
 }
 
 void require_close(const std::vector<float>& actual, const std::vector<float>& expected) {
@@ -128,7 +112,7 @@ TEST_CASE("DDP training equals one process on the global batch", "[ddp]") {
       ddp.sync_gradients();
       sgd.step();
     }
-    result[r] = flatten(ddp.module_mut());
+    result[r] = flatten_values(ddp.module_mut());
     buckets[r] = ddp.synchronizer().bucket_count();
   });
   for (int r = 0; r < n; ++r) {
@@ -161,10 +145,10 @@ TEST_CASE("sync_parameters makes every rank's parameters and buffers rank 0's", 
     DistributedDataParallel ddp(WithBuffer(static_cast<float>(r + 1)), ProcessGroup(backend));
     ddp.broadcast_buffers(with_buffers);
     ddp.sync_parameters();
-    params[r] = flatten(ddp.module_mut());
+    params[r] = flatten_values(ddp.module_mut());
     stats[r] = ddp.module_mut().buffers()[0]->to_vec();
   });
-  const auto rank0_params = flatten(*std::make_unique<Linear>(3, 2, 1));
+  const auto rank0_params = flatten_values(*std::make_unique<Linear>(3, 2, 1));
   for (int r = 0; r < n; ++r) {
     CHECK(params[r] == rank0_params);
     CHECK(stats[r] == std::vector<float>(2, with_buffers ? 1.0f : static_cast<float>(r + 1)));

@@ -18,11 +18,16 @@
 #include "axonml/nn.hpp"
 #include "support/log_capture.hpp"
 #include "support/run_ranks.hpp"
+#include "support/training.hpp"
 
 using namespace axonml::distributed;
 using namespace axonml::nn;
 using axon_test::PerRank;
+using axon_test::Batch;
+using axon_test::flatten_grads;
+using axon_test::flatten_values;
 using axon_test::run_ranks;
+using axon_test::shard;
 
 namespace {
 
@@ -33,11 +38,6 @@ Sequential make_mlp(std::uint64_t seed) {
   mlp.add(Linear(kIn, kHidden, seed)).add(ReLU()).add(Linear(kHidden, kClasses, seed + 1));
   return mlp;
 }
-
-struct Batch {
-  Tensor x;
-  std::vector<int> y;
-};
 
 // A learnable task: the label is the largest of the first kClasses features.
 Batch make_batch(std::size_t rows, unsigned seed) {
@@ -51,29 +51,6 @@ Batch make_batch(std::size_t rows, unsigned seed) {
     y[i] = static_cast<int>(std::max_element(row, row + kClasses) - row);
   }
   return {Tensor::from_vec(std::move(x), {rows, kIn}), std::move(y)};
-}
-
-Batch shard(const Batch& b, std::size_t begin, std::size_t count) {
-  return {b.x.narrow(0, begin, count),
-          std::vector<int>(b.y.begin() + static_cast<long>(begin), b.y.begin() + static_cast<long>(begin + count))};
-}
-
-std::vector<float> flatten_values(Module& m) {
-  std::vector<float> out;
-  for (Parameter* p : m.parameters()) {
-    auto v = p->value().to_vec();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-std::vector<float> flatten_grads(Module& m) {
-  std::vector<float> out;
-  for (Parameter* p : m.parameters()) {
-    auto v = p->grad().to_vec();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
 }
 
 // A value that came out of a bf16 buffer has nothing in the low 16 bits.
