@@ -13,6 +13,7 @@
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "shm/arena_layout.hpp"
@@ -21,8 +22,8 @@ namespace axon_launch {
 
 class JobArena {
  public:
-  // Throws std::runtime_error naming the sizes, the free space of /dev/shm
-  // and --arena-mb when the arena cannot be made.
+  // Throws (see shm::create_arena_file) naming the sizes, the free space of
+  // /dev/shm and --arena-mb when the arena cannot be made.
   JobArena(int world_size, std::size_t arena_bytes, std::size_t slot_bytes);
   ~JobArena();
   JobArena(const JobArena&) = delete;
@@ -43,11 +44,8 @@ class JobArena {
  private:
   std::string name_;
   std::size_t bytes_;
-  boost::interprocess::mapped_region region_;
+  std::shared_ptr<boost::interprocess::mapped_region> region_;
   bool removed_ = false;
 };
-
-// "axon-<pid>-<16 random hex digits>"
-std::string unique_arena_name();
 
 }  // namespace axon_launch

@@ -1,6 +1,5 @@
 #include "mpi/node_arena.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>
@@ -8,11 +7,11 @@
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
+#include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/wait.hpp"
 
@@ -32,39 +31,6 @@ struct Announcement {
   std::array<char, 448> error{};
 };
 
-std::string unique_name() {
-  std::random_device device;
-  const std::uint64_t random = (std::uint64_t{device()} << 32) ^ device();
-  char name[64];
-  std::snprintf(name, sizeof(name), "axon-mpi-%d-%016llx", static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(random));
-  return name;
-}
-
-// Creates, reserves, maps and formats the arena; unlinks it if a step fails.
-std::shared_ptr<bip::mapped_region> create(const std::string& name, std::size_t bytes, int ranks) {
-  bip::permissions owner_only;
-  owner_only.set_permissions(0600);
-  bip::shared_memory_object object(bip::create_only, name.c_str(), bip::read_write, owner_only);
-  try {
-    object.truncate(static_cast<bip::offset_t>(bytes));
-    const int fd = object.get_mapping_handle().handle;
-    if (const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
-      throw Error("cannot reserve " + std::to_string(bytes >> 20) + " MiB in /dev/shm (" +
-                  std::strerror(err) + "): free space there or set AXON_HIERARCHICAL=0");
-    }
-    auto region = std::make_shared<bip::mapped_region>(object, bip::read_write, 0, bytes);
-    shm::ArenaSpec spec;
-    spec.world_size = ranks;
-    spec.arena_bytes = bytes;
-    shm::format_arena(region->get_address(), spec);
-    return region;
-  } catch (...) {
-    bip::shared_memory_object::remove(name.c_str());
-    throw;
-  }
-}
-
 std::shared_ptr<bip::mapped_region> open(const std::string& name, std::size_t bytes) {
   bip::shared_memory_object object(bip::open_only, name.c_str(), bip::read_write);
   return std::make_shared<bip::mapped_region>(object, bip::read_write, 0, bytes);
@@ -80,9 +46,12 @@ std::shared_ptr<ArenaBackend> attach_node_arena(const Comm& node, int world_rank
   std::shared_ptr<bip::mapped_region> region;
   std::string name;
   if (node.rank() == 0) {
-    name = unique_name();
+    name = shm::unique_arena_name("axon-mpi");
     try {
-      region = create(name, bytes, node.size());
+      shm::ArenaSpec spec;
+      spec.world_size = node.size();
+      spec.arena_bytes = bytes;
+      region = shm::create_arena_file(name, spec, "set AXON_HIERARCHICAL=0");
       std::snprintf(announcement.name.data(), announcement.name.size(), "%s", name.c_str());
     } catch (const std::exception& e) {
       std::snprintf(announcement.error.data(), announcement.error.size(), "%s", e.what());
