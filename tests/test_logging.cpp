@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "support/log_capture.hpp"
 #include "support/run_ranks.hpp"
 

@@ -5,24 +5,10 @@
 #include <string_view>
 
 #include "axonml/distributed/error.hpp"
-#include "core/log.hpp"
+#include "base/env.hpp"
+#include "base/log.hpp"
 
 namespace axonml::distributed {
-
-std::string_view to_string(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::AllReduce: return "all_reduce";
-    case CollectiveOp::Broadcast: return "broadcast";
-    case CollectiveOp::AllGather: return "all_gather";
-    case CollectiveOp::ReduceScatter: return "reduce_scatter";
-    case CollectiveOp::Gather: return "gather";
-    case CollectiveOp::Scatter: return "scatter";
-    case CollectiveOp::Reduce: return "reduce";
-    case CollectiveOp::Barrier: return "barrier";
-    case CollectiveOp::NewGroup: return "new_group";
-  }
-  return "unknown-collective";
-}
 
 namespace {
 
@@ -30,10 +16,7 @@ namespace {
 // measure what the check costs (axon-bench with and without it); the check is
 // on by default and should stay on.
 bool collective_checks_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("AXON_CHECK_COLLECTIVES");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
+  static const bool enabled = env::flag("AXON_CHECK_COLLECTIVES").value_or(true);
   return enabled;
 }
 

@@ -16,25 +16,12 @@
 #include <vector>
 
 #include "axonml/distributed/dtype.hpp"
+#include "base/collective_op.hpp"
 #include "collectives/round_channel.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/wait.hpp"
 
 namespace axonml::distributed {
-
-enum class CollectiveOp : std::uint32_t {
-  AllReduce = 1,
-  Broadcast,
-  AllGather,
-  ReduceScatter,
-  Gather,
-  Scatter,
-  Reduce,
-  Barrier,
-  NewGroup,
-};
-
-std::string_view to_string(CollectiveOp op);
 
 // What one rank is about to run; the argument of ArenaChannel::begin().
 struct CollectiveCall {

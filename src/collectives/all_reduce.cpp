@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <cstring>
 #include <vector>
 
+#include "base/env.hpp"
 #include "collectives/algorithms.hpp"
 #include "collectives/copy.hpp"
 #include "kernels/reduce.hpp"
@@ -86,9 +88,9 @@ std::size_t one_round_all_reduce_limit(std::size_t slot_bytes, int members) {
   // 64 KiB one-round took 147 us at n=16, the pipelined 256 KiB 116 us).
   std::size_t limit = std::clamp<std::size_t>((std::size_t{256} << 10) / static_cast<std::size_t>(members),
                                               std::size_t{4} << 10, std::size_t{128} << 10);
-  if (const char* env = std::getenv("AXON_ALLREDUCE_ONE_ROUND_BYTES"); env && *env) {
-    limit = static_cast<std::size_t>(std::strtoull(env, nullptr, 10));
-  }
+  static const std::optional<long long> requested =
+      env::integer("AXON_ALLREDUCE_ONE_ROUND_BYTES", 0, 1LL << 40);
+  if (requested) limit = static_cast<std::size_t>(*requested);
   return std::min(limit, slot_bytes);
 }
 

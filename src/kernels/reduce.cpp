@@ -3,6 +3,7 @@
 #include <string>
 
 #include "axonml/distributed/error.hpp"
+#include "base/env.hpp"
 #include "kernels/reduce.hpp"
 #include "kernels/reduce_isa.hpp"
 
@@ -60,22 +61,21 @@ bool isa_supported(Isa isa) {
 }
 
 Isa choose_isa() {
-  const char* requested = std::getenv("AXON_KERNEL");
-  if (requested == nullptr || *requested == '\0') {
+  const auto requested = env::choice("AXON_KERNEL", {"scalar", "avx2", "avx512"});
+  if (!requested) {
     if (isa_supported(Isa::Avx512)) return Isa::Avx512;
     if (isa_supported(Isa::Avx2)) return Isa::Avx2;
     return Isa::Scalar;
   }
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (to_string(isa) != requested) continue;
+    if (to_string(isa) != *requested) continue;
     if (!isa_supported(isa)) {
-      throw InvalidArgument("reduce kernels: AXON_KERNEL=" + std::string(requested) +
+      throw InvalidArgument("reduce kernels: AXON_KERNEL=" + *requested +
                             " but this CPU lacks the instructions it needs");
     }
     return isa;
   }
-  throw InvalidArgument("reduce kernels: AXON_KERNEL=" + std::string(requested) +
-                        " is unknown (expected scalar, avx2 or avx512)");
+  return Isa::Scalar;  // not reached: env::choice accepted only the names above
 }
 
 void reduce_with(Isa isa, DataType type, ReduceOp op, std::span<const std::byte* const> sources,

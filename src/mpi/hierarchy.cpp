@@ -5,7 +5,7 @@
 #include <string>
 
 #include "axonml/distributed/error.hpp"
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "mpi/node_arena.hpp"
 #include "mpi/typed.hpp"
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "axonml/distributed/error.hpp"
+#include "base/env.hpp"
 #include "mpi/hierarchy.hpp"
 #include "mpi/mpi_runtime.hpp"
 #include "mpi/reduction.hpp"
@@ -92,22 +93,9 @@ std::shared_ptr<MpiBackend> MpiBackend::create(MpiOptions options) {
 
 std::shared_ptr<MpiBackend> MpiBackend::from_environment() {
   MpiOptions options;
-  if (const char* text = std::getenv("AXON_HIERARCHICAL"); text && *text) {
-    const std::string value = text;
-    if (value != "0" && value != "1") {
-      throw InvalidArgument("AXON_HIERARCHICAL=" + value + " is not 0 or 1");
-    }
-    options.hierarchical = value == "1";
-  }
-  if (const char* text = std::getenv("AXON_NODE_ID"); text && *text) {
-    errno = 0;
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    if (errno != 0 || *end != '\0' || value < 0 || value > 1'000'000'000) {
-      throw InvalidArgument(std::string("AXON_NODE_ID=") + text +
-                            " is not a whole number in 0..1000000000");
-    }
-    options.node_id = static_cast<int>(value);
+  if (const auto hierarchical = env::flag("AXON_HIERARCHICAL")) options.hierarchical = *hierarchical;
+  if (const auto node = env::integer("AXON_NODE_ID", 0, 1'000'000'000)) {
+    options.node_id = static_cast<int>(*node);
   }
   return create(options);
 }

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "axonml/distributed/error.hpp"
-#include "core/log.hpp"
+#include "base/log.hpp"
 
 namespace axonml::distributed::mpi {
 namespace {

@@ -109,7 +109,7 @@ struct Descriptor {
   std::uint64_t count;      // elements per rank
   std::uint64_t detail;     // op-specific: e.g. the hash of new_group's list
   std::int32_t root;        // -1 when the op has none
-  std::uint8_t op;          // CollectiveOp
+  std::uint8_t op;          // CollectiveOp (base/collective_op.hpp)
   std::uint8_t dtype;       // DataType
   std::uint8_t reduce_op;   // ReduceOp, or 0xff when the op reduces nothing
   friend bool operator==(const Descriptor&, const Descriptor&) = default;

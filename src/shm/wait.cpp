@@ -10,10 +10,12 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <optional>
 #include <cstring>
 #include <string>
 
 #include "axonml/distributed/error.hpp"
+#include "base/env.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -37,7 +39,8 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) {
 namespace {
 
 int choose_spin_polls(int ranks) {
-  if (const char* env = std::getenv("AXON_SPIN_POLLS"); env && *env) return std::atoi(env);
+  static const std::optional<long long> requested = env::integer("AXON_SPIN_POLLS", 0, 1 << 20);
+  if (requested) return static_cast<int>(*requested);
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
@@ -97,12 +100,9 @@ void WaitGuard::abort(int rank, const std::string& reason) const {
 }
 
 std::chrono::milliseconds default_timeout() {
-  if (const char* env = std::getenv("AXON_TIMEOUT"); env && *env) {
-    char* end = nullptr;
-    const double seconds = std::strtod(env, &end);
-    if (end != env && seconds > 0) {
-      return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
-    }
+  // A year: longer is a typo, and the milliseconds must not overflow.
+  if (const auto seconds = env::seconds("AXON_TIMEOUT", 365.0 * 24 * 3600)) {
+    return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000.0));
   }
   return std::chrono::seconds(300);
 }

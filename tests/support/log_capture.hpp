@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 
 namespace axon_test {
 

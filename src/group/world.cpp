@@ -2,7 +2,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/mock_backend.hpp"
-#include "core/environment.hpp"
+#include "group/environment.hpp"
 
 namespace axonml::distributed {
 

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "axonml/distributed/error.hpp"
-#include "core/comm_worker.hpp"
+#include "ddp/comm_worker.hpp"
 
 namespace axonml::distributed {
 namespace {

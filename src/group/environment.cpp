@@ -1,4 +1,4 @@
-#include "core/environment.hpp"
+#include "group/environment.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -6,6 +6,7 @@
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/mock_backend.hpp"
 #include "axonml/distributed/shm_backend.hpp"
+#include "base/env.hpp"
 #ifdef AXON_HAVE_MPI
 #include "axonml/distributed/mpi_backend.hpp"
 #endif
@@ -13,10 +14,7 @@
 namespace axonml::distributed {
 namespace {
 
-bool is_set(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0';
-}
+bool is_set(const char* name) { return env::text(name).has_value(); }
 
 // mpirun (Open MPI, or a PMI launcher such as MPICH's hydra or Slurm's) left
 // its variables: this process is one rank of an MPI job.
@@ -37,14 +35,10 @@ std::shared_ptr<Backend> mpi_backend() {
 }  // namespace
 
 std::shared_ptr<Backend> backend_from_environment() {
-  const char* choice = std::getenv("AXON_BACKEND");
-  const std::string backend = choice ? choice : "";
+  const std::string backend = env::choice("AXON_BACKEND", {"shm", "mpi", "mock"}).value_or("");
   if (backend == "shm") return ShmBackend::from_environment();
   if (backend == "mpi") return mpi_backend();
   if (backend == "mock") return MockBackend::single();
-  if (!backend.empty()) {
-    throw InvalidArgument("AXON_BACKEND=" + backend + " is not one of: shm, mpi, mock");
-  }
   // Under axon-launch the arena's name is set; under mpirun, MPI's variables;
   // run alone, a world of one.
   if (is_set("AXON_ARENA")) return ShmBackend::from_environment();

@@ -1,4 +1,4 @@
-#include "core/comm_worker.hpp"
+#include "ddp/comm_worker.hpp"
 
 namespace axonml::distributed {
 

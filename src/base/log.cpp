@@ -1,4 +1,4 @@
-#include "core/log.hpp"
+#include "base/log.hpp"
 
 #include <spdlog/logger.h>
 #include <spdlog/sinks/stdout_sinks.h>

@@ -1,0 +1,68 @@
+#include "base/env.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "axonml/distributed/error.hpp"
+
+namespace axonml::distributed::env {
+namespace {
+
+[[noreturn]] void reject(const char* name, const std::string& value, const std::string& expected) {
+  throw InvalidArgument(std::string(name) + "=" + value + " is not " + expected);
+}
+
+}  // namespace
+
+std::optional<std::string> text(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+std::optional<long long> integer(const char* name, long long low, long long high) {
+  const auto value = text(name);
+  if (!value) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(value->c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || parsed < low || parsed > high) {
+    reject(name, *value, "a whole number in " + std::to_string(low) + ".." + std::to_string(high));
+  }
+  return parsed;
+}
+
+std::optional<double> seconds(const char* name, double max_seconds) {
+  const auto value = text(name);
+  if (!value) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const double parsed = std::strtod(value->c_str(), &end);
+  // Below a millisecond every wait would fail at once; inf and nan never end.
+  if (errno != 0 || *end != '\0' || !std::isfinite(parsed) || parsed < 0.001 ||
+      parsed > max_seconds) {
+    reject(name, *value, "a number of seconds in 0.001.." + std::to_string(static_cast<long long>(max_seconds)));
+  }
+  return parsed;
+}
+
+std::optional<bool> flag(const char* name) {
+  const auto value = text(name);
+  if (!value) return std::nullopt;
+  if (*value != "0" && *value != "1") reject(name, *value, "0 or 1");
+  return *value == "1";
+}
+
+std::optional<std::string> choice(const char* name, std::initializer_list<std::string_view> allowed) {
+  const auto value = text(name);
+  if (!value) return std::nullopt;
+  std::string list;
+  for (std::string_view option : allowed) {
+    if (*value == option) return value;
+    list += (list.empty() ? "" : ", ") + std::string(option);
+  }
+  reject(name, *value, "one of: " + list);
+}
+
+}  // namespace axonml::distributed::env

@@ -1,0 +1,77 @@
+// The one reader of AXON_* variables: strict, typed, and naming the variable
+// and the value it rejects.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "axonml/distributed/error.hpp"
+#include "base/env.hpp"
+#include "shm/wait.hpp"
+
+using namespace axonml::distributed;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Sets a variable for one scope.
+struct ScopedVariable {
+  const char* name;
+  ScopedVariable(const char* n, const char* value) : name(n) { ::setenv(name, value, 1); }
+  ~ScopedVariable() { ::unsetenv(name); }
+};
+
+}  // namespace
+
+TEST_CASE("an unset or empty variable reads as absent", "[env]") {
+  ::unsetenv("AXON_TEST_VARIABLE");
+  CHECK_FALSE(env::text("AXON_TEST_VARIABLE"));
+  CHECK_FALSE(env::integer("AXON_TEST_VARIABLE", 0, 10));
+  ScopedVariable empty("AXON_TEST_VARIABLE", "");
+  CHECK_FALSE(env::seconds("AXON_TEST_VARIABLE", 10));
+  CHECK_FALSE(env::flag("AXON_TEST_VARIABLE"));
+}
+
+TEST_CASE("integers outside the range or with trailing text are refused, naming both", "[env]") {
+  {
+    ScopedVariable v("AXON_TEST_VARIABLE", "42");
+    CHECK(env::integer("AXON_TEST_VARIABLE", 0, 100) == 42);
+  }
+  for (const char* bad : {"12x", "101", "-1", "0x10", "99999999999999999999999"}) {
+    ScopedVariable v("AXON_TEST_VARIABLE", bad);
+    CHECK_THROWS_WITH(env::integer("AXON_TEST_VARIABLE", 0, 100),
+                      Contains(std::string("AXON_TEST_VARIABLE=") + bad) &&
+                          Contains("a whole number in 0..100"));
+  }
+}
+
+TEST_CASE("seconds must be finite and at least a millisecond", "[env]") {
+  {
+    ScopedVariable v("AXON_TEST_VARIABLE", "2.5");
+    CHECK(env::seconds("AXON_TEST_VARIABLE", 60) == 2.5);
+  }
+  for (const char* bad : {"abc", "1e-9", "0", "-3", "inf", "nan", "61", "2s"}) {
+    ScopedVariable v("AXON_TEST_VARIABLE", bad);
+    CHECK_THROWS_AS(env::seconds("AXON_TEST_VARIABLE", 60), InvalidArgument);
+  }
+}
+
+TEST_CASE("flags and choices accept only their spellings", "[env]") {
+  {
+    ScopedVariable v("AXON_TEST_VARIABLE", "1");
+    CHECK(env::flag("AXON_TEST_VARIABLE") == true);
+  }
+  {
+    ScopedVariable v("AXON_TEST_VARIABLE", "yes");
+    CHECK_THROWS_WITH(env::flag("AXON_TEST_VARIABLE"), Contains("AXON_TEST_VARIABLE=yes is not 0 or 1"));
+  }
+  {
+    ScopedVariable v("AXON_TEST_VARIABLE", "avx3");
+    CHECK_THROWS_WITH(env::choice("AXON_TEST_VARIABLE", {"scalar", "avx2"}),
+                      Contains("AXON_TEST_VARIABLE=avx3 is not one of: scalar, avx2"));
+  }
+}
+
+TEST_CASE("a garbage AXON_TIMEOUT is an error, not the default", "[env][timeout]") {
+  ScopedVariable v("AXON_TIMEOUT", "soon");
+  CHECK_THROWS_WITH(shm::default_timeout(), Contains("AXON_TIMEOUT=soon"));
+}
