@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "axonml/distributed/dtype.hpp"
+#include "base/check.hpp"
 #include "base/collective_op.hpp"
 #include "collectives/round_channel.hpp"
 #include "shm/arena_layout.hpp"
@@ -54,6 +55,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   const std::byte* inbox(int member) const override;
   void exchange() override;
   std::uint64_t offset_of(const std::byte* p) const override {
+    check::that(p >= arena_base_, "offset_of: p lies in the shared region");
     return static_cast<std::uint64_t>(p - arena_base_);
   }
   std::byte* address_of(std::uint64_t offset) const override { return arena_base_ + offset; }

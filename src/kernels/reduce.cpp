@@ -3,6 +3,7 @@
 #include <string>
 
 #include "axonml/distributed/error.hpp"
+#include "base/check.hpp"
 #include "base/env.hpp"
 #include "kernels/reduce.hpp"
 #include "kernels/reduce_isa.hpp"
@@ -80,11 +81,14 @@ Isa choose_isa() {
 
 void reduce_with(Isa isa, DataType type, ReduceOp op, std::span<const std::byte* const> sources,
                  std::byte* dest, std::size_t count) {
+  check::that(isa_supported(isa), "reduce_with: isa_supported(isa)");
+  check::less(std::size_t{0}, sources.size(), "reduce_with: at least one source");
   kernel_of(isa)(type, op, sources, dest, 0, count);
 }
 
 void reduce(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
             std::byte* dest, std::size_t count) {
+  check::less(std::size_t{0}, sources.size(), "reduce: at least one source");
   selection().kernel(type, op, sources, dest, 0, count);
 }
 
