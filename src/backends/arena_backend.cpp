@@ -156,14 +156,10 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
   auto& state = *impl_->state;
   std::vector<int> world_ranks;
   world_ranks.reserve(ranks.size());
-  std::uint64_t hash = 1469598103934665603ULL;
-  for (int r : ranks) {
-    const int world_rank = channel.world_ranks()[static_cast<std::size_t>(r)];
-    world_ranks.push_back(world_rank);
-    hash = (hash ^ static_cast<std::uint64_t>(world_rank)) * 1099511628211ULL;
-  }
+  for (int r : ranks) world_ranks.push_back(channel.world_ranks()[static_cast<std::size_t>(r)]);
+  const std::uint64_t ranks_hash = shm::hash_of_ranks(world_ranks);
   CollectiveCall call = call_of(CollectiveOp::NewGroup, DataType::I64, ranks.size());
-  call.detail = hash;
+  call.detail = ranks_hash;
   channel.begin(call);
 
   const auto layout = shm::group_layout(ranks.size(), state.header.slot_bytes);
@@ -171,15 +167,7 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
   std::uint64_t offset = 0;
   if (channel.rank() == leader) {
     offset = shm::allocate_from_arena(state.header, layout.total_bytes);
-    if (offset != 0) {
-      auto* group = new (state.base + offset) shm::GroupHeader{};
-      group->size = static_cast<std::uint32_t>(ranks.size());
-      group->ranks_hash = hash;
-      for (std::size_t m = 0; m < ranks.size(); ++m) {
-        new (state.base + offset + layout.controls_offset + m * sizeof(shm::MemberControl))
-            shm::MemberControl{};
-      }
-    }
+    if (offset != 0) shm::format_group(state.base + offset, ranks.size(), state.header.slot_bytes, ranks_hash);
     std::memcpy(channel.outbox(), &offset, sizeof(offset));
   }
   channel.exchange();

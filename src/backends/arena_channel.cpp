@@ -7,6 +7,7 @@
 #include "axonml/distributed/error.hpp"
 #include "base/env.hpp"
 #include "base/log.hpp"
+#include "base/text.hpp"
 
 namespace axonml::distributed {
 
@@ -109,14 +110,7 @@ void ArenaChannel::exchange() {
   }
 }
 
-std::string ArenaChannel::group_name() const {
-  std::string s = "[";
-  for (std::size_t i = 0; i < world_ranks_.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(world_ranks_[i]);
-  }
-  return s + "]";
-}
+std::string ArenaChannel::group_name() const { return bracketed(world_ranks_); }
 
 std::string ArenaChannel::describe(const shm::Descriptor& d) const {
   std::string s(to_string(static_cast<CollectiveOp>(d.op)));

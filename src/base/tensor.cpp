@@ -1,4 +1,5 @@
 #include "axonml/distributed/tensor.hpp"
+#include "base/text.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -20,14 +21,7 @@ std::size_t numel_of(const Shape& shape) {
   return std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
 }
 
-std::string to_string(const Shape& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
+std::string to_string(const Shape& shape) { return bracketed(shape); }
 
 Tensor::Tensor() : Tensor(allocate(0), Shape{0}) {}
 

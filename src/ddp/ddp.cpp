@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "axonml/distributed/error.hpp"
+#include "base/flat.hpp"
+#include "base/hash.hpp"
 
 namespace axonml::distributed {
 namespace {
@@ -79,19 +81,13 @@ DistributedDataParallel& DistributedDataParallel::broadcast_buffers(bool enabled
 void DistributedDataParallel::check_same_shapes_everywhere() {
   Backend& backend = group_.backend();
   const auto n = static_cast<std::size_t>(group_.size());
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over dims and sizes
-  auto mix = [&hash](std::uint64_t v) {
-    for (int byte = 0; byte < 8; ++byte) {
-      hash ^= (v >> (8 * byte)) & 0xff;
-      hash *= 1099511628211ull;
-    }
-  };
+  Fnv1a shapes;  // over ranks and sizes of every parameter
   for (const nn::Parameter* p : parameters_) {
-    mix(p->shape().size());
-    for (std::size_t d : p->shape()) mix(d);
+    shapes.add(p->shape().size());
+    for (std::size_t d : p->shape()) shapes.add(d);
   }
   const std::vector<std::int64_t> mine{static_cast<std::int64_t>(parameters_.size()),
-                                       static_cast<std::int64_t>(hash)};
+                                       static_cast<std::int64_t>(shapes.value())};
   std::vector<std::int64_t> all(2 * n);
   backend.all_gather<std::int64_t>(mine, all);
   bool same = true;
@@ -144,17 +140,9 @@ void DistributedDataParallel::sync_parameters() {
   if (options_.broadcast_buffers) {
     for (Tensor* b : module_->buffers()) tensors.push_back(b);
   }
-  std::size_t total = 0;
-  for (const Tensor* t : tensors) total += t->numel();
-  std::vector<float> flat(total);
-  auto at = flat.begin();
-  for (const Tensor* t : tensors) at = std::copy(t->data().begin(), t->data().end(), at);
+  std::vector<float> flat = flatten(tensors);
   group_.backend().broadcast(flat, 0);
-  at = flat.begin();
-  for (Tensor* t : tensors) {
-    std::copy_n(at, t->numel(), t->data().begin());
-    at += static_cast<long>(t->numel());
-  }
+  unflatten(flat, tensors);
 }
 
 void DistributedDataParallel::sync_gradients() {

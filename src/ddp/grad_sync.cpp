@@ -220,7 +220,6 @@ void GradientSynchronizer::launch_ready(bool force) {
 // thread (Overlapped) or right away.
 void GradientSynchronizer::launch(std::size_t b) {
   Bucket& bucket = buckets_[b];
-  bucket.launched = true;
   const bool compressed = compression_ == GradientCompression::BF16;
   for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
     const auto& g = gradients_[bucket.indices[k]];
@@ -302,7 +301,6 @@ void GradientSynchronizer::clear() {
   if (fixed_layout_) {
     for (Bucket& bucket : buckets_) {
       bucket.missing = bucket.indices.size();
-      bucket.launched = false;
     }
   } else {
     buckets_.clear();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "axonml/distributed/error.hpp"
+#include "base/flat.hpp"
 
 namespace axonml::distributed {
 
@@ -82,20 +83,11 @@ Tensor gather_tensor(const Tensor& tensor, std::size_t dim, const ProcessGroup& 
 }
 
 void sync_gradients(std::vector<Tensor>& gradients, const ProcessGroup& pg) {
-  std::size_t total = 0;
-  for (const Tensor& g : gradients) total += g.numel();
-  std::vector<float> flat(total);
-  std::size_t offset = 0;
-  for (const Tensor& g : gradients) {
-    std::copy(g.data().begin(), g.data().end(), flat.begin() + static_cast<long>(offset));
-    offset += g.numel();
-  }
+  std::vector<Tensor*> tensors;
+  for (Tensor& g : gradients) tensors.push_back(&g);
+  std::vector<float> flat = flatten(tensors);
   pg.backend().all_reduce(flat, ReduceOp::Average);
-  offset = 0;
-  for (Tensor& g : gradients) {
-    std::copy_n(flat.begin() + static_cast<long>(offset), g.numel(), g.data().begin());
-    offset += g.numel();
-  }
+  unflatten(flat, tensors);
 }
 
 void sync_gradient(Tensor& gradient, const ProcessGroup& pg) {

@@ -1,4 +1,5 @@
 #include "axonml/distributed/process_group.hpp"
+#include "base/text.hpp"
 
 #include <algorithm>
 
@@ -58,12 +59,7 @@ bool ProcessGroup::contains(int rank) const {
 }
 
 std::string ProcessGroup::describe() const {
-  std::string s = "group [";
-  for (std::size_t i = 0; i < ranks_.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(ranks_[i]);
-  }
-  return s + "]";
+  return "group " + bracketed(ranks_);
 }
 
 Tensor ProcessGroup::alloc_shared(Shape shape) const {

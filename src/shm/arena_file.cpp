@@ -11,14 +11,12 @@
 #include <random>
 
 #include "axonml/distributed/error.hpp"
+#include "base/text.hpp"
 
 namespace axonml::distributed::shm {
 namespace bip = boost::interprocess;
 namespace {
 
-std::string mib(std::size_t bytes) {
-  return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
-}
 
 // Free bytes in /dev/shm, or SIZE_MAX when it cannot be asked.
 std::size_t dev_shm_free_bytes() {

@@ -4,9 +4,13 @@
 #include <bit>
 #include <cstring>
 #include <new>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "axonml/distributed/error.hpp"
+#include "base/hash.hpp"
+#include "base/text.hpp"
 
 namespace axonml::distributed::shm {
 namespace {
@@ -35,9 +39,6 @@ std::size_t mailbox_stride(std::size_t cell_bytes) {
                   kCacheLine);
 }
 
-std::string mib(std::size_t bytes) {
-  return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
-}
 
 }  // namespace
 
@@ -56,6 +57,25 @@ GroupLayout group_layout(std::size_t members, std::size_t slot_bytes) {
   layout.data_offset = round_up(layout.controls_offset + members * sizeof(MemberControl), kPage);
   layout.total_bytes = round_up(layout.data_offset + 2 * members * slot_bytes, kPage);
   return layout;
+}
+
+GroupHeader& format_group(std::byte* at, std::size_t members, std::size_t slot_bytes,
+                          std::uint64_t ranks_hash) {
+  const GroupLayout layout = group_layout(members, slot_bytes);
+  std::memset(at, 0, layout.data_offset);
+  auto* group = new (at) GroupHeader{};
+  group->size = static_cast<std::uint32_t>(members);
+  group->ranks_hash = ranks_hash;
+  for (std::size_t m = 0; m < members; ++m) {
+    new (at + layout.controls_offset + m * sizeof(MemberControl)) MemberControl{};
+  }
+  return *group;
+}
+
+std::uint64_t hash_of_ranks(std::span<const int> world_ranks) {
+  Fnv1a list;
+  for (int r : world_ranks) list.add(static_cast<std::uint64_t>(r));
+  return list.value();
 }
 
 std::size_t default_arena_bytes(int world_size) {
@@ -111,13 +131,9 @@ void format_arena(void* base, const ArenaSpec& spec) {
 
   // The world group sits first in the group space, so every rank finds it
   // without asking anyone.
-  std::memset(bytes + groups_offset, 0, group_layout(n, slot_bytes).data_offset);
-  auto* world = new (bytes + groups_offset) GroupHeader{};
-  world->size = static_cast<std::uint32_t>(n);
-  for (std::size_t m = 0; m < n; ++m) {
-    new (bytes + groups_offset + group_layout(n, slot_bytes).controls_offset + m * sizeof(MemberControl))
-        MemberControl{};
-  }
+  std::vector<int> everyone(n);
+  std::iota(everyone.begin(), everyone.end(), 0);
+  format_group(bytes + groups_offset, n, slot_bytes, hash_of_ranks(everyone));
   header->next_free.store(groups_offset + world_group_bytes, std::memory_order_release);
 }
 

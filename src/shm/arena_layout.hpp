@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 namespace axonml::distributed::shm {
@@ -148,6 +149,15 @@ struct GroupLayout {
   std::size_t total_bytes;
 };
 GroupLayout group_layout(std::size_t members, std::size_t slot_bytes);
+
+// Lays out a fresh group of `members` at `at` (group_layout(...).total_bytes
+// of arena memory): zeroed header and member controls. The one place a
+// group is set up, for the world group and for every new_group.
+GroupHeader& format_group(std::byte* at, std::size_t members, std::size_t slot_bytes,
+                          std::uint64_t ranks_hash);
+// The digest of a group's member list (world ranks, in order) that
+// GroupHeader::ranks_hash and new_group's descriptor carry.
+std::uint64_t hash_of_ranks(std::span<const int> world_ranks);
 
 // Sizes chosen when an arena is made.
 struct ArenaSpec {

@@ -1,8 +1,11 @@
-// The collective shorthands of the seed's comm module, on tensors.
+// The collective shorthands on tensors (all_reduce_sum, broadcast, …).
 //
 // Each is a collective over `pg` (every member calls it) except rank(),
 // world_size() and is_main_process(). Tensors are updated in place where the
 // function returns nothing.
+//
+// Thread safety: as ProcessGroup: one thread at a time per group on each
+// rank; different groups may be used from different threads.
 #pragma once
 
 #include <cstddef>

@@ -3,6 +3,8 @@
 // Collectives move f32 by default; the typed overloads of Backend accept the
 // element types below. bf16 and f16 are storage types only: reductions widen
 // them to f32, combine in f32 and round once when storing.
+//
+// Thread safety: value types and pure functions; safe from any thread.
 #pragma once
 
 #include <bit>

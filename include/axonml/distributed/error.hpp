@@ -5,6 +5,9 @@
 // thrown as a subclass of axonml::distributed::Error, whose what() names the
 // op, the rank, the sizes and the limit that was broken. Bugs in the library
 // itself are assertions, not exceptions.
+//
+// Thread safety: immutable after construction; safe to copy and rethrow
+// across threads (the DDP communication thread does).
 #pragma once
 
 #include <stdexcept>

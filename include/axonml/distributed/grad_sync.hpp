@@ -118,7 +118,6 @@ class GradientSynchronizer {
     bool shared = false;               // the all-reduced buffer is in the group's shared memory
     std::size_t missing = 0;           // members not yet added this round
     bool closed = false;               // no more members will join
-    bool launched = false;
   };
 
   std::size_t capacity_of(std::size_t bucket) const;

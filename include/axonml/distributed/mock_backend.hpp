@@ -5,6 +5,10 @@
 // /dev/shm, here over a heap arena): they block until every rank arrives and
 // give every rank the right result, so a test of the mock is a test of the
 // algorithms the processes use.
+//
+// Thread safety: each endpoint is used by one thread at a time (its rank's
+// thread); different endpoints, and different groups of one rank, may be used
+// concurrently.
 #pragma once
 
 #include <cstddef>
