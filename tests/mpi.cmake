@@ -64,3 +64,50 @@ if(TARGET train)
     set_tests_properties("${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
   endforeach()
 endif()
+
+# The README's promises, one program under both launchers (mpi_promises.cpp
+# says what each mode checks). Short AXON_TIMEOUTs keep the timeout modes
+# quick; the ring must finish long before its timeout.
+add_executable(mpi_promises support/mpi_promises.cpp)
+target_include_directories(mpi_promises PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(mpi_promises PRIVATE axonml::distributed axon_warnings)
+set(AXON_PROMISES
+  "ring 1 MiB from every rank to the next, then receive|ring 1048576|AXON_TIMEOUT=60"
+  "barrier skipped by rank 1 times out naming rank 1|collective-timeout|AXON_TIMEOUT=1"
+  "barrier vs all_reduce is a CollectiveMismatch showing both|mismatch barrier-vs-all-reduce|AXON_TIMEOUT=60"
+  "all_reduce of 0 vs 1 elements is a CollectiveMismatch showing both|mismatch count-0-vs-1|AXON_TIMEOUT=60"
+  "gather to different roots is a CollectiveMismatch showing both|mismatch gather-roots|AXON_TIMEOUT=60"
+  "all_reduce of 100 vs 200 f32 is a CollectiveMismatch showing both|mismatch sizes|AXON_TIMEOUT=60"
+  "all_reduce of 100000 vs 200000 f32 is a CollectiveMismatch showing both|mismatch large-sizes|AXON_TIMEOUT=60"
+  "flat f32 / f64 reductions equal the shared-memory backend's bit for bit|rank-order|AXON_TIMEOUT=60")
+foreach(promise IN LISTS AXON_PROMISES)
+  string(REPLACE "|" ";" fields "${promise}")
+  list(GET fields 0 what)
+  list(GET fields 1 mode)
+  list(GET fields 2 env)
+  separate_arguments(mode_args UNIX_COMMAND "${mode}")
+  set(name "mpi: ${what} (mpirun -np 4, flat)")
+  add_test(NAME "${name}"
+    COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_HIERARCHICAL=0 -x ${env}
+            $<TARGET_FILE:mpi_promises> ${mode_args})
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
+                       ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
+  # The same program under axon-launch: the shared-memory backend keeps the
+  # same promises with the same words.
+  if(TARGET axon-launch)
+    string(REGEX REPLACE "AXON_TIMEOUT=" "" seconds "${env}")
+    set(name "shm: ${what} (axon-launch -n 4, as under mpirun)")
+    add_test(NAME "${name}"
+      COMMAND $<TARGET_FILE:axon-launch> -n 4 --timeout ${seconds} $<TARGET_FILE:mpi_promises> ${mode_args})
+    set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures")
+  endif()
+endforeach()
+
+# Rank 0 alone has a short timeout: the others wait for it at the end.
+set(name "mpi: recv from a rank that never sends times out naming op and peer (mpirun -np 4, flat)")
+add_test(NAME "${name}"
+  COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_HIERARCHICAL=0
+          /bin/sh -c "AXON_TIMEOUT=$((OMPI_COMM_WORLD_RANK == 0 ? 1 : 60)) exec \"$0\" \"$@\""
+          $<TARGET_FILE:mpi_promises> recv-timeout)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
+                     ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")

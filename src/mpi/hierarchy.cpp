@@ -7,6 +7,7 @@
 #include "axonml/distributed/error.hpp"
 #include "base/log.hpp"
 #include "mpi/node_arena.hpp"
+#include "mpi/ordered.hpp"
 #include "mpi/typed.hpp"
 
 namespace axonml::distributed::mpi {
@@ -95,7 +96,8 @@ std::unique_ptr<Hierarchy> Hierarchy::build(const Comm& world, const MpiOptions&
   return h;
 }
 
-void Hierarchy::all_reduce(std::byte* data, std::size_t count, DataType type, ReduceOp op) {
+void Hierarchy::all_reduce(std::byte* data, std::size_t count, DataType type, ReduceOp op,
+                           const WaitContext& wait) {
   if (nodes_ == 1) {  // the whole world shares one arena
     visit_element(type, [&](auto t) {
       using T = typename decltype(t)::type;
@@ -121,11 +123,10 @@ void Hierarchy::all_reduce(std::byte* data, std::size_t count, DataType type, Re
     using T = typename decltype(t)::type;
     arena_->reduce_scatter(elements<T>(static_cast<const std::byte*>(whole), block * L), elements<T>(slice, block), op);
   });
-  check(MPI_Allreduce(MPI_IN_PLACE, slice, int_count(block, "all_reduce", world_rank_),
-                      datatype(type), mpi::op(op), cross_.get()),
-        "MPI_Allreduce", world_rank_,
-        "all_reduce across " + std::to_string(nodes_) + " nodes of a block of " +
-            std::to_string(block) + " " + std::string(to_string(type)));
+  ordered_all_reduce(cross_, slice, block, type, op, wait,
+                     "all_reduce across " + std::to_string(nodes_) + " nodes of a block of " +
+                         std::to_string(block) + " " + std::string(to_string(type)),
+                     scratch_);
   visit_element(type, [&](auto t) {
     using T = typename decltype(t)::type;
     arena_->all_gather(elements<T>(static_cast<const std::byte*>(slice), block), elements<T>(whole, block * L));
@@ -133,16 +134,19 @@ void Hierarchy::all_reduce(std::byte* data, std::size_t count, DataType type, Re
   if (whole != data) std::memcpy(data, whole, count * es);
 }
 
-void Hierarchy::broadcast(std::byte* data, std::size_t count, DataType type, int src) {
+void Hierarchy::broadcast(std::byte* data, std::size_t count, DataType type, int src,
+                          const WaitContext& wait) {
   const int position = position_of_[static_cast<std::size_t>(src)];
   const int src_node = position / local_size();
   const int src_local = position % local_size();
   if (nodes_ > 1 && node_.rank() == src_local) {
     const std::size_t bytes = count * size_of(type);
-    check(MPI_Bcast(data, int_count(bytes, "broadcast", world_rank_), MPI_BYTE, src_node, cross_.get()),
-          "MPI_Bcast", world_rank_,
-          "broadcast of " + std::to_string(count) + " " + std::string(to_string(type)) +
-              " from rank " + std::to_string(src) + " across nodes");
+    const std::string what = "broadcast of " + std::to_string(count) + " " + std::string(to_string(type)) +
+                             " from rank " + std::to_string(src) + " across nodes";
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(data, int_count(bytes, "broadcast", world_rank_), MPI_BYTE, src_node, cross_.get(), &request),
+          "MPI_Ibcast", world_rank_, what);
+    wait_collective(request, wait, what);
   }
   visit_element(type, [&](auto t) {
     using T = typename decltype(t)::type;
@@ -150,7 +154,8 @@ void Hierarchy::broadcast(std::byte* data, std::size_t count, DataType type, int
   });
 }
 
-void Hierarchy::all_gather(const std::byte* send, std::byte* recv, std::size_t count, DataType type) {
+void Hierarchy::all_gather(const std::byte* send, std::byte* recv, std::size_t count, DataType type,
+                           const WaitContext& wait) {
   const std::size_t es = size_of(type);
   const auto L = static_cast<std::size_t>(local_size());
   const auto N = static_cast<std::size_t>(nodes_);
@@ -158,10 +163,12 @@ void Hierarchy::all_gather(const std::byte* send, std::byte* recv, std::size_t c
   across_.resize(std::max(across_.size(), N * count * es));
   std::byte* across = across_.data();
   const int bytes = int_count(count * es, "all_gather", world_rank_);
-  check(MPI_Allgather(send, bytes, MPI_BYTE, across, bytes, MPI_BYTE, cross_.get()),
-        "MPI_Allgather", world_rank_,
-        "all_gather of " + std::to_string(count) + " " + std::string(to_string(type)) + " across " +
-            std::to_string(nodes_) + " nodes");
+  const std::string what = "all_gather of " + std::to_string(count) + " " + std::string(to_string(type)) +
+                           " across " + std::to_string(nodes_) + " nodes";
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallgather(send, bytes, MPI_BYTE, across, bytes, MPI_BYTE, cross_.get(), &request),
+        "MPI_Iallgather", world_rank_, what);
+  wait_collective(request, wait, what);
   // Then every local rank's row of N blocks: everything, ordered [local][node].
   all_.resize(std::max(all_.size(), L * N * count * es));
   std::byte* all = all_.data();

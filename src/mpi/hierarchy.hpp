@@ -8,10 +8,13 @@
 // all_reduce (nodes x L ranks):
 //   1. pad the message to L equal blocks; shared-memory reduce-scatter inside
 //      the node leaves local rank r with block r reduced over the node;
-//   2. MPI all-reduce of block r over `cross` (the same block of every node);
+//   2. all-reduce of block r over `cross` (the same block of every node), in
+//      node order (mpi/ordered.hpp);
 //   3. shared-memory all-gather of the blocks inside the node.
 // Every rank ends with the same bytes: step 2 gives all nodes the same block,
-// step 3 copies it. Reductions arrive here in their working type (bf16/f16
+// step 3 copies it. A float sum is thus (node 0's ranks in order) + (node 1's
+// ranks in order) + ..., which equals the flat rank-order sum only when the
+// world is one node, and otherwise may differ from it in the last bits. Reductions arrive here in their working type (bf16/f16
 // already widened); Average is applied by the caller.
 // broadcast: the src's local rank of every node receives over `cross`, then
 //   broadcasts inside its node.
@@ -26,6 +29,7 @@
 #include "axonml/distributed/arena_backend.hpp"
 #include "axonml/distributed/mpi_backend.hpp"
 #include "mpi/mpi_runtime.hpp"
+#include "mpi/waiting.hpp"
 
 namespace axonml::distributed::mpi {
 
@@ -42,9 +46,11 @@ class Hierarchy {
   ArenaBackend& arena() const { return *arena_; }
 
   // REQUIRES: type is F32, F64, I32 or I64; op is not Average.
-  void all_reduce(std::byte* data, std::size_t count, DataType type, ReduceOp op);
-  void broadcast(std::byte* data, std::size_t count, DataType type, int src);
-  void all_gather(const std::byte* send, std::byte* recv, std::size_t count, DataType type);
+  // Each waits for MPI as `wait` says.
+  void all_reduce(std::byte* data, std::size_t count, DataType type, ReduceOp op, const WaitContext& wait);
+  void broadcast(std::byte* data, std::size_t count, DataType type, int src, const WaitContext& wait);
+  void all_gather(const std::byte* send, std::byte* recv, std::size_t count, DataType type,
+                  const WaitContext& wait);
 
  private:
   Hierarchy() = default;
@@ -60,7 +66,7 @@ class Hierarchy {
   std::shared_ptr<ArenaBackend> arena_;
   // Scratch kept between calls: big messages would otherwise pay for fresh
   // pages on every call.
-  std::vector<std::byte> padded_, slice_, across_, all_;
+  std::vector<std::byte> padded_, slice_, across_, all_, scratch_;
 };
 
 }  // namespace axonml::distributed::mpi

@@ -1,26 +1,36 @@
 #include "axonml/distributed/mpi_backend.hpp"
 
 #include <algorithm>
-#include <cerrno>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <string>
 
 #include "axonml/distributed/error.hpp"
 #include "base/env.hpp"
+#include "base/log.hpp"
+#include "kernels/reduce.hpp"
+#include "mpi/call_exchange.hpp"
 #include "mpi/hierarchy.hpp"
 #include "mpi/mpi_runtime.hpp"
+#include "mpi/ordered.hpp"
 #include "mpi/reduction.hpp"
+#include "mpi/waiting.hpp"
+#include "shm/wait.hpp"
 
 namespace axonml::distributed {
+using mpi::CallDescriptor;
+using mpi::CallExchange;
 using mpi::check;
 using mpi::int_count;
 
 namespace {
 
-// Calls larger than this many elements are split: MPI counts are ints.
+// Broadcasts and gathers larger than this many bytes are split: MPI counts are ints.
 constexpr std::size_t kMaxChunk = std::size_t{1} << 30;
+constexpr std::size_t kInline = CallExchange::kInlineBytes;
 
 ReduceOp combining(ReduceOp op) { return op == ReduceOp::Average ? ReduceOp::Sum : op; }
 
@@ -30,45 +40,128 @@ bool overlaps(const std::byte* a, std::size_t a_bytes, const std::byte* b, std::
   return before(a, b + b_bytes) && before(b, a + a_bytes);
 }
 
-std::string describe(std::size_t count, DataType type) {
-  return std::to_string(count) + " " + std::string(to_string(type));
+std::byte* bytes_of(std::vector<float>& values) { return reinterpret_cast<std::byte*>(values.data()); }
+
+// AXON_CHECK_COLLECTIVES=0 turns the call check off, as for the shared-memory
+// backend; it exists to measure what the check costs. Every rank must agree.
+bool calls_checked() {
+  static const bool enabled = env::flag("AXON_CHECK_COLLECTIVES").value_or(true);
+  return enabled;
 }
 
-std::byte* bytes_of(std::vector<float>& values) { return reinterpret_cast<std::byte*>(values.data()); }
+using Payload = std::function<std::span<const std::byte>(int peer)>;
+
+std::span<const std::byte> none(int) { return {}; }
+
+// A send() whose data MPI has not taken yet: the copy lives here until then.
+struct PendingSend {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<std::byte> data;
+  std::string what;
+};
 
 }  // namespace
 
 struct MpiBackend::Impl {
-  mpi::Comm comm;
+  mpi::Comm comm;  // the user's send / recv
+  mpi::Comm coll;  // collectives: the call exchange and MPI's nonblocking collectives
+  std::vector<int> world_ranks;
+  std::unique_ptr<CallExchange> exchange;
   std::unique_ptr<mpi::Hierarchy> hierarchy;  // null: flat
   int tag_upper_bound = 32767;
-  std::string abort_reason;  // non-empty once abort() was called
+  std::atomic<bool> aborted{false};
+  std::string abort_reason;  // written once, before `aborted` is set
+  mpi::WaitContext wait;
+  std::deque<PendingSend> sends;
+  std::vector<std::byte> scratch, copy;
+
+  Impl(MPI_Comm made, std::vector<int> ranks_in_world) : comm(made), world_ranks(std::move(ranks_in_world)) {
+    MPI_Comm dup = MPI_COMM_NULL;
+    check(MPI_Comm_dup(comm.get(), &dup), "MPI_Comm_dup", world_rank(), "creating a group's collective channel");
+    coll = mpi::Comm(dup);
+    exchange = std::make_unique<CallExchange>(coll, world_ranks);
+    wait.rank = world_rank();
+    wait.timeout = shm::default_timeout();
+    wait.aborted = &aborted;
+    wait.abort_reason = &abort_reason;
+  }
+
+  ~Impl() {
+    // What was sent must arrive (the promise of unlimited buffering), so
+    // wait for it, but not forever.
+    try {
+      while (!sends.empty()) {
+        const int rc = mpi::wait_all(std::span<MPI_Request>(&sends.front().request, 1), wait,
+                                     [&](std::span<const MPI_Request>) {
+                                       return sends.front().what + ": never received";
+                                     });
+        if (rc != MPI_SUCCESS) break;
+        sends.pop_front();
+      }
+    } catch (const std::exception& e) {
+      log::log(log::Level::Error, world_rank(), "MpiBackend: {}", e.what());
+    }
+    if (!sends.empty()) {
+      for (auto& send : sends) {
+        if (send.request != MPI_REQUEST_NULL) MPI_Request_free(&send.request);
+        new std::vector<std::byte>(std::move(send.data));  // deliberately leaked: MPI may read it
+      }
+      mpi::note_abandoned_requests();
+    }
+  }
 
   int rank() const { return comm.rank(); }
+  int size() const { return comm.size(); }
+  int world_rank() const { return world_ranks[static_cast<std::size_t>(comm.rank())]; }
 
   void check_usable(const char* op) const {
-    if (!abort_reason.empty()) {
-      throw PeerFailure(std::string(op) + " on rank " + std::to_string(rank()) +
+    if (aborted.load(std::memory_order_acquire)) {
+      throw PeerFailure(std::string(op) + " on rank " + std::to_string(world_rank()) +
                         ": the job was aborted: " + abort_reason);
     }
   }
 
-  // In place, in a type MPI reduces natively.
-  void all_reduce(std::byte* data, std::size_t count, DataType type, ReduceOp op) {
-    if (hierarchy && count > 0) {
-      hierarchy->all_reduce(data, count, type, combining(op));
-    } else {
-      const std::size_t es = size_of(type);
-      std::size_t done = 0;
-      do {
-        const std::size_t part = std::min(kMaxChunk, count - done);
-        check(MPI_Allreduce(MPI_IN_PLACE, data + done * es, static_cast<int>(part),
-                            mpi::datatype(type), mpi::op(op), comm.get()),
-              "all_reduce", rank(), "MPI_Allreduce of " + describe(count, type));
-        done += part;
-      } while (done < count);
+  // Frees the copies of sends MPI has finished with.
+  void reap_sends() {
+    while (!sends.empty()) {
+      int done = 0;
+      check(MPI_Test(&sends.front().request, &done, MPI_STATUS_IGNORE), sends.front().what, world_rank(),
+            "completing a send");
+      if (!done) return;
+      sends.pop_front();
     }
-    if (op == ReduceOp::Average) mpi::finish_average(data, count, type, comm.size());
+  }
+
+  // The first step of every collective: the call exchange, when calls are
+  // checked or the data goes inline. Returns whether the data went inline.
+  bool begin(const CallDescriptor& call, bool inline_data, const Payload& payload) {
+    reap_sends();
+    if (inline_data) {
+      exchange->run(call, payload, calls_checked(), wait);
+    } else if (calls_checked()) {
+      exchange->run(call, none, true, wait);
+    }
+    return inline_data;
+  }
+
+  // "all_reduce(f32, 100, sum) call #3 in group [0, 1]": for errors of the
+  // steps after the exchange.
+  std::string what() const {
+    return mpi::to_string(exchange->current()) + " call #" + std::to_string(exchange->current().call) +
+           " in group " + exchange->group_name();
+  }
+
+  // The rank-order sources: this member's data, the others' from the exchange.
+  std::vector<const std::byte*> sources(const std::byte* mine) const {
+    std::vector<const std::byte*> all(static_cast<std::size_t>(size()));
+    for (int q = 0; q < size(); ++q) {
+      all[static_cast<std::size_t>(q)] = q == rank() ? mine : exchange->received(q).data();
+    }
+    return all;
+  }
+
+  void wait_for(MPI_Request& request, const std::string& step) {
+    mpi::wait_collective(request, wait, what() + " (" + step + ")");
   }
 };
 
@@ -77,12 +170,14 @@ MpiBackend::~MpiBackend() = default;
 
 std::shared_ptr<MpiBackend> MpiBackend::create(MpiOptions options) {
   mpi::ensure_initialized();
-  int world_rank = 0;
+  int world_rank = 0, world_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   MPI_Comm own = MPI_COMM_NULL;
   check(MPI_Comm_dup(MPI_COMM_WORLD, &own), "MPI_Comm_dup", world_rank, "creating the world");
-  auto impl = std::make_unique<Impl>();
-  impl->comm = mpi::Comm(own);
+  std::vector<int> ranks(static_cast<std::size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  auto impl = std::make_unique<Impl>(own, std::move(ranks));
   int* upper = nullptr;
   int found = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &upper, &found);
@@ -101,201 +196,304 @@ std::shared_ptr<MpiBackend> MpiBackend::from_environment() {
 }
 
 std::string_view MpiBackend::name() const { return "mpi"; }
-int MpiBackend::rank() const { return impl_->comm.rank(); }
-int MpiBackend::world_size() const { return impl_->comm.size(); }
+int MpiBackend::rank() const { return impl_->rank(); }
+int MpiBackend::world_size() const { return impl_->size(); }
 bool MpiBackend::hierarchical() const { return impl_->hierarchy != nullptr; }
 int MpiBackend::nodes() const { return impl_->hierarchy ? impl_->hierarchy->nodes() : 1; }
 
 void MpiBackend::abort(const std::string& reason) {
-  if (impl_->abort_reason.empty()) impl_->abort_reason = reason.empty() ? "(no reason)" : reason;
+  if (!impl_->aborted.load(std::memory_order_acquire)) {
+    impl_->abort_reason = reason.empty() ? "(no reason)" : reason;
+    impl_->aborted.store(true, std::memory_order_release);
+  }
   // Ranks of this node waiting in shared memory wake and throw. Ranks of
-  // other nodes blocked inside MPI cannot be woken short of MPI_Abort; mpirun
-  // ends them when this process exits with an error.
+  // other nodes are ended by mpirun when this process exits with an error,
+  // or give up after AXON_TIMEOUT.
   if (impl_->hierarchy) impl_->hierarchy->arena().abort(reason);
 }
 
 void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   impl_->check_usable("all_reduce");
-  if (!mpi::is_half(data.type)) return impl_->all_reduce(data.data, data.count, data.type, op);
-  auto wide = mpi::widen(data.data, data.count, data.type);
-  impl_->all_reduce(bytes_of(wide), data.count, DataType::F32, op);
-  mpi::narrow(wide.data(), data.data, data.count, data.type);
+  const std::size_t bytes = data.count * size_of(data.type);
+  const auto call = mpi::describe_call(CollectiveOp::AllReduce, data.type, data.count, -1, &op);
+  const std::span<const std::byte> mine(data.data, bytes);
+  if (impl_->begin(call, bytes <= kInline, [&](int) { return mine; })) {
+    if (data.count > 0) kernels::reduce(data.type, op, impl_->sources(data.data), data.data, data.count);
+    return;
+  }
+  if (!impl_->hierarchy) {
+    return mpi::ordered_all_reduce(impl_->coll, data.data, data.count, data.type, op, impl_->wait,
+                                   impl_->what(), impl_->scratch);
+  }
+  // Hierarchical: each node's sum in local-rank order, then the nodes' sums
+  // in node order (see mpi/hierarchy.hpp); halves are reduced in f32.
+  std::vector<float> wide;
+  std::byte* values = data.data;
+  DataType type = data.type;
+  if (mpi::is_half(type)) {
+    wide = mpi::widen(data.data, data.count, data.type);
+    values = bytes_of(wide);
+    type = DataType::F32;
+  }
+  impl_->hierarchy->all_reduce(values, data.count, type, combining(op), impl_->wait);
+  if (op == ReduceOp::Average) mpi::finish_average(values, data.count, type, impl_->size());
+  if (!wide.empty()) mpi::narrow(wide.data(), data.data, data.count, data.type);
 }
 
 void MpiBackend::do_broadcast(MutableBuffer data, int src) {
   impl_->check_usable("broadcast");
-  if (impl_->hierarchy && data.count > 0) {
-    return impl_->hierarchy->broadcast(data.data, data.count, data.type, src);
-  }
   const std::size_t bytes = data.count * size_of(data.type);
-  std::size_t done = 0;
-  do {
+  const auto call = mpi::describe_call(CollectiveOp::Broadcast, data.type, data.count, src);
+  const std::span<const std::byte> mine(data.data, bytes);
+  const bool root = rank() == src;
+  if (impl_->begin(call, bytes <= kInline, [&](int) { return root ? mine : std::span<const std::byte>(); })) {
+    if (!root && bytes > 0) std::memcpy(data.data, impl_->exchange->received(src).data(), bytes);
+    return;
+  }
+  if (impl_->hierarchy) return impl_->hierarchy->broadcast(data.data, data.count, data.type, src, impl_->wait);
+  for (std::size_t done = 0; done < bytes;) {
     const std::size_t part = std::min(kMaxChunk, bytes - done);
-    check(MPI_Bcast(data.data + done, static_cast<int>(part), MPI_BYTE, src, impl_->comm.get()),
-          "broadcast", rank(), "MPI_Bcast of " + describe(data.count, data.type) + " from rank " +
-                                   std::to_string(src));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(data.data + done, static_cast<int>(part), MPI_BYTE, src, impl_->coll.get(), &request),
+          "broadcast", impl_->world_rank(), "MPI_Ibcast of " + impl_->what());
+    impl_->wait_for(request, "MPI_Ibcast");
     done += part;
-  } while (done < bytes);
+  }
 }
 
 void MpiBackend::do_all_gather(ConstBuffer send, MutableBuffer recv) {
   impl_->check_usable("all_gather");
   const std::size_t bytes = send.count * size_of(send.type);
-  const std::byte* mine = recv.data + static_cast<std::size_t>(rank()) * bytes;
-  std::vector<std::byte> copy;
+  std::byte* mine = recv.data + static_cast<std::size_t>(rank()) * bytes;
+  const auto call = mpi::describe_call(CollectiveOp::AllGather, send.type, send.count);
+  const std::span<const std::byte> own(send.data, bytes);
+  if (impl_->begin(call, bytes <= kInline, [&](int) { return own; })) {
+    if (bytes == 0) return;
+    std::memmove(mine, send.data, bytes);  // first: `send` may overlap the others' places
+    for (int q = 0; q < world_size(); ++q) {
+      if (q != rank()) std::memcpy(recv.data + static_cast<std::size_t>(q) * bytes, impl_->exchange->received(q).data(), bytes);
+    }
+    return;
+  }
+  auto& copy = impl_->copy;
   if (send.data != mine && overlaps(send.data, bytes, recv.data, recv.count * size_of(recv.type))) {
     copy.assign(send.data, send.data + bytes);
     send.data = copy.data();
   }
-  if (impl_->hierarchy && send.count > 0) {
+  if (impl_->hierarchy) {
     if (send.data == mine) {
       copy.assign(send.data, send.data + bytes);
       send.data = copy.data();
     }
-    return impl_->hierarchy->all_gather(send.data, recv.data, send.count, send.type);
+    return impl_->hierarchy->all_gather(send.data, recv.data, send.count, send.type, impl_->wait);
   }
-  const int n = int_count(bytes, "all_gather", rank());
-  check(MPI_Allgather(send.data == mine ? MPI_IN_PLACE : send.data, n, MPI_BYTE, recv.data, n,
-                      MPI_BYTE, impl_->comm.get()),
-        "all_gather", rank(), "MPI_Allgather of " + describe(send.count, send.type) + " per rank");
+  const int n = int_count(bytes, "all_gather", impl_->world_rank());
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallgather(send.data == mine ? MPI_IN_PLACE : send.data, n, MPI_BYTE, recv.data, n, MPI_BYTE,
+                       impl_->coll.get(), &request),
+        "all_gather", impl_->world_rank(), "MPI_Iallgather of " + impl_->what());
+  impl_->wait_for(request, "MPI_Iallgather");
 }
 
 void MpiBackend::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) {
   impl_->check_usable("reduce_scatter");
-  const int n = int_count(recv.count, "reduce_scatter", rank());
-  const std::string what = "MPI_Reduce_scatter_block of " + describe(recv.count, recv.type) + " per rank";
-  if (mpi::is_half(recv.type)) {
-    auto wide_send = mpi::widen(send.data, send.count, send.type);
-    std::vector<float> wide_recv(recv.count);
-    check(MPI_Reduce_scatter_block(wide_send.data(), wide_recv.data(), n, MPI_FLOAT,
-                                   mpi::op(op), impl_->comm.get()),
-          "reduce_scatter", rank(), what);
-    if (op == ReduceOp::Average) mpi::finish_average(bytes_of(wide_recv), recv.count, DataType::F32, world_size());
-    return mpi::narrow(wide_recv.data(), recv.data, recv.count, recv.type);
+  const std::size_t bytes = recv.count * size_of(recv.type);
+  const auto call = mpi::describe_call(CollectiveOp::ReduceScatter, recv.type, recv.count, -1, &op);
+  const std::byte* mine = send.data + static_cast<std::size_t>(rank()) * bytes;
+  if (impl_->begin(call, bytes <= kInline, [&](int peer) {
+        return std::span<const std::byte>(send.data + static_cast<std::size_t>(peer) * bytes, bytes);
+      })) {
+    if (bytes == 0) return;
+    if (mine != recv.data && overlaps(mine, bytes, recv.data, bytes)) {
+      impl_->copy.assign(mine, mine + bytes);
+      mine = impl_->copy.data();
+    }
+    return kernels::reduce(recv.type, op, impl_->sources(mine), recv.data, recv.count);
   }
-  const std::size_t es = size_of(recv.type);
-  std::vector<std::byte> copy;
-  if (overlaps(send.data, send.count * es, recv.data, recv.count * es)) {
-    copy.assign(send.data, send.data + send.count * es);
-    send.data = copy.data();
-  }
-  check(MPI_Reduce_scatter_block(send.data, recv.data, n, mpi::datatype(recv.type), mpi::op(op),
-                                 impl_->comm.get()),
-        "reduce_scatter", rank(), what);
-  if (op == ReduceOp::Average) mpi::finish_average(recv.data, recv.count, recv.type, world_size());
+  mpi::ordered_reduce_scatter(impl_->coll, send.data, recv.data, recv.count, recv.type, op, impl_->wait,
+                              impl_->what(), impl_->scratch);
 }
 
 void MpiBackend::do_gather(ConstBuffer send, MutableBuffer recv, int dst) {
   impl_->check_usable("gather");
   const std::size_t bytes = send.count * size_of(send.type);
-  const int n = int_count(bytes, "gather", rank());
   const bool root = rank() == dst;
+  const auto call = mpi::describe_call(CollectiveOp::Gather, send.type, send.count, dst);
+  const std::span<const std::byte> own(send.data, bytes);
+  if (impl_->begin(call, bytes <= kInline,
+                   [&](int peer) { return peer == dst ? own : std::span<const std::byte>(); })) {
+    if (!root || bytes == 0) return;
+    std::memmove(recv.data + static_cast<std::size_t>(dst) * bytes, send.data, bytes);
+    for (int q = 0; q < world_size(); ++q) {
+      if (q != dst) std::memcpy(recv.data + static_cast<std::size_t>(q) * bytes, impl_->exchange->received(q).data(), bytes);
+    }
+    return;
+  }
+  const int n = int_count(bytes, "gather", impl_->world_rank());
   const void* from = send.data;
-  std::vector<std::byte> copy;
   if (root && send.data == recv.data + static_cast<std::size_t>(dst) * bytes) {
     from = MPI_IN_PLACE;
   } else if (root && overlaps(send.data, bytes, recv.data, recv.count * size_of(recv.type))) {
-    copy.assign(send.data, send.data + bytes);
-    from = copy.data();
+    impl_->copy.assign(send.data, send.data + bytes);
+    from = impl_->copy.data();
   }
-  check(MPI_Gather(from, n, MPI_BYTE, recv.data, n, MPI_BYTE, dst, impl_->comm.get()), "gather",
-        rank(), "MPI_Gather of " + describe(send.count, send.type) + " per rank to rank " + std::to_string(dst));
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Igather(from, n, MPI_BYTE, recv.data, n, MPI_BYTE, dst, impl_->coll.get(), &request), "gather",
+        impl_->world_rank(), "MPI_Igather of " + impl_->what());
+  impl_->wait_for(request, "MPI_Igather");
 }
 
 void MpiBackend::do_scatter(ConstBuffer send, MutableBuffer recv, int src) {
   impl_->check_usable("scatter");
   const std::size_t bytes = recv.count * size_of(recv.type);
-  const int n = int_count(bytes, "scatter", rank());
   const bool root = rank() == src;
+  const auto call = mpi::describe_call(CollectiveOp::Scatter, recv.type, recv.count, src);
+  if (impl_->begin(call, bytes <= kInline, [&](int peer) {
+        return root ? std::span<const std::byte>(send.data + static_cast<std::size_t>(peer) * bytes, bytes)
+                    : std::span<const std::byte>();
+      })) {
+    if (bytes == 0) return;
+    if (root) {
+      std::memmove(recv.data, send.data + static_cast<std::size_t>(src) * bytes, bytes);
+    } else {
+      std::memcpy(recv.data, impl_->exchange->received(src).data(), bytes);
+    }
+    return;
+  }
+  const int n = int_count(bytes, "scatter", impl_->world_rank());
   void* to = recv.data;
-  std::vector<std::byte> copy;
   if (root && recv.data == send.data + static_cast<std::size_t>(src) * bytes) {
     to = MPI_IN_PLACE;
   } else if (root && overlaps(send.data, send.count * size_of(send.type), recv.data, bytes)) {
-    copy.assign(send.data, send.data + send.count * size_of(send.type));
-    send.data = copy.data();
+    impl_->copy.assign(send.data, send.data + send.count * size_of(send.type));
+    send.data = impl_->copy.data();
   }
-  check(MPI_Scatter(send.data, n, MPI_BYTE, to, n, MPI_BYTE, src, impl_->comm.get()), "scatter",
-        rank(), "MPI_Scatter of " + describe(recv.count, recv.type) + " per rank from rank " + std::to_string(src));
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iscatter(send.data, n, MPI_BYTE, to, n, MPI_BYTE, src, impl_->coll.get(), &request), "scatter",
+        impl_->world_rank(), "MPI_Iscatter of " + impl_->what());
+  impl_->wait_for(request, "MPI_Iscatter");
 }
 
 void MpiBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, ReduceOp op) {
   impl_->check_usable("reduce");
-  const int n = int_count(send.count, "reduce", rank());
-  const bool root = rank() == dst;
-  const std::string what = "MPI_Reduce of " + describe(send.count, send.type) + " to rank " + std::to_string(dst);
-  if (mpi::is_half(send.type)) {
-    auto wide_send = mpi::widen(send.data, send.count, send.type);
-    std::vector<float> wide_recv(root ? send.count : 0);
-    check(MPI_Reduce(wide_send.data(), wide_recv.data(), n, MPI_FLOAT, mpi::op(op), dst, impl_->comm.get()),
-          "reduce", rank(), what);
-    if (!root) return;
-    if (op == ReduceOp::Average) mpi::finish_average(bytes_of(wide_recv), send.count, DataType::F32, world_size());
-    return mpi::narrow(wide_recv.data(), recv.data, recv.count, recv.type);
-  }
   const std::size_t bytes = send.count * size_of(send.type);
-  const void* from = send.data;
-  std::vector<std::byte> copy;
-  if (root && send.data == recv.data) {
-    from = MPI_IN_PLACE;
-  } else if (root && overlaps(send.data, bytes, recv.data, bytes)) {
-    copy.assign(send.data, send.data + bytes);
-    from = copy.data();
+  const bool root = rank() == dst;
+  const auto call = mpi::describe_call(CollectiveOp::Reduce, send.type, send.count, dst, &op);
+  const std::span<const std::byte> own(send.data, bytes);
+  if (impl_->begin(call, bytes <= kInline,
+                   [&](int peer) { return peer == dst ? own : std::span<const std::byte>(); })) {
+    if (!root || bytes == 0) return;
+    const std::byte* mine = send.data;
+    if (mine != recv.data && overlaps(mine, bytes, recv.data, bytes)) {
+      impl_->copy.assign(mine, mine + bytes);
+      mine = impl_->copy.data();
+    }
+    return kernels::reduce(send.type, op, impl_->sources(mine), recv.data, send.count);
   }
-  check(MPI_Reduce(from, recv.data, n, mpi::datatype(send.type), mpi::op(op), dst, impl_->comm.get()),
-        "reduce", rank(), what);
-  if (root && op == ReduceOp::Average) mpi::finish_average(recv.data, recv.count, recv.type, world_size());
+  mpi::ordered_reduce(impl_->coll, send.data, recv.data, send.count, send.type, op, dst, impl_->wait,
+                      impl_->what(), impl_->scratch);
 }
 
 void MpiBackend::do_barrier() {
   impl_->check_usable("barrier");
-  check(MPI_Barrier(impl_->comm.get()), "barrier", rank(), "MPI_Barrier");
+  // With the check on, the call exchange is the barrier: every member hears
+  // from every other.
+  if (calls_checked()) return static_cast<void>(impl_->begin(mpi::describe_call(CollectiveOp::Barrier, DataType::F32, 0), true, none));
+  impl_->reap_sends();
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(impl_->coll.get(), &request), "barrier", impl_->world_rank(), "MPI_Ibarrier");
+  mpi::wait_collective(request, impl_->wait, "barrier in group " + impl_->exchange->group_name());
 }
+
+namespace {
+std::string p2p_what(const char* op, DataType type, std::size_t count, const char* dir, int peer, int tag) {
+  return std::string(op) + "(" + std::string(to_string(type)) + ", " + std::to_string(count) + ") " +
+         dir + " rank " + std::to_string(peer) + " with tag " + std::to_string(tag);
+}
+}  // namespace
 
 void MpiBackend::do_send(ConstBuffer data, int dst, int tag) {
   impl_->check_usable("send");
   if (tag > impl_->tag_upper_bound) {
-    throw InvalidArgument("send on rank " + std::to_string(rank()) + ": invalid tag " + std::to_string(tag) +
+    throw InvalidArgument("send on rank " + std::to_string(impl_->world_rank()) + ": invalid tag " + std::to_string(tag) +
                           " (MPI allows 0.." + std::to_string(impl_->tag_upper_bound) + ")");
   }
+  impl_->reap_sends();
+  // MPI_Send may wait for the receiver (rendezvous above the eager limit),
+  // so a ring of sends then receives would deadlock. Instead the data is
+  // copied and sent without waiting; the copy goes once MPI has taken it
+  // (tested on every later call, and at the latest when this endpoint is
+  // destroyed), which is unlimited buffering as far as the program can tell.
   const std::size_t bytes = data.count * size_of(data.type);
-  check(MPI_Send(data.data, int_count(bytes, "send", rank()), MPI_BYTE, dst, tag, impl_->comm.get()),
-        "send", rank(), "MPI_Send of " + describe(data.count, data.type) + " to rank " + std::to_string(dst) +
-                            " with tag " + std::to_string(tag));
+  PendingSend send;
+  send.what = p2p_what("send", data.type, data.count, "to", dst, tag);
+  send.data.assign(data.data, data.data + bytes);
+  check(MPI_Isend(send.data.data(), int_count(bytes, "send", impl_->world_rank()), MPI_BYTE, dst, tag,
+                  impl_->comm.get(), &send.request),
+        "send", impl_->world_rank(), "MPI_Isend of " + send.what);
+  int done = 0;
+  check(MPI_Test(&send.request, &done, MPI_STATUS_IGNORE), "send", impl_->world_rank(), send.what);
+  if (!done) impl_->sends.push_back(std::move(send));
 }
 
 void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   impl_->check_usable("recv");
   if (tag > impl_->tag_upper_bound) {
-    throw InvalidArgument("recv on rank " + std::to_string(rank()) + ": invalid tag " + std::to_string(tag) +
+    throw InvalidArgument("recv on rank " + std::to_string(impl_->world_rank()) + ": invalid tag " + std::to_string(tag) +
                           " (MPI allows 0.." + std::to_string(impl_->tag_upper_bound) + ")");
   }
+  impl_->reap_sends();
   const std::size_t bytes = data.count * size_of(data.type);
-  const std::string what = "MPI_Recv of " + describe(data.count, data.type) + " from rank " +
-                           std::to_string(src) + " with tag " + std::to_string(tag);
+  const std::string what = p2p_what("recv", data.type, data.count, "from", src, tag);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Irecv(data.data, int_count(bytes, "recv", impl_->world_rank()), MPI_BYTE, src, tag, impl_->comm.get(),
+                  &request),
+        "recv", impl_->world_rank(), "MPI_Irecv of " + what);
   MPI_Status status;
-  check(MPI_Recv(data.data, int_count(bytes, "recv", rank()), MPI_BYTE, src, tag, impl_->comm.get(), &status),
-        "recv", rank(), what);
+  int rc = MPI_SUCCESS;
+  try {
+    rc = mpi::wait_all(std::span<MPI_Request>(&request, 1), impl_->wait,
+                       [&](std::span<const MPI_Request>) { return what + ": no message has come"; }, &status);
+  } catch (const Error&) {
+    MPI_Cancel(&request);  // a receive can be cancelled cleanly
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    throw;
+  }
+  int error_class = MPI_SUCCESS;
+  if (rc != MPI_SUCCESS) MPI_Error_class(rc == MPI_ERR_IN_STATUS ? status.MPI_ERROR : rc, &error_class);
+  if (error_class == MPI_ERR_TRUNCATE) {
+    throw CollectiveMismatch("recv on rank " + std::to_string(impl_->world_rank()) + ": expected " +
+                             std::to_string(bytes) + " bytes from rank " + std::to_string(src) + " with tag " +
+                             std::to_string(tag) + ", the message is longer");
+  }
+  check(rc, "recv", impl_->world_rank(), what);
   int received = 0;
   MPI_Get_count(&status, MPI_BYTE, &received);
   if (static_cast<std::size_t>(received) != bytes) {
-    throw CollectiveMismatch("recv on rank " + std::to_string(rank()) + ": expected " + std::to_string(bytes) +
-                             " bytes from rank " + std::to_string(src) + " with tag " + std::to_string(tag) +
-                             ", the message has " + std::to_string(received));
+    throw CollectiveMismatch("recv on rank " + std::to_string(impl_->world_rank()) + ": expected " +
+                             std::to_string(bytes) + " bytes from rank " + std::to_string(src) + " with tag " +
+                             std::to_string(tag) + ", the message has " + std::to_string(received));
   }
 }
 
 std::shared_ptr<Backend> MpiBackend::do_new_group(const std::vector<int>& ranks) {
   impl_->check_usable("new_group");
+  // The list's hash rides in the descriptor, as in the shared-memory backend.
+  std::uint64_t hash = 1469598103934665603ULL;
+  for (const int r : ranks) hash = (hash ^ static_cast<std::uint64_t>(r)) * 1099511628211ULL;
+  auto call = mpi::describe_call(CollectiveOp::NewGroup, DataType::F32, ranks.size());
+  call.detail = hash;
+  impl_->begin(call, false, none);
   const auto found = std::find(ranks.begin(), ranks.end(), rank());
   const int color = found == ranks.end() ? MPI_UNDEFINED : 0;
   const int key = static_cast<int>(found - ranks.begin());
   MPI_Comm made = MPI_COMM_NULL;
-  check(MPI_Comm_split(impl_->comm.get(), color, key, &made), "new_group", rank(),
+  check(MPI_Comm_split(impl_->comm.get(), color, key, &made), "new_group", impl_->world_rank(),
         "MPI_Comm_split into a group of " + std::to_string(ranks.size()) + " ranks");
   if (made == MPI_COMM_NULL) return nullptr;
-  auto impl = std::make_unique<Impl>();
-  impl->comm = mpi::Comm(made);
+  std::vector<int> world;
+  for (const int r : ranks) world.push_back(impl_->world_ranks[static_cast<std::size_t>(r)]);
+  auto impl = std::make_unique<Impl>(made, std::move(world));
   impl->tag_upper_bound = impl_->tag_upper_bound;
   return std::shared_ptr<MpiBackend>(new MpiBackend(std::move(impl)));
 }

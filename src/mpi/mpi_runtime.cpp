@@ -1,5 +1,7 @@
 #include "mpi/mpi_runtime.hpp"
+#include "mpi/waiting.hpp"
 
+#include <atomic>
 #include <climits>
 #include <utility>
 
@@ -8,6 +10,8 @@
 
 namespace axonml::distributed::mpi {
 namespace {
+
+std::atomic<bool> requests_abandoned{false};
 
 // Started by the first ensure_initialized(); its destructor runs at exit,
 // after every object constructed later (a static World, say) is gone.
@@ -37,7 +41,18 @@ class Runtime {
   ~Runtime() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (owned_ && !finalized) MPI_Finalize();
+    if (owned_ && !finalized) {
+      if (requests_abandoned.load()) {
+        // MPI_Finalize would wait for them (and for peers that may hang).
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        log::log(log::Level::Error, rank,
+                 "MpiBackend: an MPI operation timed out or was aborted and never finished; "
+                 "calling MPI_Abort instead of MPI_Finalize");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      MPI_Finalize();
+    }
   }
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -56,6 +71,8 @@ bool finalized() {
 }  // namespace
 
 void ensure_initialized() { static Runtime runtime; }
+
+void note_abandoned_requests() { requests_abandoned.store(true); }
 
 void check(int rc, std::string_view op, int rank, std::string_view detail) {
   if (rc == MPI_SUCCESS) return;
@@ -91,29 +108,6 @@ Comm& Comm::operator=(Comm&& other) noexcept {
 
 Comm::~Comm() {
   if (comm_ != MPI_COMM_NULL && !finalized()) MPI_Comm_free(&comm_);
-}
-
-MPI_Datatype datatype(DataType type) {
-  switch (type) {
-    case DataType::F32: return MPI_FLOAT;
-    case DataType::F64: return MPI_DOUBLE;
-    case DataType::I32: return MPI_INT32_T;
-    case DataType::I64: return MPI_INT64_T;
-    case DataType::BF16:
-    case DataType::F16: return MPI_DATATYPE_NULL;
-  }
-  return MPI_DATATYPE_NULL;
-}
-
-MPI_Op op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Average: return MPI_SUM;
-    case ReduceOp::Product: return MPI_PROD;
-    case ReduceOp::Min: return MPI_MIN;
-    case ReduceOp::Max: return MPI_MAX;
-  }
-  return MPI_SUM;
 }
 
 int int_count(std::size_t count, std::string_view op, int rank) {

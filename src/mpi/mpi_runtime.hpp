@@ -45,11 +45,6 @@ class Comm {
   int size_ = 0;
 };
 
-// MPI's type for our element type; bf16 and f16 have none (MPI_DATATYPE_NULL).
-MPI_Datatype datatype(DataType type);
-// MPI's op for Sum (and Average), Product, Min, Max.
-MPI_Op op(ReduceOp op);
-
 // `count` as MPI's int; throws InvalidArgument naming op and rank when it
 // does not fit.
 int int_count(std::size_t count, std::string_view op, int rank);

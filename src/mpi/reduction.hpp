@@ -1,7 +1,8 @@
-// How MpiBackend keeps the reduction semantics of the kernels (see
-// src/kernels/reduce.hpp) while MPI does the combining: bf16 and f16 are
-// widened to f32 before MPI sees them and rounded once afterwards, and
-// Average is MPI's Sum followed by one scaling by 1/n (integers divide).
+// How the hierarchical all_reduce keeps the reduction semantics of the
+// kernels (see src/kernels/reduce.hpp) across its two levels: bf16 and f16
+// are widened to f32 first and rounded once afterwards, and Average is Sum
+// followed by one scaling by 1/n (integers divide). Flat reductions need
+// none of this: the kernels combine them directly (mpi/ordered.hpp).
 #pragma once
 
 #include <cstddef>

@@ -1,11 +1,24 @@
 // MpiBackend: a world whose ranks are the processes mpirun started.
 //
-// Every Backend operation maps onto MPI (MPI_Allreduce, MPI_Bcast, ...) over
-// a communicator of its own (a duplicate of MPI_COMM_WORLD, or a split of it
-// for new_group), with errors returned, not fatal: a failing MPI call throws
-// PeerFailure naming the op, the rank and the sizes. bf16 and f16 are widened
-// to f32, reduced in f32 and rounded once; Average is Sum followed by one
-// multiplication by 1/n (integers divide), as in every other backend.
+// Every collective starts with a call exchange over a communicator of its
+// own (a duplicate of MPI_COMM_WORLD, or a split of it for new_group): each
+// rank sends every other rank the call's descriptor (op, type, count, root,
+// reduce op, call number), so ranks that call different collectives get the
+// shared-memory backend's CollectiveMismatch showing both sides, not a hang.
+// Messages of up to 4 KiB per peer travel inside that exchange (one round);
+// larger ones then move with MPI's nonblocking collectives. Reductions are
+// combined here, with the sources in rank order, by the same kernels as the
+// shared-memory backend, so flat results equal its results bit for bit
+// (bf16 / f16 reduced in f32 and rounded once; Average = Sum x 1/n).
+//
+// Nothing blocks inside MPI: every wait polls its requests and ends after
+// AXON_TIMEOUT seconds (default 300) with a Timeout naming the op and the
+// ranks that never arrived. send() copies the data and returns at once, so
+// whatever completes with unlimited buffering completes. A failing MPI call
+// throws PeerFailure naming the op, the rank and the sizes. When a wait was
+// given up with MPI still holding requests that cannot be cancelled, the
+// process calls MPI_Abort at exit instead of MPI_Finalize (which would wait
+// for them), and mpirun ends the job.
 //
 // Hierarchical mode (the default when several ranks share a node): the ranks
 // of each node share an arena in /dev/shm, so that all_reduce is a
@@ -13,12 +26,19 @@
 // slice across the nodes and a shared-memory all-gather; broadcast and
 // all_gather likewise cross the network once per node. Every node must hold
 // the same number of ranks, else the world runs flat. Subgroups are flat.
+// Messages of up to 4 KiB take the flat path. A larger float sum is then
+// (node 0's ranks in order) + (node 1's ranks in order) + ..., which may
+// differ from the flat rank-order sum in the last bits when there are
+// several nodes; every rank still gets the very same bytes.
 //
 // Environment:
 //   AXON_HIERARCHICAL=0   flat MPI only
 //   AXON_NODE_ID=N        the node this rank counts as (one machine can
 //                         pretend to be several); default: ranks that share
 //                         memory (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED))
+//   AXON_TIMEOUT=S        seconds any wait may last (default 300)
+//   AXON_CHECK_COLLECTIVES=0  no descriptor check (set it on every rank or
+//                         none; it exists to measure the check's cost)
 //
 // MPI is initialized (MPI_THREAD_SERIALIZED or better) by the first backend
 // unless the program already did, and then finalized at exit.

@@ -1,0 +1,174 @@
+#include "mpi/call_exchange.hpp"
+
+#include <cstring>
+#include <memory>
+
+#include "axonml/distributed/error.hpp"
+
+namespace axonml::distributed::mpi {
+namespace {
+
+constexpr int kTag = 1;
+constexpr std::size_t kHeader = sizeof(CallDescriptor);
+
+bool same_call(const CallDescriptor& a, const CallDescriptor& b) {
+  return a.call == b.call && a.count == b.count && a.detail == b.detail && a.root == b.root &&
+         a.op == b.op && a.dtype == b.dtype && a.reduce_op == b.reduce_op;
+}
+
+// The peer of request i: receives first, then sends, each over every member
+// but this one.
+int peer_of(std::size_t i, int member, int size) {
+  const int k = static_cast<int>(i % static_cast<std::size_t>(size - 1));
+  return k < member ? k : k + 1;
+}
+
+}  // namespace
+
+CallDescriptor describe_call(CollectiveOp op, DataType type, std::size_t count, int root,
+                             const ReduceOp* reduce_op) {
+  CallDescriptor d;
+  d.op = static_cast<std::uint8_t>(op);
+  d.dtype = static_cast<std::uint8_t>(type);
+  d.count = count;
+  d.root = root;
+  if (reduce_op) d.reduce_op = static_cast<std::uint8_t>(*reduce_op);
+  return d;
+}
+
+std::string to_string(const CallDescriptor& d) {
+  const auto op = static_cast<CollectiveOp>(d.op);
+  std::string s(to_string(op));
+  s += "(";
+  if (op == CollectiveOp::Barrier) return s + ")";
+  if (op == CollectiveOp::NewGroup) {
+    return s + std::to_string(d.count) + " ranks, list hash " + std::to_string(d.detail) + ")";
+  }
+  s += std::string(to_string(static_cast<DataType>(d.dtype))) + ", " + std::to_string(d.count);
+  if (d.reduce_op != 0xff) s += ", " + std::string(to_string(static_cast<ReduceOp>(d.reduce_op)));
+  if (d.root >= 0) s += ", root " + std::to_string(d.root);
+  return s + ")";
+}
+
+CallExchange::CallExchange(const Comm& comm, std::vector<int> world_ranks)
+    : comm_(comm.get()), member_(comm.rank()), size_(comm.size()), world_ranks_(std::move(world_ranks)) {
+  recv_.resize(static_cast<std::size_t>(size_) * (kHeader + kInlineBytes));
+  send_offset_.resize(static_cast<std::size_t>(size_) + 1);
+}
+
+std::string CallExchange::group_name() const {
+  std::string s = "[";
+  for (std::size_t i = 0; i < world_ranks_.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(world_ranks_[i]);
+  }
+  return s + "]";
+}
+
+std::span<const std::byte> CallExchange::received(int member) const {
+  const std::byte* at = recv_.data() + static_cast<std::size_t>(member) * (kHeader + kInlineBytes);
+  CallDescriptor d;
+  std::memcpy(&d, at, kHeader);
+  return {at + kHeader, d.payload_bytes};
+}
+
+std::string CallExchange::describe_wait(std::span<const MPI_Request> requests) const {
+  std::string missing;
+  const std::size_t peers = static_cast<std::size_t>(size_ - 1);
+  for (std::size_t i = 0; i < peers && i < requests.size(); ++i) {
+    if (requests[i] == MPI_REQUEST_NULL) continue;
+    if (!missing.empty()) missing += ", ";
+    missing += std::to_string(world_rank(peer_of(i, member_, size_)));
+  }
+  std::string s = to_string(current_) + " call #" + std::to_string(current_.call) + " in group " +
+                  group_name();
+  if (missing.empty()) return s + ": sending to peers that do not receive";
+  return s + ": waiting for rank(s) " + missing + " to call it";
+}
+
+void CallExchange::abandon(std::span<MPI_Request> requests) {
+  bool sends_left = false;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i] == MPI_REQUEST_NULL) continue;
+    if (i < static_cast<std::size_t>(size_ - 1)) {  // a receive: cancel it cleanly
+      MPI_Cancel(&requests[i]);
+      MPI_Wait(&requests[i], MPI_STATUS_IGNORE);
+    } else {  // a send MPI may still read: keep its buffer for good
+      MPI_Request_free(&requests[i]);
+      sends_left = true;
+    }
+  }
+  if (sends_left) {
+    new std::vector<std::byte>(std::move(send_));  // deliberately leaked: MPI may read it
+    send_.clear();
+    note_abandoned_requests();
+  }
+}
+
+void CallExchange::run(CallDescriptor call,
+                       const std::function<std::span<const std::byte>(int peer)>& payload, bool check,
+                       const WaitContext& wait) {
+  if (!broken_.empty()) throw CollectiveMismatch(broken_);
+  call.call = calls_++;
+  current_ = call;
+  if (size_ == 1) return;
+
+  // One send buffer: [header | payload] per peer, back to back.
+  std::size_t total = 0;
+  for (int p = 0; p < size_; ++p) {
+    send_offset_[static_cast<std::size_t>(p)] = total;
+    if (p != member_) total += kHeader + payload(p).size();
+  }
+  send_.resize(total);
+  requests_.assign(2 * static_cast<std::size_t>(size_ - 1), MPI_REQUEST_NULL);
+  auto check_rc = [&](int rc, int peer) {
+    if (rc != MPI_SUCCESS) {
+      mpi::check(rc, to_string(call), world_rank(member_),
+            "exchanging call descriptors with rank " + std::to_string(world_rank(peer)));
+    }
+  };
+  std::size_t r = 0;
+  for (int p = 0; p < size_; ++p) {
+    if (p == member_) continue;
+    check_rc(MPI_Irecv(recv_.data() + static_cast<std::size_t>(p) * (kHeader + kInlineBytes),
+                       static_cast<int>(kHeader + kInlineBytes), MPI_BYTE, p, kTag, comm_, &requests_[r++]),
+             p);
+  }
+  for (int p = 0; p < size_; ++p) {
+    if (p == member_) continue;
+    const auto data = payload(p);
+    std::byte* at = send_.data() + send_offset_[static_cast<std::size_t>(p)];
+    CallDescriptor header = call;
+    header.payload_bytes = static_cast<std::uint32_t>(data.size());
+    std::memcpy(at, &header, kHeader);
+    if (!data.empty()) std::memcpy(at + kHeader, data.data(), data.size());
+    check_rc(MPI_Isend(at, static_cast<int>(kHeader + data.size()), MPI_BYTE, p, kTag, comm_,
+                       &requests_[r++]),
+             p);
+  }
+  try {
+    const int rc = wait_all(requests_, wait, [this](std::span<const MPI_Request> rq) { return describe_wait(rq); });
+    mpi::check(rc, to_string(call), world_rank(member_), "exchanging call descriptors in group " + group_name());
+  } catch (const Error& e) {
+    abandon(requests_);
+    broken_ = std::string("this group is unusable after: ") + e.what();
+    throw;
+  }
+  if (!check) return;
+  for (int m = 0; m < size_; ++m) {
+    if (m == member_) continue;
+    CallDescriptor theirs;
+    std::memcpy(&theirs, recv_.data() + static_cast<std::size_t>(m) * (kHeader + kInlineBytes), kHeader);
+    if (same_call(theirs, call)) continue;
+    std::string where = "at call #" + std::to_string(call.call);
+    if (theirs.call != call.call) {
+      where += " (rank " + std::to_string(world_rank(m)) + "'s call #" + std::to_string(theirs.call) + ")";
+    }
+    broken_ = "collective mismatch in group " + group_name() + " " + where + ": rank " +
+              std::to_string(world_rank(member_)) + ": " + to_string(call) + " vs rank " +
+              std::to_string(world_rank(m)) + ": " + to_string(theirs);
+    throw CollectiveMismatch(broken_);
+  }
+}
+
+}  // namespace axonml::distributed::mpi

@@ -1,0 +1,94 @@
+// CallExchange: the first step of every MpiBackend collective, which checks
+// that all members called the same one and carries small messages whole.
+//
+// Every member sends every other member one message, the call's
+// CallDescriptor (op, type, count, root, reduce op, call number) followed by
+// up to kInlineBytes of data chosen per peer, and receives one from each.
+// Receives are posted with room for kInlineBytes, so descriptors of any two
+// calls can always be compared, whatever their sizes; ranks that disagree get
+// a CollectiveMismatch showing both sides, the same text as the shared-memory
+// backend's, and the exchange stays unusable afterwards. A member that never
+// arrives is named in the Timeout. Since each member hears from every other
+// member, the exchange is also a barrier.
+//
+// Messages travel on a communicator used for nothing else, so they cannot
+// meet a user's send / recv.
+//
+// Thread safety: one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "axonml/distributed/dtype.hpp"
+#include "base/collective_op.hpp"
+#include "mpi/mpi_runtime.hpp"
+#include "mpi/waiting.hpp"
+
+namespace axonml::distributed::mpi {
+
+// What one member is about to run; the header of its exchange message.
+struct CallDescriptor {
+  std::uint64_t call = 0;    // this communicator's call number, from 0
+  std::uint64_t count = 0;   // elements per rank (as the op's own count)
+  std::uint64_t detail = 0;  // NewGroup: hash of the rank list
+  std::int32_t root = -1;    // rooted ops; -1 otherwise
+  std::uint8_t op = 0;       // CollectiveOp
+  std::uint8_t dtype = 0;
+  std::uint8_t reduce_op = 0xff;  // 0xff: the op has none
+  std::uint8_t unused = 0;
+  std::uint32_t payload_bytes = 0;  // data after the header (not compared)
+  std::uint32_t unused2 = 0;
+};
+static_assert(sizeof(CallDescriptor) == 40);
+
+CallDescriptor describe_call(CollectiveOp op, DataType type, std::size_t count, int root = -1,
+                             const ReduceOp* reduce_op = nullptr);
+// "all_reduce(f32, 100, sum)", as the shared-memory backend writes it.
+std::string to_string(const CallDescriptor& d);
+
+class CallExchange {
+ public:
+  // Messages whose per-peer data fits this go whole through the exchange:
+  // one round instead of two, and below Open MPI's eager limits.
+  static constexpr std::size_t kInlineBytes = 4096;
+
+  // `comm` is used for nothing else; `world_ranks[m]` is member m's world rank.
+  CallExchange(const Comm& comm, std::vector<int> world_ranks);
+
+  // Collective over the members. Numbers `call`, sends it with payload(peer)
+  // (at most kInlineBytes; may be empty) to every peer and receives every
+  // peer's message. With `check`, throws CollectiveMismatch when a peer's
+  // descriptor differs from `call`. Throws Timeout / PeerFailure from the wait.
+  void run(CallDescriptor call, const std::function<std::span<const std::byte>(int peer)>& payload,
+           bool check, const WaitContext& wait);
+
+  // After run(): the data member m sent this member (m != this member).
+  std::span<const std::byte> received(int member) const;
+  // The current call's descriptor (after run(): numbered), for messages.
+  const CallDescriptor& current() const { return current_; }
+  // "[0, 1, 2, 3]": the members' world ranks.
+  std::string group_name() const;
+  int world_rank(int member) const { return world_ranks_[static_cast<std::size_t>(member)]; }
+
+ private:
+  std::string describe_wait(std::span<const MPI_Request> requests) const;
+  void abandon(std::span<MPI_Request> requests);
+
+  MPI_Comm comm_;
+  int member_;
+  int size_;
+  std::vector<int> world_ranks_;
+  std::uint64_t calls_ = 0;
+  CallDescriptor current_;
+  std::string broken_;  // set after a mismatch or a failed wait
+  std::vector<std::byte> send_, recv_;
+  std::vector<std::size_t> send_offset_;
+  std::vector<MPI_Request> requests_;  // [recv from each peer..., send to each peer...]
+};
+
+}  // namespace axonml::distributed::mpi

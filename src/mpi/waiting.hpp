@@ -1,0 +1,48 @@
+// How MpiBackend waits: never inside a blocking MPI call.
+//
+// Every MPI operation MpiBackend starts is nonblocking; wait() tests its
+// requests with a backoff that suits 4 ranks on 2 cores as well as a
+// dedicated core (test, then sched_yield, then short sleeps), and gives up
+// with a Timeout after AXON_TIMEOUT seconds (default 300), or with a
+// PeerFailure when the endpoint was aborted. Each test also drives MPI's
+// progress engine, which is what lets a buffered send() finish while its
+// sender waits for something else.
+//
+// Thread safety: as MPI_THREAD_SERIALIZED; one thread at a time.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <span>
+#include <string>
+
+namespace axonml::distributed::mpi {
+
+struct WaitContext {
+  int rank = 0;                                 // the rank that waits, for messages
+  std::chrono::milliseconds timeout{300'000};   // AXON_TIMEOUT (shm::default_timeout())
+  const std::atomic<bool>* aborted = nullptr;   // set by MpiBackend::abort()
+  const std::string* abort_reason = nullptr;    // read only once *aborted
+};
+
+// Returns once every request has completed (each becomes MPI_REQUEST_NULL):
+// MPI_SUCCESS, or MPI's error code when one failed (`statuses`, when given,
+// then say which). `describe(requests)` says what is awaited, given the
+// requests as they stand (a still-active one is not MPI_REQUEST_NULL);
+// called only to build an error. Throws Timeout "rank R: timed out after S s
+// (AXON_TIMEOUT): <describe>", or PeerFailure when aborted; the requests
+// still active are then left to the caller.
+int wait_all(std::span<MPI_Request> requests, const WaitContext& context,
+             const std::function<std::string(std::span<const MPI_Request>)>& describe,
+             MPI_Status* statuses = MPI_STATUSES_IGNORE);
+
+// Says that this process has given up on MPI requests that may never
+// complete (a timeout in a collective): at exit MPI is then aborted instead
+// of finalized, since MPI_Finalize would wait for them, and mpirun ends the
+// job.
+void note_abandoned_requests();
+
+}  // namespace axonml::distributed::mpi

@@ -1,0 +1,238 @@
+// mpi_promises MODE: one promise of the README per mode, checked by a program
+// that runs unchanged under mpirun (MpiBackend) and under axon-launch (the
+// shared-memory backend), so that both launchers are held to the same words.
+// Every rank prints what failed; rank 0 ends with
+// "mpi_promises MODE: N checks per rank, F failures" (tests match F = 0).
+//
+//   ring BYTES        each rank sends BYTES to the next rank, then receives
+//                     from the previous one (completes with unlimited buffering)
+//   recv-timeout      rank 0 receives what nobody sends: Timeout naming the op
+//                     and the peer within AXON_TIMEOUT (the test sets 1 s)
+//   collective-timeout  rank 1 skips a barrier: the others' Timeout names it
+//   mismatch KIND     rank 0 calls one collective, the others another:
+//                     CollectiveMismatch on every rank showing both sides.
+//                     KIND: barrier-vs-all-reduce, count-0-vs-1, gather-roots,
+//                     sizes (all_reduce of 100 vs 200 f32), large-sizes
+//                     (100000 vs 200000 f32)
+//   rank-order        all_reduce / reduce_scatter / reduce of random floats
+//                     equal, bit for bit, the rank-order reduction of the
+//                     library's kernels (what the shared-memory backend computes)
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "axonml/distributed.hpp"
+#include "kernels/reduce.hpp"
+
+using namespace axonml::distributed;
+
+namespace {
+
+int failures = 0;
+int checks = 0;
+int me = 0;
+
+void expect(bool ok, const std::string& what) {
+  ++checks;
+  if (!ok) {
+    ++failures;
+    std::fprintf(stderr, "[rank %d] FAILED: %s\n", me, what.c_str());
+  }
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+void ring(Backend& b, std::size_t bytes) {
+  const int n = b.world_size(), r = b.rank();
+  const std::size_t count = bytes / sizeof(std::int32_t);
+  auto value = [](std::size_t i, int rank) { return static_cast<std::int32_t>(i * 7 + static_cast<std::size_t>(rank)); };
+  std::vector<std::int32_t> out(count), in(count);
+  for (std::size_t i = 0; i < count; ++i) out[i] = value(i, r);
+  b.send(std::span<const std::int32_t>(out), (r + 1) % n, 3);
+  out.assign(count, 0);  // send() has returned: the buffer is ours again
+  b.recv(std::span<std::int32_t>(in), (r + n - 1) % n, 3);
+  bool right = true;
+  for (std::size_t i = 0; i < count; ++i) right = right && in[i] == value(i, (r + n - 1) % n);
+  expect(right, "ring of " + std::to_string(bytes) + " bytes delivers the previous rank's data");
+  b.barrier();
+}
+
+void recv_timeout(Backend& b) {
+  if (b.rank() == 0) {
+    std::vector<float> four(4);
+    const auto started = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      b.recv(std::span<float>(four), 1, 5);
+    } catch (const Timeout& e) {
+      error = e.what();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::printf("[rank 0] %s\n", error.c_str());
+    expect(contains(error, "recv") && contains(error, "rank 1") && contains(error, "tag 5") &&
+               contains(error, "AXON_TIMEOUT"),
+           "recv from a rank that never sends throws Timeout naming op, peer and tag: '" + error + "'");
+    expect(seconds < 30, "the Timeout comes after AXON_TIMEOUT, not never (" + std::to_string(seconds) + " s)");
+  }
+  b.barrier();
+}
+
+void collective_timeout(Backend& b) {
+  if (b.rank() == 1) {  // skips the barrier, long enough for the others to give up
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    return;
+  }
+  std::string error;
+  try {
+    b.barrier();
+  } catch (const Timeout& e) {
+    error = e.what();
+  }
+  if (b.rank() == 0) std::printf("[rank 0] %s\n", error.c_str());
+  expect(contains(error, "barrier") && contains(error, "waiting for rank(s) 1") && contains(error, "AXON_TIMEOUT"),
+         "a barrier that rank 1 skips throws Timeout naming it: '" + error + "'");
+}
+
+void mismatch(Backend& b, const std::string& kind) {
+  const int n = b.world_size(), r = b.rank();
+  std::string mine, theirs;  // rank 0's call and the others'
+  std::string error;
+  try {
+    if (kind == "barrier-vs-all-reduce") {
+      mine = "barrier()", theirs = "all_reduce(f32, 4, sum)";
+      std::vector<float> v(4, 1.0f);
+      if (r == 0) b.barrier(); else b.all_reduce(std::span<float>(v), ReduceOp::Sum);
+    } else if (kind == "count-0-vs-1") {
+      mine = "all_reduce(f32, 0, sum)", theirs = "all_reduce(f32, 1, sum)";
+      std::vector<float> v(r == 0 ? 0 : 1, 1.0f);
+      b.all_reduce(std::span<float>(v), ReduceOp::Sum);
+    } else if (kind == "gather-roots") {
+      mine = "gather(f32, 4, root 0)", theirs = "gather(f32, 4, root 1)";
+      const int root = r == 0 ? 0 : 1;
+      std::vector<float> v(4, 1.0f), all(r == root ? 4 * static_cast<std::size_t>(n) : 0);
+      b.gather(std::span<const float>(v), std::span<float>(all), root);
+    } else if (kind == "sizes" || kind == "large-sizes") {
+      const std::size_t base = kind == "sizes" ? 100 : 100000;
+      mine = "all_reduce(f32, " + std::to_string(base) + ", sum)";
+      theirs = "all_reduce(f32, " + std::to_string(2 * base) + ", sum)";
+      std::vector<float> v(r == 0 ? base : 2 * base, 1.0f);
+      b.all_reduce(std::span<float>(v), ReduceOp::Sum);
+    } else {
+      expect(false, "unknown mismatch kind " + kind);
+      return;
+    }
+  } catch (const CollectiveMismatch& e) {
+    error = e.what();
+  }
+  const std::string both = r == 0 ? "rank 0: " + mine + " vs rank 1: " + theirs
+                                   : "rank " + std::to_string(r) + ": " + theirs + " vs rank 0: " + mine;
+  if (r <= 1) std::printf("[rank %d] %s\n", r, error.c_str());
+  expect(contains(error, both), "mismatch " + kind + " throws CollectiveMismatch with '" + both + "': '" + error + "'");
+}
+
+template <typename T> std::vector<T> random_values(int rank, std::size_t count, unsigned salt) {
+  std::mt19937 random(static_cast<unsigned>(rank) * 7919u + salt);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<T> v(count);
+  for (auto& x : v) x = static_cast<T>(uniform(random) * (1 + (random() % 1000)));
+  return v;
+}
+
+template <typename T> std::vector<T> rank_order(int n, std::size_t count, unsigned salt, ReduceOp op) {
+  std::vector<std::vector<T>> all;
+  std::vector<const std::byte*> sources;
+  for (int q = 0; q < n; ++q) all.push_back(random_values<T>(q, count, salt));
+  for (const auto& v : all) sources.push_back(reinterpret_cast<const std::byte*>(v.data()));
+  std::vector<T> out(count);
+  if (count > 0) kernels::reduce(data_type_v<T>, op, sources, reinterpret_cast<std::byte*>(out.data()), count);
+  return out;
+}
+
+template <typename T> bool same_bits(const std::vector<T>& a, const T* b, std::size_t count) {
+  return a.size() == count && (count == 0 || std::memcmp(a.data(), b, count * sizeof(T)) == 0);
+}
+
+template <typename T> void rank_order_type(Backend& b) {
+  const int n = b.world_size(), r = b.rank();
+  const std::string type(to_string(data_type_v<T>));
+  unsigned salt = 0;
+  // Around the inline limit (4 KiB) and well beyond it.
+  for (const std::size_t count : {std::size_t{3}, std::size_t{1000}, std::size_t{1500}, std::size_t{100003}}) {
+    for (const ReduceOp op : {ReduceOp::Sum, ReduceOp::Average}) {
+      const std::string at = type + " count " + std::to_string(count) + " " + std::string(to_string(op));
+      ++salt;
+      auto data = random_values<T>(r, count, salt);
+      b.all_reduce(std::span<T>(data), op);
+      expect(same_bits(rank_order<T>(n, count, salt, op), data.data(), count),
+             "all_reduce of random " + at + " equals the rank-order reduction bit for bit");
+
+      ++salt;
+      const auto send = random_values<T>(r, count * static_cast<std::size_t>(n), salt);
+      std::vector<T> block(count);
+      b.reduce_scatter(std::span<const T>(send), std::span<T>(block), op);
+      const auto whole = rank_order<T>(n, count * static_cast<std::size_t>(n), salt, op);
+      expect(same_bits(std::vector<T>(whole.begin() + static_cast<std::ptrdiff_t>(count) * r,
+                                      whole.begin() + static_cast<std::ptrdiff_t>(count) * (r + 1)),
+                       block.data(), count),
+             "reduce_scatter of random " + at + " equals the rank-order reduction bit for bit");
+
+      ++salt;
+      const auto mine = random_values<T>(r, count, salt);
+      std::vector<T> result(r == n - 1 ? count : 0);
+      b.reduce(std::span<const T>(mine), std::span<T>(result), n - 1, op);
+      if (r == n - 1) {
+        expect(same_bits(rank_order<T>(n, count, salt, op), result.data(), count),
+               "reduce of random " + at + " equals the rank-order reduction bit for bit");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const std::string arg = argc > 2 ? argv[2] : "";
+  try {
+    World world = World::init();
+    me = world.rank();
+    Backend& b = world.backend();
+    std::vector<int> everyone;
+    for (int q = 0; q < world.world_size(); ++q) everyone.push_back(q);
+    // A group of its own for the tally: the modes may leave the world unusable.
+    auto tally = b.new_group(everyone);
+    if (mode == "ring") {
+      ring(b, std::stoul(arg));
+    } else if (mode == "recv-timeout") {
+      recv_timeout(b);
+    } else if (mode == "collective-timeout") {
+      collective_timeout(b);
+    } else if (mode == "mismatch") {
+      mismatch(b, arg);
+    } else if (mode == "rank-order") {
+      rank_order_type<float>(b);
+      rank_order_type<double>(b);
+    } else {
+      std::fprintf(stderr, "usage: mpi_promises ring BYTES | recv-timeout | collective-timeout | "
+                           "mismatch KIND | rank-order\n");
+      return 2;
+    }
+    int total = failures;
+    if (mode != "collective-timeout") {
+      tally->all_reduce(std::span<int>(&total, 1), ReduceOp::Sum);
+    }
+    if (me == 0) {
+      std::printf("mpi_promises %s%s%s: %d checks per rank, %d failures\n", mode.c_str(), arg.empty() ? "" : " ",
+                  arg.c_str(), checks, total);
+    }
+    return total == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] error: %s\n", me, e.what());
+    return 2;
+  }
+}
