@@ -26,11 +26,11 @@ std::shared_ptr<T> allocate_in_shared_memory(Backend& backend, std::size_t count
 }
 
 // Gradients into a bucket's bf16 twin (round to nearest even) and back.
-void narrow(const float* source, bfloat16* dest, std::size_t count) {
+void round_to_bf16(const float* source, bfloat16* dest, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) dest[i] = bfloat16(source[i]);
 }
 
-void widen(const bfloat16* source, float* dest, std::size_t count) {
+void expand_bf16(const bfloat16* source, float* dest, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) dest[i] = static_cast<float>(source[i]);
 }
 
@@ -232,7 +232,7 @@ void GradientSynchronizer::launch(std::size_t b) {
         std::fill_n(bucket.storage.get() + offset, n, 0.0f);
       }
     } else if (compressed) {
-      narrow(g->data().data(), bucket.wire.get() + offset, g->numel());
+      round_to_bf16(g->data().data(), bucket.wire.get() + offset, g->numel());
     } else if (g->data().data() != bucket.storage.get() + offset) {
       std::copy(g->data().begin(), g->data().end(), bucket.storage.get() + offset);
     }
@@ -251,7 +251,7 @@ void GradientSynchronizer::reduce(std::size_t b, const ProcessGroup& pg) {
     pg.backend().all_reduce(std::span<bfloat16>(bucket.wire.get(), bucket.size), ReduceOp::Average);
     for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
       auto& g = gradients_[bucket.indices[k]];
-      if (g) widen(bucket.wire.get() + bucket.offsets[k], g->data().data(), g->numel());
+      if (g) expand_bf16(bucket.wire.get() + bucket.offsets[k], g->data().data(), g->numel());
     }
   } else {
     pg.backend().all_reduce(std::span<float>(bucket.storage.get(), bucket.size), ReduceOp::Average);
