@@ -59,9 +59,9 @@ LaunchOptions parse_options(int argc, char** argv) {
   const int max_ranks = axonml::distributed::shm::kMaxWorldSize;
   CLI::App app{
       "Runs N copies of PROGRAM as the ranks of one job, sharing a /dev/shm arena.\n"
-      "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA,\n"
-      "AXON_ARENA_BYTES and AXON_TIMEOUT. Exits 0 when every rank does, else with the\n"
-      "status of the first rank that failed (128+signal for a signal).",
+      "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA and\n"
+      "AXON_ARENA_BYTES (and AXON_TIMEOUT with --timeout). Exits 0 when every rank\n"
+      "does, else with the status of the first rank that failed (128+signal for a signal).",
       "axon-launch"};
   app.formatter(std::make_shared<LauncherFormatter>());
   app.prefix_command();  // PROGRAM and everything after it are passed through
