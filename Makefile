@@ -5,7 +5,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test test-asan bench docs install clean
+.PHONY: all deps configure build demo test test-asan bench bench-docs docs install clean
 
 all: build
 
@@ -39,6 +39,13 @@ docs:
 	@AXON_VERSION=$(VERSION) AXON_DOCS_DIR=$(DOCS) doxygen docs/Doxyfile \
 	  || { cat $(DOCS)/warnings.log; echo "docs: doxygen failed (warnings above)"; exit 1; }
 	@echo "docs: $(DOCS)/html/index.html"
+
+# Reruns the comparison with Open MPI (benchmarks/compare.sh, twice) and
+# rewrites its tables in README.md and docs/benchmarks.md, with the date, the
+# machine and the commands (benchmarks/bench_docs.py). Long: run it on a
+# quiet machine.
+bench-docs: build
+	python3 benchmarks/bench_docs.py --preset $(PRESET)
 
 test-asan:
 	@$(MAKE) --no-print-directory test PRESET=asan

@@ -27,24 +27,36 @@ int run(int argc, char** argv) {
   Options o;
   bool memcpy_only = false;
   std::string op = "sum", dtype = "f32";
-  CLI::App app{"axon-bench: time and check collectives over a sweep of sizes (nccl-tests style)"};
-  app.add_option("-c,--collective", o.collectives, "all_reduce, broadcast, all_gather, reduce_scatter, barrier or all")
+#ifdef AXON_BENCH_MPI
+  CLI::App app{"axon-bench-mpi: time and check collectives over a sweep of sizes (nccl-tests style), over Open MPI.\n"
+               "Run it under mpirun: mpirun -np N axon-bench-mpi [OPTIONS]."};
+#else
+  CLI::App app{"axon-bench: time and check collectives over a sweep of sizes (nccl-tests style).\n"
+               "Run it under the launcher: axon-launch -n N axon-bench [OPTIONS]; alone it is a world of one."};
+#endif
+  app.add_option("-c,--collective", o.collectives, "all_reduce, broadcast, all_gather, reduce_scatter, barrier or all (comma-separated)")
+      ->capture_default_str()
       ->delimiter(',')
       ->check(CLI::IsMember([] { auto v = kCollectives; v.push_back("all"); return v; }()));
-  app.add_option("-o,--op", op, "reduction op")->check(CLI::IsMember({"sum", "product", "min", "max", "average"}));
-  app.add_option("-d,--dtype", dtype, "element type")->check(CLI::IsMember({"f32", "f64", "bf16", "f16", "i32", "i64"}));
+  app.add_option("-o,--op", op, "reduction op")->capture_default_str()->check(CLI::IsMember({"sum", "product", "min", "max", "average"}));
+  app.add_option("-d,--dtype", dtype, "element type")->capture_default_str()->check(CLI::IsMember({"f32", "f64", "bf16", "f16", "i32", "i64"}));
   app.add_option("-b,--min-bytes", o.min_bytes, "smallest size (K, M, G suffixes are powers of 1024)")
+      ->capture_default_str()
       ->transform(CLI::AsSizeValue(false));
-  app.add_option("-e,--max-bytes", o.max_bytes, "largest size")->transform(CLI::AsSizeValue(false));
-  app.add_option("-f,--factor", o.factor, "size multiplier between rows")->check(CLI::Range(2, 1024));
-  app.add_option("-n,--iters", o.iterations, "timed iterations per size")->check(CLI::Range(1, 1000000));
-  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
-  app.add_option("-r,--root", o.root, "broadcast root");
+  app.add_option("-e,--max-bytes", o.max_bytes, "largest size")->capture_default_str()->transform(CLI::AsSizeValue(false));
+  app.add_option("-f,--factor", o.factor, "size multiplier between rows")->capture_default_str()->check(CLI::Range(2, 1024));
+  app.add_option("-n,--iters", o.iterations, "timed iterations per size (at most, with --seconds-per-size)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("-w,--warmup", o.warmup, "untimed iterations per size")->capture_default_str()->check(CLI::Range(0, 1000000));
+  app.add_option("-r,--root", o.root, "broadcast root")->capture_default_str();
   app.add_option("--seconds-per-size", o.seconds_per_size,
-                 "cut the iterations of a size that would take longer (0: never)");
+                 "fewer iterations (never under 3) for a size that would take longer (0: never)")
+      ->capture_default_str();
   app.add_option("--json", o.json_file, "also write the rows to this JSON file (rank 0)");
   app.add_flag("--shared-buffers", o.shared_buffers,
-               "all_reduce buffers in the arena (zero copy; needs --arena-mb for the largest size)");
+               "all_reduce buffers in the arena (zero copy): give axon-launch an --arena-mb of "
+               "at least ranks x the largest size, plus the default");
   app.add_flag("--memcpy", memcpy_only, "print one core's memcpy GB/s at the largest size and exit");
   app.allow_extras();  // MPI may leave its own arguments
   CLI11_PARSE(app, argc, argv);

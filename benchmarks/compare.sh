@@ -2,22 +2,41 @@
 # axon-bench against Open MPI, side by side, on this machine.
 #
 #   benchmarks/compare.sh [preset]          (default preset: release)
+#   benchmarks/compare.sh --help            (prints this header)
 #
 # For each world size in RANKS it runs axon-bench under axon-launch and
 # axon-bench-mpi under mpirun, alternating the two REPEATS times (the host
 # moves its vCPUs between fast and slow every few seconds, so only
 # interleaved, repeated runs compare fairly). Per size it prints the median
 # time of each side and the ratio ours/MPI, and draws busbw against size for
-# both, with one core's memcpy bandwidth as the roof, into $OUT/compare.png.
+# both, with one core's memcpy bandwidth as the roof, into $OUT/compare.png
+# (when gnuplot is installed). Needs the benchmarks of the preset built,
+# mpirun and python3 (scripts/install-deps.sh installs them).
 #
-# Environment: RANKS ("2 8"), REPEATS (3), COLLECTIVE (all_reduce), DTYPE
-# (f32), OP (sum), MIN (4), MAX (256M), FACTOR (4), ITERS (20), WARMUP (5),
-# SECONDS_PER_SIZE (2), LAUNCH_ARGS (extra axon-launch options, e.g.
-# "--arena-mb 2048"), OURS_ARGS (extra axon-bench options for our side only,
-# e.g. "--shared-buffers" with LAUNCH_ARGS="--arena-mb 700"), OUT (build/<preset>/compare). World size 1 runs our side
-# without the launcher.
+# Settings, from the environment (default in parentheses):
+#   RANKS             world sizes to run ("2 8"); 1 runs our side without the launcher
+#   REPEATS           interleaved repeats per world size (3)
+#   COLLECTIVE        all_reduce, broadcast, all_gather, reduce_scatter (all_reduce)
+#   DTYPE, OP         element type (f32), reduce op (sum)
+#   MIN, MAX, FACTOR  sizes MIN, MIN*FACTOR, ... up to MAX (4, 256M, 4)
+#   ITERS, WARMUP     timed iterations per size, at most (20), and untimed ones (5)
+#   SECONDS_PER_SIZE  fewer timed iterations (never under 3) where ITERS would take longer (2)
+#   LAUNCH_ARGS       extra axon-launch options, e.g. "--arena-mb 3000"
+#   OURS_ARGS         extra axon-bench options for our side only, e.g. "--shared-buffers"
+#                     (which needs LAUNCH_ARGS="--arena-mb" of about 3 x MAX x 4)
+#   OUT               where the JSON, the tables and the plot go (build/<preset>/compare)
+#
+# Run time: 2 x REPEATS runs per world size, each at most about
+# sizes x SECONDS_PER_SIZE plus WARMUP iterations of every size; the largest
+# sizes dominate (at n=8 on 2 cores one 256 MiB all-reduce takes ~0.3 s ours,
+# ~0.8 s MPI's). Expect several minutes per world size; make bench-docs
+# records how long its run took.
 set -euo pipefail
 
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
 preset=${1:-release}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build/$preset
@@ -43,7 +62,8 @@ OUT=${OUT:-$build/compare}
 for program in "$bench" "$bench_mpi"; do
   [[ -x $program ]] || { echo "compare.sh: $program is missing; build the benchmarks of preset $preset" >&2; exit 2; }
 done
-command -v mpirun >/dev/null || { echo "compare.sh: mpirun not found" >&2; exit 2; }
+command -v mpirun >/dev/null || { echo "compare.sh: mpirun not found (bash scripts/install-deps.sh installs openmpi-bin)" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "compare.sh: python3 not found (bash scripts/install-deps.sh installs it)" >&2; exit 2; }
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json
 

@@ -21,7 +21,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -121,14 +123,22 @@ class ProgressBar {
 int run(const Config& cfg, const dist::World& world) {
   const auto n = static_cast<std::size_t>(world.world_size());
   const auto rank = static_cast<std::size_t>(world.rank());
-  if (cfg.global_batch % n != 0) {
-    throw dist::InvalidArgument("train: --global-batch " + std::to_string(cfg.global_batch) +
-                                " does not split evenly over " + std::to_string(n) +
-                                " ranks; equal shards are what make the averaged gradient the "
-                                "global batch's");
+  // Messages leave out the "train: " prefix; main() adds it.
+  if (cfg.global_batch > cfg.samples) {
+    throw dist::InvalidArgument("--global-batch " + std::to_string(cfg.global_batch) +
+                                " is larger than the data set (--samples " + std::to_string(cfg.samples) +
+                                "): pass --global-batch " + std::to_string(cfg.samples) +
+                                " or less, or --samples " + std::to_string(cfg.global_batch) + " or more");
   }
-  if (cfg.global_batch == 0 || cfg.global_batch > cfg.samples) {
-    throw dist::InvalidArgument("train: --global-batch must be in 1.." + std::to_string(cfg.samples));
+  if (cfg.global_batch % n != 0) {
+    // Equal shards are what make the averaged gradient the global batch's.
+    const std::size_t below = cfg.global_batch / n * n, above = below + n;
+    std::string suggestion = below > 0 ? std::to_string(below) : std::string();
+    if (above <= cfg.samples) suggestion += (suggestion.empty() ? "" : " or ") + std::to_string(above);
+    throw dist::InvalidArgument("--global-batch " + std::to_string(cfg.global_batch) +
+                                " does not split evenly over " + std::to_string(n) +
+                                " ranks: pass a multiple of " + std::to_string(n) +
+                                (suggestion.empty() ? std::string() : ", e.g. --global-batch " + suggestion));
   }
   dist::DdpOptions options;
   options.strategy = cfg.sync == "overlapped" ? dist::GradSyncStrategy::Overlapped : dist::GradSyncStrategy::Synchronous;
@@ -143,10 +153,15 @@ int run(const Config& cfg, const dist::World& world) {
   const std::size_t local = cfg.global_batch / n;
   const std::size_t steps = cfg.samples / cfg.global_batch;  // the last partial batch is dropped
   const bool main = rank == 0;
-  ProgressBar bar(main && isatty(STDOUT_FILENO));
+  // Only for a person watching a lone run: under axon-launch rank 0's stdout
+  // is a pipe anyway, but mpirun hands ranks a terminal whose output ends up
+  // in logs, where every \r redraw would be a line of noise.
+  ProgressBar bar(main && n == 1 && world.backend().name() != "mpi" && isatty(STDOUT_FILENO));
   if (main) {
-    std::printf("train: %zu ranks, %zu samples, global batch %zu (%zu per rank), %s sync, %s compression, "
-                "%zu parameters\n", n, cfg.samples, cfg.global_batch, local, cfg.sync.c_str(), cfg.compress.c_str(),
+    std::printf("train: %zu %s, %zu samples, global batch %zu (%zu per rank), %s gradient sync, %s, "
+                "%zu parameters\n", n, n == 1 ? "rank" : "ranks", cfg.samples, cfg.global_batch, local,
+                cfg.sync == "overlapped" ? "overlapped" : "synchronous",
+                cfg.compress == "bf16" ? "bf16 gradient compression" : "no gradient compression",
                 [&] { std::size_t c = 0; for (auto* p : ddp.module_mut().parameters()) c += p->numel(); return c; }());
   }
   dist::Tensor x = dist::Tensor::zeros({local, kFeatures});
@@ -190,7 +205,8 @@ int run(const Config& cfg, const dist::World& world) {
     std::ofstream out;
     if (!cfg.checksum_file.empty()) {
       out.open(cfg.checksum_file);
-      if (!out) throw dist::InvalidArgument("train: cannot write --checksum-file " + cfg.checksum_file);
+      if (!out) throw dist::InvalidArgument("cannot write --checksum-file " + cfg.checksum_file +
+                                                 ": " + std::strerror(errno));
       out.precision(9);
     }
     for (const auto& [name, p] : ddp.module_mut().named_parameters()) {

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "shm/arena_layout.hpp"
@@ -36,6 +37,21 @@ bool executable_file(const std::string& path, std::string& why) {
   return true;
 }
 
+// CLI11's usage line cannot show the pass-through PROGRAM [ARGS...] that
+// prefix_command() collects, and it spells -n as required only in the option
+// list; say both on the one line a reader looks at first.
+class LauncherFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "\nUsage: axon-launch -n N [OPTIONS] PROGRAM [ARGS...]\n"
+           "       (everything from PROGRAM on is passed to PROGRAM, flags included)\n";
+  }
+  // A flag takes no value; its row needs no "Excludes: ..." beside the name.
+  std::string make_option_opts(const CLI::Option* option) const override {
+    return option->get_expected_max() == 0 ? std::string() : CLI::Formatter::make_option_opts(option);
+  }
+};
+
 }  // namespace
 
 LaunchOptions parse_options(int argc, char** argv) {
@@ -43,19 +59,27 @@ LaunchOptions parse_options(int argc, char** argv) {
   const int max_ranks = axonml::distributed::shm::kMaxWorldSize;
   CLI::App app{
       "Runs N copies of PROGRAM as the ranks of one job, sharing a /dev/shm arena.\n"
-      "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA,\n"
-      "AXON_ARENA_BYTES and AXON_TIMEOUT. Exits 0 when every rank does, else with the\n"
-      "status of the first rank that failed (128+signal for a signal).",
+      "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA and\n"
+      "AXON_ARENA_BYTES (and AXON_TIMEOUT with --timeout). Exits 0 when every rank\n"
+      "does, else with the status of the first rank that failed (128+signal for a signal).",
       "axon-launch"};
+  app.formatter(std::make_shared<LauncherFormatter>());
   app.prefix_command();  // PROGRAM and everything after it are passed through
-  app.add_option("-n,--nproc", options.world_size, "number of ranks (1.." + std::to_string(max_ranks) + ")")
-      ->required();
+  // Not ->required(): CLI11 would name the option by its long spelling
+  // (--nproc), which the docs never use; the check below says "-n N".
+  CLI::Option* nproc = app.add_option("-n,--nproc", options.world_size,
+                                      "number of ranks (1.." + std::to_string(max_ranks) + "), required");
   app.add_option("--arena-mb", options.arena_mb,
                  "size of the shared arena in MiB (default: sized for N ranks)");
   app.add_option("--timeout", options.timeout_s,
                  "seconds a rank may wait for its peers before failing (AXON_TIMEOUT, default 300)");
-  app.add_flag("--tag-output,!--no-tag-output", options.tag_output,
-               "prefix each line of rank k's output with [rank k] (default on)");
+  // Two flags rather than CLI11's "--tag-output,!--no-tag-output", whose
+  // help line reads "--tag-output,--no-tag-output{false}".
+  CLI::Option* tag = app.add_flag_callback("--tag-output", [&options] { options.tag_output = true; },
+                                           "prefix each line of rank k's output with [rank k] (the default)");
+  app.add_flag_callback("--no-tag-output", [&options] { options.tag_output = false; },
+                        "pass the ranks' output through unchanged")
+      ->excludes(tag);
   app.footer("Example: axon-launch -n 8 ./examples/train --epochs 2");
 
   try {
@@ -67,6 +91,9 @@ LaunchOptions parse_options(int argc, char** argv) {
     bad_arguments(e.what());
   }
 
+  if (nproc->count() == 0) {
+    bad_arguments("-n N is required: the number of ranks to start, e.g. axon-launch -n 4 PROGRAM");
+  }
   if (options.world_size < 1 || options.world_size > max_ranks) {
     bad_arguments("-n " + std::to_string(options.world_size) + " is out of range (1.." +
                   std::to_string(max_ranks) + ")");

@@ -1,5 +1,5 @@
 // The prelude: include this and `using namespace axonml::distributed;` to get
-// every name the seed's examples use.
+// every name of the API examples in README.md.
 #pragma once
 
 #include "axonml/distributed/arena_backend.hpp"

@@ -24,7 +24,24 @@ bool started_by_mpirun() {
 
 std::shared_ptr<Backend> mpi_backend() {
 #ifdef AXON_HAVE_MPI
-  return MpiBackend::from_environment();
+  std::shared_ptr<Backend> backend = MpiBackend::from_environment();
+  // A process that no MPI launcher started initializes as a world of one of
+  // its own (an MPI "singleton"). Under axon-launch with AXON_BACKEND=mpi
+  // every rank would do that and quietly train alone; the launcher's
+  // WORLD_SIZE says how many it started.
+  if (backend->world_size() == 1) {
+    const auto launched = env::integer("WORLD_SIZE", 1, 1 << 30);
+    if (launched && *launched > 1) {
+      const std::string n = std::to_string(*launched);
+      const std::string by = is_set("AXON_ARENA") ? "axon-launch" : "the launcher";
+      throw InvalidArgument(
+          "AXON_BACKEND=mpi, but MPI sees a world of 1 while WORLD_SIZE=" + n + " (set by " + by +
+          "): processes that mpirun did not start do not find each other over MPI, so each rank "
+          "would run alone. Use the MPI backend under mpirun (mpirun -np " + n +
+          " PROGRAM), or leave AXON_BACKEND unset (or shm) under axon-launch");
+    }
+  }
+  return backend;
 #else
   throw InvalidArgument(
       "AXON_BACKEND=mpi (or a start under mpirun), but this build of axonml_distributed has no "

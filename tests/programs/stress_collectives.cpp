@@ -353,6 +353,23 @@ struct Options {
   int exit_code = 3;
 };
 
+constexpr const char* kUsage =
+    "Usage: axon-launch -n N stress_collectives [OPTIONS]\n"
+    "Runs random collectives and point-to-point messages on every rank and checks every result.\n"
+    "\n"
+    "Options:\n"
+    "  --seed S          the sequence of operations (default: drawn per job and printed first)\n"
+    "  --ops N           operations to run (default 2000)\n"
+    "  --max-bytes B     largest message in bytes (default 3145728)\n"
+    "  --endless         run until killed (the fault tests)\n"
+    "  --exit-rank R --exit-at K [--exit-code C]\n"
+    "                    rank R exits with status C (default 3) just before operation K\n"
+    "  --tag T           ignored; marks the command line for pgrep\n"
+    "  -h, --help        print this and exit\n"
+    "\n"
+    "A failure prints the seed to rerun: axon-launch -n N stress_collectives --seed S --ops N\n";
+
+// Throws std::invalid_argument naming the argument that is wrong.
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -361,21 +378,37 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--seed") {
-      o.seed = std::stoull(value());
+    // A whole number; stoll alone would say only "stoll" about "abc".
+    auto number = [&]() -> long long {
+      const std::string text = value();
+      std::size_t used = 0;
+      long long parsed = 0;
+      try {
+        parsed = std::stoll(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != text.size()) throw std::invalid_argument(a + " " + text + " is not a whole number");
+      return parsed;
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--seed") {
+      o.seed = static_cast<std::uint64_t>(number());
       o.seed_given = true;
     } else if (a == "--ops") {
-      o.ops = std::stoll(value());
+      o.ops = number();
     } else if (a == "--max-bytes") {
-      o.max_bytes = std::stoull(value());
+      o.max_bytes = static_cast<std::size_t>(number());
     } else if (a == "--endless") {
       o.endless = true;
     } else if (a == "--exit-rank") {
-      o.exit_rank = std::stoi(value());
+      o.exit_rank = static_cast<int>(number());
     } else if (a == "--exit-at") {
-      o.exit_at = std::stoll(value());
+      o.exit_at = number();
     } else if (a == "--exit-code") {
-      o.exit_code = std::stoi(value());
+      o.exit_code = static_cast<int>(number());
     } else if (a == "--tag") {
       value();  // only marks the command line (for pgrep in the fault tests)
     } else {
@@ -383,6 +416,16 @@ Options parse(int argc, char** argv) {
     }
   }
   return o;
+}
+
+// Bad arguments are found before World::init(), so there is no rank to name.
+Options parse_or_exit(int argc, char** argv) {
+  try {
+    return parse(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "stress_collectives: %s (see stress_collectives --help)\n", e.what());
+    std::exit(2);
+  }
 }
 
 std::vector<Group> make_groups(World& world) {
@@ -412,7 +455,7 @@ std::vector<Group> make_groups(World& world) {
 int main(int argc, char** argv) {
   int rank = -1;
   try {
-    Options options = parse(argc, argv);
+    Options options = parse_or_exit(argc, argv);
     if (!options.seed_given) {
       // A fresh seed, the same on every rank: derived from the job's arena name.
       const char* arena = std::getenv("AXON_ARENA");
@@ -448,8 +491,8 @@ int main(int argc, char** argv) {
     world.barrier();
     if (rank == 0) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      std::printf("stress: %llu random ops correct on %d ranks in %.1f s\n",
-                  static_cast<unsigned long long>(index), world.world_size(), seconds);
+      std::printf("stress: %llu random ops correct on %d rank%s in %.1f s\n",
+                  static_cast<unsigned long long>(index), world.world_size(), world.world_size() == 1 ? "" : "s", seconds);
     }
     return 0;
   } catch (const PeerFailure& e) {

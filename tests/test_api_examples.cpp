@@ -1,4 +1,4 @@
-// The seed README's examples, translated to C++, with their results asserted.
+// The API examples of README.md ("The API in C++"), run on several ranks with their results asserted.
 // (The DDP training example lives in test_ddp.cpp with the rest of DDP.)
 #include <catch2/catch.hpp>
 
@@ -12,7 +12,7 @@ using namespace axonml::distributed;
 using axon_test::error_of;
 using axon_test::run_ranks;
 
-TEST_CASE("seed example: communication primitives on a world of one", "[seed]") {
+TEST_CASE("API example: communication primitives on a world of one", "[api]") {
   ProcessGroup pg = ProcessGroup::mock();
 
   Tensor tensor = Tensor::from_vec({1.0f, 2.0f, 3.0f}, {3});
@@ -35,7 +35,7 @@ TEST_CASE("seed example: communication primitives on a world of one", "[seed]") 
   RANK_REQUIRE(is_main_process(pg));
 }
 
-TEST_CASE("seed example: communication primitives on four ranks", "[seed]") {
+TEST_CASE("API example: communication primitives on four ranks", "[api]") {
   run_ranks(4, [](std::shared_ptr<Backend> backend, int r) {
     ProcessGroup pg(backend);
     const float x = static_cast<float>(r + 1);
@@ -74,7 +74,7 @@ TEST_CASE("seed example: communication primitives on four ranks", "[seed]") {
   });
 }
 
-TEST_CASE("seed example: gradient synchronization averages over ranks", "[seed]") {
+TEST_CASE("API example: gradient synchronization averages over ranks", "[api]") {
   run_ranks(2, [](std::shared_ptr<Backend> backend, int r) {
     ProcessGroup pg(backend);
     const float scale = r == 0 ? 1.0f : 3.0f;
@@ -92,7 +92,7 @@ TEST_CASE("seed example: gradient synchronization averages over ranks", "[seed]"
   });
 }
 
-TEST_CASE("seed example: gradient bucketing packs, reduces and extracts", "[seed][bucket]") {
+TEST_CASE("API example: gradient bucketing packs, reduces and extracts", "[api][bucket]") {
   GradientBucket bucket(1000);
   Tensor grad1 = Tensor::from_vec({0.1f, 0.2f}, {2});
   Tensor grad2 = Tensor::from_vec({0.3f, 0.4f, 0.5f}, {3});
@@ -124,7 +124,7 @@ TEST_CASE("gradient bucket refuses what does not fit and reports fullness", "[bu
   RANK_REQUIRE(bucket.extract().empty());
 }
 
-TEST_CASE("seed example: a custom synchronization strategy averages into the added tensors", "[seed]") {
+TEST_CASE("API example: a custom synchronization strategy averages into the added tensors", "[api]") {
   run_ranks(3, [](std::shared_ptr<Backend> backend, int r) {
     ProcessGroup pg(backend);
     GradientSynchronizer sync(GradSyncStrategy::Synchronous, 25'000'000);
@@ -140,7 +140,7 @@ TEST_CASE("seed example: a custom synchronization strategy averages into the add
   });
 }
 
-TEST_CASE("seed example: multi-backend setup gives each process its rank", "[seed]") {
+TEST_CASE("API example: multi-backend setup gives each process its rank", "[api]") {
   auto backends = MockBackend::create_world(4);
   std::ostringstream out;
   for (auto& backend : backends) {
@@ -150,9 +150,9 @@ TEST_CASE("seed example: multi-backend setup gives each process its rank", "[see
   RANK_REQUIRE(out.str() == "Rank 0 of 4\nRank 1 of 4\nRank 2 of 4\nRank 3 of 4\n");
 }
 
-// The seed runs this on World::mock(), a world of one, where rank 1 does not
-// exist; ours rejects out-of-range ranks, so the example runs on two ranks.
-TEST_CASE("seed example: process subgroups", "[seed][groups]") {
+// In a world of one rank 1 does not exist and new_group rejects it, so the
+// example runs on two ranks.
+TEST_CASE("API example: process subgroups", "[api][groups]") {
   run_ranks(2, [](std::shared_ptr<Backend> backend, int) {
     World world(backend);
     ProcessGroup subgroup = world.new_group({0, 1});
@@ -161,7 +161,7 @@ TEST_CASE("seed example: process subgroups", "[seed][groups]") {
   });
 }
 
-TEST_CASE("scatter_tensor and gather_tensor split and rejoin along any dim", "[seed][model-parallel]") {
+TEST_CASE("scatter_tensor and gather_tensor split and rejoin along any dim", "[api][model-parallel]") {
   const std::size_t dim = GENERATE(std::size_t{0}, 1, 2);
   run_ranks(2, [&](std::shared_ptr<Backend> backend, int r) {
     ProcessGroup pg(backend);
@@ -188,7 +188,7 @@ TEST_CASE("scatter_tensor of an uneven split names the sizes", "[errors][model-p
   });
 }
 
-TEST_CASE("seed example: basic DDP training keeps replicas identical and learns", "[seed][ddp]") {
+TEST_CASE("API example: basic DDP training keeps replicas identical and learns", "[api][ddp]") {
   std::vector<std::vector<float>> weights(2);
   std::vector<float> first_loss(2), last_loss(2);
   run_ranks(2, [&](std::shared_ptr<Backend> backend, int r) {

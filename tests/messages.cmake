@@ -1,0 +1,62 @@
+# What users read when they get something wrong: help texts and error
+# messages say what was wrong and what to do (each test runs the program the
+# way a user would and matches the text it must print).
+
+if(TARGET axon-launch)
+  add_test(NAME "messages: axon-launch --help shows -n N, PROGRAM [ARGS...] and plain flag names"
+           COMMAND axon-launch --help)
+  set_tests_properties("messages: axon-launch --help shows -n N, PROGRAM [ARGS...] and plain flag names"
+    PROPERTIES PASS_REGULAR_EXPRESSION "Usage: axon-launch -n N \\[OPTIONS\\] PROGRAM \\[ARGS\\.\\.\\.\\].*\n  --no-tag-output  "
+               FAIL_REGULAR_EXPRESSION "\\{false\\};Excludes")
+
+  add_test(NAME "messages: axon-launch without -n says -n N is required"
+           COMMAND axon-launch /bin/true)
+  set_tests_properties("messages: axon-launch without -n says -n N is required"
+    PROPERTIES PASS_REGULAR_EXPRESSION "axon-launch: -n N is required" FAIL_REGULAR_EXPRESSION "--nproc")
+endif()
+
+if(TARGET train AND TARGET axon-launch)
+  add_test(NAME "messages: train names a global batch that splits over the ranks, once prefixed"
+           COMMAND axon-launch -n 3 $<TARGET_FILE:train> --epochs 1)
+  set_tests_properties("messages: train names a global batch that splits over the ranks, once prefixed"
+    PROPERTIES PASS_REGULAR_EXPRESSION
+               "train: --global-batch 256 does not split evenly over 3 ranks: pass a multiple of 3, e.g. --global-batch 255 or 258"
+               FAIL_REGULAR_EXPRESSION "train: train:")
+
+  add_test(NAME "messages: train blames --samples when the data set is smaller than the global batch"
+           COMMAND axon-launch -n 2 $<TARGET_FILE:train> --samples 100)
+  set_tests_properties("messages: train blames --samples when the data set is smaller than the global batch"
+    PROPERTIES PASS_REGULAR_EXPRESSION
+               "--global-batch 256 is larger than the data set \\(--samples 100\\): pass --global-batch 100 or less"
+               FAIL_REGULAR_EXPRESSION "must be in")
+endif()
+
+if(TARGET train)
+  add_test(NAME "messages: train's first line reads as English (1 rank, synchronous gradient sync)"
+           COMMAND train --epochs 1 --samples 512 --hidden 8)
+  set_tests_properties("messages: train's first line reads as English (1 rank, synchronous gradient sync)"
+    PROPERTIES PASS_REGULAR_EXPRESSION
+               "train: 1 rank, 512 samples, global batch 256 \\(256 per rank\\), synchronous gradient sync, no gradient compression"
+               FAIL_REGULAR_EXPRESSION "1 ranks|sync sync|none compression")
+endif()
+
+# stress_collectives is made in stress.cmake (included after this file).
+add_test(NAME "messages: stress_collectives --help prints its usage" COMMAND stress_collectives --help)
+set_tests_properties("messages: stress_collectives --help prints its usage"
+  PROPERTIES PASS_REGULAR_EXPRESSION "Usage: axon-launch -n N stress_collectives \\[OPTIONS\\]"
+             FAIL_REGULAR_EXPRESSION "FAILED")
+
+add_test(NAME "messages: stress_collectives names a bad value and its option"
+         COMMAND stress_collectives --ops many)
+set_tests_properties("messages: stress_collectives names a bad value and its option"
+    PROPERTIES PASS_REGULAR_EXPRESSION "stress_collectives: --ops many is not a whole number \\(see stress_collectives --help\\)")
+
+# AXON_BACKEND=mpi under axon-launch: each rank would be an MPI world of one
+# (an MPI singleton) and train alone; World::init() must refuse instead.
+if(TARGET train AND TARGET axon-launch AND AXON_WITH_MPI)
+  add_test(NAME "messages: AXON_BACKEND=mpi under axon-launch fails instead of giving worlds of one"
+           COMMAND axon-launch -n 2 /usr/bin/env AXON_BACKEND=mpi $<TARGET_FILE:train> --epochs 1 --samples 512 --hidden 8)
+  set_tests_properties("messages: AXON_BACKEND=mpi under axon-launch fails instead of giving worlds of one"
+    PROPERTIES PASS_REGULAR_EXPRESSION "AXON_BACKEND=mpi, but MPI sees a world of 1 while WORLD_SIZE=2 \\(set by axon-launch\\)"
+               FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
+endif()
