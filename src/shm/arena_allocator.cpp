@@ -2,20 +2,23 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <new>
+#include <source_location>
 #include <string>
 #include <utility>
+
+#include "base/check.hpp"
 
 namespace axonml::distributed::shm {
 namespace {
 
 // Only a bug (a block released twice, a free list overwritten by a stray
-// write) gets here; the free list is shared by every rank, so carrying on
-// would corrupt their memory too.
-[[noreturn]] void corrupt(const std::string& what) {
-  std::fprintf(stderr, "axonml: arena allocator: %s\n", what.c_str());
-  std::abort();
+// write) gets here. Unlike the check:: asserts these stay on in release
+// builds: the walk that finds them is done anyway, and the free list is
+// shared by every rank, so carrying on would corrupt their memory too.
+[[noreturn]] void corrupt(const std::string& what,
+                          std::source_location where = std::source_location::current()) {
+  check::fail("the arena's free list is consistent", what, where);
 }
 
 std::string range(std::uint64_t begin, std::uint64_t bytes) {
