@@ -175,12 +175,17 @@ TEST_CASE("a mock world of an impossible size is refused", "[errors]") {
                       Contains("is too small for 2 ranks") && Contains("--arena-mb"));
 }
 
-TEST_CASE("an arena with no room for another group says so on every rank", "[errors][groups]") {
+TEST_CASE("an arena with no room for another group says so on every rank, with the sizes", "[errors][groups]") {
   const std::size_t tight = 1 << 20;
   run_ranks(2, [&](std::shared_ptr<Backend> b, int) {
+    std::vector<std::shared_ptr<Backend>> held;  // groups in use keep their areas
     const std::string error = error_of([&] {
-      for (int i = 0; i < 100; ++i) b->new_group(std::vector<int>{0, 1});
+      for (int i = 0; i < 100; ++i) held.push_back(b->new_group(std::vector<int>{0, 1}));
     });
-    RANK_REQUIRE_THAT(error, Contains("has no room for another group") && Contains("raise --arena-mb"));
+    // Two members, 64 KiB slots: 4 KiB of controls + 2 * 2 * 64 KiB of slots.
+    RANK_REQUIRE_THAT(error, Contains("new_group of 2 ranks on rank ") &&
+                                 Contains("no room in the arena for a group area of 260 KiB: ") &&
+                                 Contains(" free of the 1 MiB arena, the largest free block ") &&
+                                 Contains("raise --arena-mb"));
   }, MockOptions{tight, 64 << 10});
 }

@@ -19,11 +19,25 @@ RankState::RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, 
       header(*reinterpret_cast<shm::ArenaHeader*>(arena_base)),
       world_rank(rank),
       guard(header, rank, timeout),
+      allocator(arena_base, guard),
       p2p(arena_base, rank, guard) {}
 
+// The member that takes `holders` to 0 is the last: every other member has
+// dropped its endpoint, and each one's last access to the area happened
+// before its decrement (acq_rel), so the area is nobody's any more.
+GroupAreaHold::~GroupAreaHold() {
+  if (offset_ == 0) return;
+  auto* group = reinterpret_cast<shm::GroupHeader*>(state_->base + offset_);
+  const std::size_t bytes = shm::group_layout(group->size, state_->header.slot_bytes).total_bytes;
+  if (group->holders.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    state_->allocator.release(offset_, bytes);
+  }
+}
+
 ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader* group,
-                         int member, std::vector<int> world_ranks)
+                         int member, std::vector<int> world_ranks, GroupAreaHold group_area)
     : state(std::move(rank_state)),
+      area(std::move(group_area)),
       channel(state->base, group, state->header.slot_bytes, member, std::move(world_ranks),
               state->guard) {}
 
@@ -69,10 +83,25 @@ CollectiveCall reducing(CollectiveCall call, ReduceOp op) {
 
 }  // namespace
 
+// The buffer goes back to the arena when its last pointer on this rank is
+// dropped. Peers read it only inside a zero-copy all_reduce, whose last round
+// keeps every rank in the collective until all have copied out of every
+// buffer, and they never write it; so once this rank's collectives have
+// returned, no peer touches it.
 std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
-  const std::uint64_t start = shm::allocate_from_arena(impl_->state->header, bytes);
+  const std::shared_ptr<RankState>& state = impl_->state;
+  const std::uint64_t start = state->allocator.allocate(bytes);
   if (start == 0) return nullptr;
-  return std::shared_ptr<std::byte>(impl_->state->memory, impl_->state->base + start);
+  std::byte* memory = state->base + start;
+  // Zeroed, as a fresh arena's pages are: freed space comes back dirty.
+  std::memset(memory, 0, bytes);
+  return std::shared_ptr<std::byte>(memory, [state, start, bytes](std::byte*) {
+    state->allocator.release(start, bytes);
+  });
+}
+
+std::string ArenaBackend::describe_shared_memory() const {
+  return shm::describe(impl_->state->allocator.usage());
 }
 
 bool ArenaBackend::Impl::in_arena(const std::byte* p, std::size_t bytes) const {
@@ -162,28 +191,47 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
   call.detail = ranks_hash;
   channel.begin(call);
 
+  // What the leader tells everyone: where the area is, or, when it is 0,
+  // what the leader found free.
+  struct Reply {
+    std::uint64_t offset = 0;
+    std::uint64_t free_bytes = 0;
+    std::uint64_t largest_free = 0;
+    std::uint64_t free_blocks = 0;
+  };
+  static_assert(sizeof(Reply) <= shm::kCacheLine);  // slots are whole cache lines
   const auto layout = shm::group_layout(ranks.size(), state.header.slot_bytes);
   const int leader = ranks.front();
-  std::uint64_t offset = 0;
+  Reply reply;
   if (channel.rank() == leader) {
-    offset = shm::allocate_from_arena(state.header, layout.total_bytes);
-    if (offset != 0) shm::format_group(state.base + offset, ranks.size(), state.header.slot_bytes, ranks_hash);
-    std::memcpy(channel.outbox(), &offset, sizeof(offset));
+    shm::ArenaUsage usage;
+    reply.offset = state.allocator.allocate(layout.total_bytes, &usage);
+    if (reply.offset != 0) {
+      shm::GroupHeader& group =
+          shm::format_group(state.base + reply.offset, ranks.size(), state.header.slot_bytes, ranks_hash);
+      group.holders.store(static_cast<std::uint32_t>(ranks.size()), std::memory_order_relaxed);
+    } else {
+      reply = Reply{0, usage.free_bytes, usage.largest_free, usage.free_blocks};
+    }
+    std::memcpy(channel.outbox(), &reply, sizeof(reply));
   }
   channel.exchange();
-  std::memcpy(&offset, channel.inbox(leader), sizeof(offset));
-  if (offset == 0) {
+  std::memcpy(&reply, channel.inbox(leader), sizeof(reply));
+  if (reply.offset == 0) {
+    const shm::ArenaUsage usage{state.header.arena_bytes, reply.free_bytes, reply.largest_free,
+                                reply.free_blocks};
     throw InvalidArgument("new_group of " + std::to_string(ranks.size()) + " ranks on rank " +
-                          std::to_string(state.world_rank) + ": the arena (" +
-                          std::to_string(state.header.arena_bytes >> 20) +
-                          " MiB) has no room for another group of " +
-                          std::to_string(layout.total_bytes >> 10) + " KiB (raise --arena-mb)");
+                          std::to_string(state.world_rank) + ": no room in the arena for a group area of " +
+                          shm::format_bytes(layout.total_bytes) + ": " + shm::describe(usage) +
+                          " (raise --arena-mb, or drop unused groups and shared tensors)");
   }
   const auto position = std::find(ranks.begin(), ranks.end(), channel.rank());
   if (position == ranks.end()) return nullptr;
-  auto* group = reinterpret_cast<shm::GroupHeader*>(state.base + offset);
+  // Held from here on, so that the area goes back even if what follows throws.
+  GroupAreaHold area(impl_->state, reply.offset);
+  auto* group = reinterpret_cast<shm::GroupHeader*>(state.base + reply.offset);
   auto impl = std::make_unique<Impl>(impl_->state, group, static_cast<int>(position - ranks.begin()),
-                                     std::move(world_ranks));
+                                     std::move(world_ranks), std::move(area));
   return std::shared_ptr<Backend>(new ArenaBackend(name_, std::move(impl)));
 }
 

@@ -3,11 +3,13 @@
 
 #include <chrono>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "axonml/distributed/arena_backend.hpp"
 #include "backends/arena_channel.hpp"
 #include "backends/point_to_point.hpp"
+#include "shm/arena_allocator.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/wait.hpp"
 
@@ -26,12 +28,33 @@ struct RankState {
   shm::ArenaHeader& header;
   int world_rank;
   shm::WaitGuard guard;
+  shm::ArenaAllocator allocator;
   PointToPoint p2p;
+};
+
+// One member's hold on a group area that new_group() took from the arena.
+// The area goes back when the last member lets go (GroupHeader::holders), so
+// no member can still be reading a peer's slot in it. Empty for the world's
+// area, which lives as long as the arena.
+class GroupAreaHold {
+ public:
+  GroupAreaHold() = default;
+  // REQUIRES: the area at `offset` counts this member among its holders.
+  GroupAreaHold(std::shared_ptr<RankState> state, std::uint64_t offset)
+      : state_(std::move(state)), offset_(offset) {}
+  GroupAreaHold(GroupAreaHold&& other) noexcept
+      : state_(std::move(other.state_)), offset_(std::exchange(other.offset_, 0)) {}
+  GroupAreaHold& operator=(GroupAreaHold&&) = delete;
+  ~GroupAreaHold();
+
+ private:
+  std::shared_ptr<RankState> state_;
+  std::uint64_t offset_ = 0;
 };
 
 struct ArenaBackend::Impl {
   Impl(std::shared_ptr<RankState> state, shm::GroupHeader* group, int member,
-       std::vector<int> world_ranks);
+       std::vector<int> world_ranks, GroupAreaHold area = {});
 
   // The world endpoint of `rank` in a formatted arena at `arena_base`.
   static std::unique_ptr<Impl> attach_world(std::shared_ptr<void> memory_owner,
@@ -42,6 +65,7 @@ struct ArenaBackend::Impl {
   bool in_arena(const std::byte* p, std::size_t bytes) const;
 
   std::shared_ptr<RankState> state;
+  GroupAreaHold area;    // released after the channel is gone
   ArenaChannel channel;
 };
 

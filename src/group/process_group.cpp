@@ -67,9 +67,11 @@ Tensor ProcessGroup::alloc_shared(Shape shape) const {
   const std::size_t bytes = numel_of(shape) * sizeof(float);
   std::shared_ptr<std::byte> memory = b.allocate_shared(bytes);
   if (!memory) {
+    const std::string left = b.describe_shared_memory();
     throw InvalidArgument("alloc_shared on rank " + std::to_string(rank()) + " of " + describe() +
                           ": the " + std::string(b.name()) + " backend has no shared memory left for " +
-                          std::to_string(bytes) + " bytes (raise axon-launch --arena-mb)");
+                          std::to_string(bytes) + " bytes" + (left.empty() ? "" : ": " + left) +
+                          " (raise axon-launch --arena-mb, or drop unused shared tensors)");
   }
   return Tensor::view(std::shared_ptr<float>(memory, reinterpret_cast<float*>(memory.get())), std::move(shape));
 }

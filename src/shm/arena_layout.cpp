@@ -11,11 +11,12 @@
 #include "axonml/distributed/error.hpp"
 #include "base/hash.hpp"
 #include "base/text.hpp"
+#include "shm/arena_allocator.hpp"
 
 namespace axonml::distributed::shm {
 namespace {
 
-constexpr std::size_t kPage = 4096;
+constexpr std::size_t kPage = kPageBytes;
 constexpr std::size_t kMailboxCells = 4;
 
 std::size_t round_up(std::size_t value, std::size_t multiple) {
@@ -41,15 +42,6 @@ std::size_t mailbox_stride(std::size_t cell_bytes) {
 
 
 }  // namespace
-
-std::uint64_t allocate_from_arena(ArenaHeader& header, std::size_t bytes) {
-  const std::size_t rounded = std::max(round_up(bytes, kPage), kPage);
-  std::uint64_t start = header.next_free.load(std::memory_order_relaxed);
-  do {
-    if (start + rounded > header.arena_bytes) return 0;
-  } while (!header.next_free.compare_exchange_weak(start, start + rounded, std::memory_order_relaxed));
-  return start;
-}
 
 GroupLayout group_layout(std::size_t members, std::size_t slot_bytes) {
   GroupLayout layout{};
@@ -134,7 +126,7 @@ void format_arena(void* base, const ArenaSpec& spec) {
   std::vector<int> everyone(n);
   std::iota(everyone.begin(), everyone.end(), 0);
   format_group(bytes + groups_offset, n, slot_bytes, hash_of_ranks(everyone));
-  header->next_free.store(groups_offset + world_group_bytes, std::memory_order_release);
+  format_free_space(bytes, *header, groups_offset + world_group_bytes, arena_bytes / kPage * kPage);
 }
 
 const ArenaHeader& check_arena(const void* base, std::size_t mapped_bytes, int expected_world_size) {

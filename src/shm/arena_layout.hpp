@@ -7,7 +7,9 @@
 //   offset 0            ArenaHeader                      (one page)
 //   rank_controls       RankControl[world_size]          (a doorbell per rank)
 //   mailboxes           Mailbox[world_size^2]             (point to point, per (src, dst))
-//   groups (bump)       GroupArea for the world, then one per new_group()
+//   groups              GroupArea for the world; after it the free space,
+//                       handed out and taken back by ArenaAllocator
+//                       (new_group() areas, allocate_shared() buffers)
 //
 // Each struct says who writes each field; every writer owns its cache line(s).
 // The byte-level layout is written down in docs/arena.md; bump kLayoutVersion
@@ -23,7 +25,8 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
+inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
 
@@ -39,6 +42,33 @@ struct alignas(kCacheLine) Doorbell {
   std::atomic<std::uint32_t> sleepers{0};  // written by: waiters
 };
 static_assert(sizeof(Doorbell) == kCacheLine);
+
+// The shared state of the arena's allocator (the algorithm is in
+// src/shm/arena_allocator.hpp): a lock and the head of a free list sorted by
+// offset. Every field but `lock` and `bell` is read and written only by the
+// lock's holder.
+struct ArenaAllocatorControl {
+  // Written by: whoever takes (CAS 0 -> its world rank + 1) or drops (-> 0)
+  // the lock.
+  alignas(kCacheLine) std::atomic<std::uint32_t> lock;
+  std::uint32_t pad;
+  std::uint64_t free_head;    // offset of the first FreeBlock, 0 when none
+  std::uint64_t free_bytes;   // bytes in all free blocks
+  std::uint64_t free_blocks;  // number of free blocks
+  // Rung when the lock is dropped, for waiters asleep on it.
+  Doorbell bell;
+};
+static_assert(sizeof(ArenaAllocatorControl) == 2 * kCacheLine);  // docs/arena.md
+static_assert(offsetof(ArenaAllocatorControl, free_head) == 8);
+static_assert(offsetof(ArenaAllocatorControl, bell) == kCacheLine);
+
+// The first 16 bytes of every free block (whole pages) in the free space.
+// Written by: the allocator's lock holder.
+struct FreeBlock {
+  std::uint64_t bytes;  // size of this free block, a multiple of kPageBytes
+  std::uint64_t next;   // offset of the next free block (higher), 0 when last
+};
+static_assert(sizeof(FreeBlock) == 16);
 
 enum class AbortState : std::uint32_t { None = 0, Writing = 1, Set = 2 };
 
@@ -61,8 +91,8 @@ struct ArenaHeader {
   // /dev/shm name when this reaches world_size.
   alignas(kCacheLine) std::atomic<std::uint32_t> attached;
 
-  // Written by the group allocator (the lowest rank of each new group).
-  alignas(kCacheLine) std::atomic<std::uint64_t> next_free;
+  // The free space after the world's group area; see ArenaAllocatorControl.
+  ArenaAllocatorControl allocator;
 
   // Written by whoever aborts the job first (the launcher when a rank dies,
   // or a rank that hits a fatal error): claim Writing with a CAS, fill
@@ -74,7 +104,14 @@ struct ArenaHeader {
   // Rung by the launcher on abort so that sleepers notice at once.
   Doorbell abort_bell;
 };
-static_assert(sizeof(ArenaHeader) <= 4096);
+static_assert(sizeof(ArenaHeader) <= kPageBytes);
+// The offsets docs/arena.md gives.
+static_assert(offsetof(ArenaHeader, attached) == 128);
+static_assert(offsetof(ArenaHeader, allocator) == 192);
+static_assert(offsetof(ArenaHeader, abort_state) == 320);
+static_assert(offsetof(ArenaHeader, abort_reason) == 328);
+static_assert(offsetof(ArenaHeader, abort_bell) == 576);
+static_assert(sizeof(ArenaHeader) == 640);
 
 // Per rank: the doorbell rung whenever point-to-point traffic that this rank
 // may be waiting for moves (data for it arrives, or space frees up in a
@@ -137,10 +174,18 @@ static_assert(offsetof(MemberControl, descriptor) == kCacheLine);
 // slots: member m's slot of parity p at data + (2 * m + p) * slot_bytes.
 struct alignas(kCacheLine) GroupHeader {
   std::uint32_t size;   // written by: the allocating rank, before publishing the offset
-  std::uint32_t pad;
+  // Members still holding an endpoint of the group: set to `size` by the
+  // allocating rank before it publishes the offset, then decremented by each
+  // member once, when it drops its endpoint; the one that takes it to 0
+  // returns the area to the arena. Stays 0 in the world's area, which is
+  // never returned.
+  std::atomic<std::uint32_t> holders;
   std::uint64_t ranks_hash;
   Doorbell bell;        // rung when any member publishes a round
 };
+static_assert(offsetof(GroupHeader, holders) == 4);  // docs/arena.md
+static_assert(offsetof(GroupHeader, ranks_hash) == 8);
+static_assert(offsetof(GroupHeader, bell) == kCacheLine);
 
 // Where the pieces of a group of `members` ranks live, relative to its start.
 struct GroupLayout {
@@ -169,13 +214,9 @@ struct ArenaSpec {
 
 std::size_t default_arena_bytes(int world_size);
 
-// Takes `bytes` (rounded up to whole pages) from the arena's free space and
-// returns their offset, or 0 when they do not fit (the space stays free).
-// Lock-free; any rank may call it.
-std::uint64_t allocate_from_arena(ArenaHeader& header, std::size_t bytes);
-
 // Writes the header and zeroes the control areas of a fresh arena of
-// spec.arena_bytes at `base`, and allocates the world group. Throws
+// spec.arena_bytes at `base`, places the world group and makes the rest
+// (whole pages) one free block. Throws
 // InvalidArgument naming the sizes when the arena is too small.
 void format_arena(void* base, const ArenaSpec& spec);
 

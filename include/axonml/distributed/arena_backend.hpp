@@ -24,8 +24,10 @@ class ArenaBackend : public Backend {
   int rank() const override;
   int world_size() const override;
   void abort(const std::string& reason) override;
-  // From the arena's free space (page-aligned); nullptr once it is full.
+  // From the arena's free space (whole pages, zeroed); nullptr when no free
+  // block is large enough. Goes back to the arena with its last pointer.
   std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) override;
+  std::string describe_shared_memory() const override;
 
   // The bytes of one member's slot: messages larger than this are chunked.
   std::size_t slot_bytes() const;

@@ -71,11 +71,17 @@ class Backend {
   // nullptr when the backend has none or no room is left. Not collective:
   // each rank allocates its own. Reductions of buffers that every rank placed
   // here skip the copy into the transport (zero copy); DDP buckets use it.
-  // The memory lives as long as the returned pointer and the job.
+  // The memory goes back to the backend when the last copy of the returned
+  // pointer is dropped; peers read it only inside collectives, which return
+  // only when no peer reads it any more, so dropping it after the last
+  // collective on it has returned is safe.
   virtual std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) {
     (void)bytes;
     return nullptr;
   }
+  // What is left of the memory allocate_shared() draws from, for error
+  // messages ("3 MiB free of the 64 MiB arena, ..."); empty when it has none.
+  virtual std::string describe_shared_memory() const { return {}; }
 
   // Shorthands so that std::vector and span<float> arguments need no spelling out.
   void all_reduce(std::vector<float>& data, ReduceOp op) { all_reduce(std::span<float>(data), op); }

@@ -44,6 +44,8 @@ class ProcessGroup {
   bool is_member() const { return communicator_ != nullptr; }
 
   // Collective over this group: a subgroup of it (ranks are group ranks).
+  // Its shared memory goes back to the arena once every member has dropped
+  // every copy of it.
   ProcessGroup new_group(std::vector<int> ranks) const;
 
   void barrier() const;
@@ -59,8 +61,10 @@ class ProcessGroup {
 
   // A tensor in memory the group's ranks share (the arena), so that
   // all-reducing it skips the copy into the transport when every rank passes
-  // such a tensor. Throws InvalidArgument naming the sizes when the backend
-  // has no shared memory or no room (raise axon-launch --arena-mb).
+  // such a tensor. Zeroed; its memory goes back to the arena when the last
+  // view of it is dropped. Throws InvalidArgument naming the request and the
+  // free space when the backend has no shared memory or no room (raise
+  // axon-launch --arena-mb).
   Tensor alloc_shared(Shape shape) const;
 
   // "group [0, 2] (rank 1 of 2)" for messages.
