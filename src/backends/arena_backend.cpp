@@ -25,7 +25,7 @@ ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader
                          int member, std::vector<int> world_ranks)
     : state(std::move(rank_state)),
       channel(state->base, group, state->header.slot_bytes, member, std::move(world_ranks),
-              state->guard) {}
+              state->guard, state->p2p) {}
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
@@ -137,13 +137,13 @@ void ArenaBackend::do_barrier() {
 
 void ArenaBackend::do_send(ConstBuffer data, int dst, int tag) {
   const auto& ranks = impl_->channel.world_ranks();
-  impl_->state->p2p.send(ranks[static_cast<std::size_t>(dst)], tag, data.data,
+  impl_->state->p2p.send(impl_->channel.id(), ranks[static_cast<std::size_t>(dst)], tag, data.data,
                          data.count * size_of(data.type));
 }
 
 void ArenaBackend::do_recv(MutableBuffer data, int src, int tag) {
   const auto& ranks = impl_->channel.world_ranks();
-  impl_->state->p2p.recv(ranks[static_cast<std::size_t>(src)], tag, data.data,
+  impl_->state->p2p.recv(impl_->channel.id(), ranks[static_cast<std::size_t>(src)], tag, data.data,
                          data.count * size_of(data.type));
 }
 

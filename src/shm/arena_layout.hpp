@@ -23,7 +23,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
 
@@ -101,7 +101,10 @@ struct alignas(kCacheLine) CellHeader {
   std::uint32_t payload_bytes;  // bytes in this cell
   std::int32_t tag;
   std::uint32_t first;          // 1 on the first cell of a message
+  std::uint32_t pad;
+  std::uint64_t comm;           // the communicator: offset of its GroupHeader
 };
+static_assert(offsetof(CellHeader, comm) == 24 && sizeof(CellHeader) == kCacheLine);
 
 // What a rank is about to do, posted with the first round of every
 // collective so that peers can tell when ranks disagree.

@@ -17,11 +17,15 @@
 //   gather          send: count, recv: n * count on dst (ignored elsewhere)
 //   scatter         send: n * count on src (ignored elsewhere), recv: count
 //   reduce          send: count, recv: count on dst (ignored elsewhere)
-//   send / recv     point to point; messages from one src to one dst with one
-//                   tag arrive in the order they were sent.
+//   send / recv     point to point within this communicator: a recv takes
+//                   only messages sent on the same communicator (never one a
+//                   subgroup's endpoint sent), from src, with its tag; those
+//                   arrive in the order they were sent. A send completes even
+//                   when its peer receives only after a collective.
 //
 // Thread safety: one thread at a time per Backend object. Different Backend
-// objects (ranks of a mock world, disjoint groups) may be used concurrently.
+// objects may be used concurrently: the ranks of a mock world, and one
+// rank's world and subgroup endpoints (a communication thread per group).
 #pragma once
 
 #include <cstddef>
