@@ -220,6 +220,44 @@ TEST_CASE("every collective works through slots smaller than the message", "[col
   }, kSmallSlots);
 }
 
+TEST_CASE("every collective works through 64-byte slots, too small for one f64 per member",
+          "[collectives][mock]") {
+  // 64-byte slots hold 8 doubles: fewer than n + 1 blocks of the pipelined
+  // all-reduce at n = 8, fewer than one per member at n = 16.
+  const int n = GENERATE(8, 16);
+  const std::size_t count = GENERATE(std::size_t{0}, 1, 16, 100);
+  CAPTURE(n, count);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    const auto nn = static_cast<std::size_t>(n);
+    std::vector<double> f64(count);
+    std::vector<std::int64_t> i64(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      f64[i] = static_cast<double>(r) + static_cast<double>(i);
+      i64[i] = r * 1000 + static_cast<std::int64_t>(i);
+    }
+    b->all_reduce(std::span<double>(f64), ReduceOp::Sum);
+    b->all_reduce(std::span<std::int64_t>(i64), ReduceOp::Max);
+    for (std::size_t i = 0; i < count; ++i) {
+      RANK_REQUIRE(f64[i] == static_cast<double>(n * (n - 1) / 2) + static_cast<double>(n * i));
+      RANK_REQUIRE(i64[i] == (n - 1) * 1000 + static_cast<std::int64_t>(i));
+    }
+
+    std::vector<double> all(count * nn);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<double>(i);
+    std::vector<double> block(count);
+    b->reduce_scatter<double>(all, block, ReduceOp::Sum);
+    for (std::size_t i = 0; i < count; ++i) {
+      RANK_REQUIRE(block[i] == static_cast<double>(nn * (static_cast<std::size_t>(r) * count + i)));
+    }
+    std::vector<double> piece(count);
+    b->scatter<double>(r == n - 1 ? all : std::vector<double>{}, piece, n - 1);
+    RANK_REQUIRE(std::equal(piece.begin(), piece.end(), all.begin() + static_cast<long>(static_cast<std::size_t>(r) * count)));
+    std::vector<double> gathered(count * nn);
+    b->all_gather<double>(piece, gathered);
+    RANK_REQUIRE(gathered == all);
+  }, MockOptions{0, 64});
+}
+
 TEST_CASE("barrier holds every rank until all have arrived", "[collectives][mock]") {
   const int n = GENERATE(2, 3, 8);
   std::atomic<int> arrived{0};
