@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "support/run_ranks.hpp"
@@ -256,6 +257,53 @@ TEST_CASE("every collective works through 64-byte slots, too small for one f64 p
     b->all_gather<double>(piece, gathered);
     RANK_REQUIRE(gathered == all);
   }, MockOptions{0, 64});
+}
+
+namespace {
+
+// all_reduce of NaNs with a different payload and sign on every rank, each
+// rank's buffer `r` elements past a 64-byte boundary; returns the bits of
+// the result as this rank sees them.
+template <typename T, typename Bits>
+std::vector<Bits> nan_all_reduce(Backend& b, ReduceOp op, std::size_t count, Bits nan_base) {
+  const int r = b.rank();
+  std::vector<unsigned char> storage((count + 64) * sizeof(T) + 64);
+  auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+  T* data = reinterpret_cast<T*>(storage.data() + (64 - address % 64) % 64) + r;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Bits sign = static_cast<Bits>(static_cast<Bits>(r % 2) << (8 * sizeof(Bits) - 1));
+    const Bits bits = static_cast<Bits>(sign | nan_base | static_cast<Bits>(1 + r + i % 5));
+    std::memcpy(static_cast<void*>(data + i), &bits, sizeof(T));
+  }
+  b.all_reduce(std::span<T>(data, count), op);
+  std::vector<Bits> out(count);
+  std::memcpy(out.data(), static_cast<const void*>(data), count * sizeof(T));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("all_reduce of NaNs with different payloads gives every rank the same bits at any alignment",
+          "[collectives][mock][nan]") {
+  const int n = GENERATE(2, 3, 5);
+  const ReduceOp op = GENERATE(ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average);
+  const std::size_t count = GENERATE(std::size_t{3000}, 200'000);  // one-round and pipelined
+  CAPTURE(n, op, count);
+  axon_test::PerRank<std::vector<std::uint64_t>> f32(n), f64(n), bf16(n), f16(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    auto widen = [](const auto& v) { return std::vector<std::uint64_t>(v.begin(), v.end()); };
+    f32[r] = widen(nan_all_reduce<float, std::uint32_t>(*b, op, count, 0x7fc00000u));
+    f64[r] = widen(nan_all_reduce<double, std::uint64_t>(*b, op, count, 0x7ff8000000000000ULL));
+    bf16[r] = widen(nan_all_reduce<bfloat16, std::uint16_t>(*b, op, count, 0x7fc0u));
+    f16[r] = widen(nan_all_reduce<float16, std::uint16_t>(*b, op, count, 0x7e00u));
+  });
+  for (int r = 1; r < n; ++r) {
+    CAPTURE(r);
+    REQUIRE(f32[r] == f32[0]);
+    REQUIRE(f64[r] == f64[0]);
+    REQUIRE(bf16[r] == bf16[0]);
+    REQUIRE(f16[r] == f16[0]);
+  }
 }
 
 TEST_CASE("barrier holds every rank until all have arrived", "[collectives][mock]") {
