@@ -43,6 +43,7 @@ std::size_t mailbox_stride(std::size_t cell_bytes) {
 }  // namespace
 
 std::uint64_t allocate_from_arena(ArenaHeader& header, std::size_t bytes) {
+  if (bytes > header.arena_bytes) return 0;  // and so no rounding below can overflow
   const std::size_t rounded = std::max(round_up(bytes, kPage), kPage);
   std::uint64_t start = header.next_free.load(std::memory_order_relaxed);
   do {
