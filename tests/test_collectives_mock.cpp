@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "support/run_ranks.hpp"
@@ -218,6 +219,91 @@ TEST_CASE("every collective works through slots smaller than the message", "[col
     b->reduce<float>(input_of(r, count), reduced, 1, ReduceOp::Max);
     if (r == 1) for (std::size_t i = 0; i < count; ++i) RANK_REQUIRE(reduced[i] == reference(ReduceOp::Max, n, i));
   }, kSmallSlots);
+}
+
+TEST_CASE("every collective works through 64-byte slots, too small for one f64 per member",
+          "[collectives][mock]") {
+  // 64-byte slots hold 8 doubles: fewer than n + 1 blocks of the pipelined
+  // all-reduce at n = 8, fewer than one per member at n = 16.
+  const int n = GENERATE(8, 16);
+  const std::size_t count = GENERATE(std::size_t{0}, 1, 16, 100);
+  CAPTURE(n, count);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    const auto nn = static_cast<std::size_t>(n);
+    std::vector<double> f64(count);
+    std::vector<std::int64_t> i64(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      f64[i] = static_cast<double>(r) + static_cast<double>(i);
+      i64[i] = r * 1000 + static_cast<std::int64_t>(i);
+    }
+    b->all_reduce(std::span<double>(f64), ReduceOp::Sum);
+    b->all_reduce(std::span<std::int64_t>(i64), ReduceOp::Max);
+    for (std::size_t i = 0; i < count; ++i) {
+      RANK_REQUIRE(f64[i] == static_cast<double>(n * (n - 1) / 2) + static_cast<double>(n * i));
+      RANK_REQUIRE(i64[i] == (n - 1) * 1000 + static_cast<std::int64_t>(i));
+    }
+
+    std::vector<double> all(count * nn);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<double>(i);
+    std::vector<double> block(count);
+    b->reduce_scatter<double>(all, block, ReduceOp::Sum);
+    for (std::size_t i = 0; i < count; ++i) {
+      RANK_REQUIRE(block[i] == static_cast<double>(nn * (static_cast<std::size_t>(r) * count + i)));
+    }
+    std::vector<double> piece(count);
+    b->scatter<double>(r == n - 1 ? all : std::vector<double>{}, piece, n - 1);
+    RANK_REQUIRE(std::equal(piece.begin(), piece.end(), all.begin() + static_cast<long>(static_cast<std::size_t>(r) * count)));
+    std::vector<double> gathered(count * nn);
+    b->all_gather<double>(piece, gathered);
+    RANK_REQUIRE(gathered == all);
+  }, MockOptions{0, 64});
+}
+
+namespace {
+
+// all_reduce of NaNs with a different payload and sign on every rank, each
+// rank's buffer `r` elements past a 64-byte boundary; returns the bits of
+// the result as this rank sees them.
+template <typename T, typename Bits>
+std::vector<Bits> nan_all_reduce(Backend& b, ReduceOp op, std::size_t count, Bits nan_base) {
+  const int r = b.rank();
+  std::vector<unsigned char> storage((count + 64) * sizeof(T) + 64);
+  auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+  T* data = reinterpret_cast<T*>(storage.data() + (64 - address % 64) % 64) + r;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Bits sign = static_cast<Bits>(static_cast<Bits>(r % 2) << (8 * sizeof(Bits) - 1));
+    const Bits bits = static_cast<Bits>(sign | nan_base | static_cast<Bits>(1 + r + i % 5));
+    std::memcpy(static_cast<void*>(data + i), &bits, sizeof(T));
+  }
+  b.all_reduce(std::span<T>(data, count), op);
+  std::vector<Bits> out(count);
+  std::memcpy(out.data(), static_cast<const void*>(data), count * sizeof(T));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("all_reduce of NaNs with different payloads gives every rank the same bits at any alignment",
+          "[collectives][mock][nan]") {
+  const int n = GENERATE(2, 3, 5);
+  const ReduceOp op = GENERATE(ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average);
+  const std::size_t count = GENERATE(std::size_t{3000}, 200'000);  // one-round and pipelined
+  CAPTURE(n, op, count);
+  axon_test::PerRank<std::vector<std::uint64_t>> f32(n), f64(n), bf16(n), f16(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    auto widen = [](const auto& v) { return std::vector<std::uint64_t>(v.begin(), v.end()); };
+    f32[r] = widen(nan_all_reduce<float, std::uint32_t>(*b, op, count, 0x7fc00000u));
+    f64[r] = widen(nan_all_reduce<double, std::uint64_t>(*b, op, count, 0x7ff8000000000000ULL));
+    bf16[r] = widen(nan_all_reduce<bfloat16, std::uint16_t>(*b, op, count, 0x7fc0u));
+    f16[r] = widen(nan_all_reduce<float16, std::uint16_t>(*b, op, count, 0x7e00u));
+  });
+  for (int r = 1; r < n; ++r) {
+    CAPTURE(r);
+    REQUIRE(f32[r] == f32[0]);
+    REQUIRE(f64[r] == f64[0]);
+    REQUIRE(bf16[r] == bf16[0]);
+    REQUIRE(f16[r] == f16[0]);
+  }
 }
 
 TEST_CASE("barrier holds every rank until all have arrived", "[collectives][mock]") {

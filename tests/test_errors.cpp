@@ -2,6 +2,7 @@
 // corrupt data. Each case checks the message names what was wrong.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <thread>
 
@@ -188,4 +189,36 @@ TEST_CASE("an arena with no room for another group says so on every rank, with t
                                  Contains(" free of the 1 MiB arena, the largest free block ") &&
                                  Contains("raise --arena-mb"));
   }, MockOptions{tight, 64 << 10});
+}
+
+TEST_CASE("buffer sizes whose byte or total counts overflow are refused before any exchange",
+          "[errors]") {
+  // Spans that claim more elements than exist: the checks must throw before
+  // anything reads them (the pointer is a real but small buffer).
+  std::vector<float> small(4);
+  const std::size_t half = (std::size_t{1} << 63) + 2;  // x 2 ranks wraps around to 4
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    errors[static_cast<std::size_t>(r)] = error_of([&] {
+      b->all_gather<float>(std::span<const float>(small.data(), half), std::span<float>(small));
+    });
+    RANK_REQUIRE_THAT(error_of([&] { b->all_reduce(std::span<float>(small.data(), SIZE_MAX / 2), ReduceOp::Sum); }),
+                      Contains("all_reduce on rank") && Contains("more than can exist"));
+    RANK_REQUIRE_THAT(error_of([&] {
+                        b->reduce_scatter<float>(std::span<const float>(small), std::span<float>(small.data(), half),
+                                                 ReduceOp::Sum);
+                      }),
+                      Contains("reduce_scatter on rank") && Contains("overflows"));
+    RANK_REQUIRE_THAT(error_of([&] { b->send<float>(std::span<float>(small.data(), SIZE_MAX / 4), 1 - r); }),
+                      Contains("send on rank") && Contains("more than can exist"));
+    b->barrier();  // nothing above reached the arena: the ranks still agree
+  });
+  REQUIRE_THAT(errors[0], Contains("all_gather on rank 0 of 2: send has 9223372036854775810 elements"));
+  REQUIRE_THAT(errors[1], Contains("overflows"));
+}
+
+TEST_CASE("bucket sizes that cannot exist are refused", "[errors][ddp]") {
+  REQUIRE_THROWS_AS(GradientBucket(std::size_t{1} << 62), InvalidArgument);
+  REQUIRE_THROWS_WITH(GradientSynchronizer(GradSyncStrategy::Synchronous, SIZE_MAX / 2),
+                      Contains("more than can exist"));
 }

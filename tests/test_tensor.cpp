@@ -80,3 +80,17 @@ TEST_CASE("bf16 and f16 round to nearest even", "[dtype]") {
     REQUIRE(float16(static_cast<float>(h)).bits == h.bits);
   }
 }
+
+TEST_CASE("a shape whose element count overflows is refused naming the shape", "[tensor][errors]") {
+  const std::size_t huge = (std::size_t{1} << 62) + 4;  // x 4 wraps around to 16
+  REQUIRE_THROWS_AS(Tensor::zeros({huge, 4}), InvalidArgument);
+  REQUIRE_THROWS_WITH(Tensor::zeros({huge, 4}),
+                      Catch::Matchers::Contains("shape [4611686018427387908, 4] has more elements than can exist"));
+  REQUIRE_THROWS_AS(numel_of({std::size_t{1} << 32, std::size_t{1} << 32}), InvalidArgument);
+  // Fits in a size_t, but not as floats in an address space.
+  REQUIRE_THROWS_AS(numel_of({std::size_t{1} << 62}), InvalidArgument);
+  REQUIRE_THROWS_AS(Tensor::zeros({4, 4}).reshape({huge, 4}), InvalidArgument);
+  // A zero size anywhere makes the product 0, whatever came before it.
+  REQUIRE(numel_of({huge, 4, 0}) == 0);
+  REQUIRE(Tensor::zeros({huge, 0}).numel() == 0);
+}

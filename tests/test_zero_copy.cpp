@@ -2,6 +2,7 @@
 // all-reducing them skips the copy into the slots.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstring>
 
 #include "support/run_ranks.hpp"
@@ -76,4 +77,18 @@ TEST_CASE("alloc_shared beyond the arena's room names the sizes", "[zero-copy][e
                           Contains("--arena-mb"));
   Tensor small = pg.alloc_shared({4, 4});  // a failed request leaves room for later ones
   REQUIRE(small.shape() == Shape{4, 4});
+}
+
+TEST_CASE("alloc_shared of a shape whose byte count overflows is refused, not one page",
+          "[zero-copy][errors]") {
+  auto world = MockBackend::create_world(1);
+  ProcessGroup pg(world[0]);
+  // 2^62 + 1024 floats are 2^64 + 4096 bytes: wrapped, one page.
+  REQUIRE_THROWS_AS(pg.alloc_shared({(std::size_t{1} << 62) + 1024}), InvalidArgument);
+  REQUIRE_THROWS_WITH(pg.alloc_shared({(std::size_t{1} << 62) + 1024}), Contains("alloc_shared on rank 0 of group [0]: shape [4611686018427388928] has more elements"));
+  // Byte counts near the top of size_t must not round up to a small size.
+  REQUIRE(world[0]->allocate_shared(SIZE_MAX - 100) == nullptr);
+  REQUIRE(world[0]->allocate_shared(SIZE_MAX) == nullptr);
+  Tensor small = pg.alloc_shared({4});
+  REQUIRE(small.numel() == 4);
 }

@@ -39,7 +39,7 @@ ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader
     : state(std::move(rank_state)),
       area(std::move(group_area)),
       channel(state->base, group, state->header.slot_bytes, member, std::move(world_ranks),
-              state->guard) {}
+              state->guard, state->p2p) {}
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
@@ -166,13 +166,13 @@ void ArenaBackend::do_barrier() {
 
 void ArenaBackend::do_send(ConstBuffer data, int dst, int tag) {
   const auto& ranks = impl_->channel.world_ranks();
-  impl_->state->p2p.send(ranks[static_cast<std::size_t>(dst)], tag, data.data,
+  impl_->state->p2p.send(impl_->channel.id(), ranks[static_cast<std::size_t>(dst)], tag, data.data,
                          data.count * size_of(data.type));
 }
 
 void ArenaBackend::do_recv(MutableBuffer data, int src, int tag) {
   const auto& ranks = impl_->channel.world_ranks();
-  impl_->state->p2p.recv(ranks[static_cast<std::size_t>(src)], tag, data.data,
+  impl_->state->p2p.recv(impl_->channel.id(), ranks[static_cast<std::size_t>(src)], tag, data.data,
                          data.count * size_of(data.type));
 }
 
@@ -208,7 +208,8 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
     reply.offset = state.allocator.allocate(layout.total_bytes, &usage);
     if (reply.offset != 0) {
       shm::GroupHeader& group =
-          shm::format_group(state.base + reply.offset, ranks.size(), state.header.slot_bytes, ranks_hash);
+          shm::format_group(state.base + reply.offset, ranks.size(), state.header.slot_bytes, ranks_hash,
+                            state.header.allocator.next_group_id.fetch_add(1, std::memory_order_relaxed));
       group.holders.store(static_cast<std::uint32_t>(ranks.size()), std::memory_order_relaxed);
     } else {
       reply = Reply{0, usage.free_bytes, usage.largest_free, usage.free_blocks};

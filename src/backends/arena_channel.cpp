@@ -40,13 +40,15 @@ std::uint64_t digest_of(const shm::Descriptor& d) {
 }  // namespace
 
 ArenaChannel::ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::size_t slot_bytes,
-                           int member, std::vector<int> world_ranks, const shm::WaitGuard& guard)
+                           int member, std::vector<int> world_ranks, const shm::WaitGuard& guard,
+                           PointToPoint& p2p)
     : arena_base_(arena_base),
       group_(group),
       slot_bytes_(slot_bytes),
       member_(member),
       world_ranks_(std::move(world_ranks)),
-      guard_(guard) {
+      guard_(guard),
+      p2p_(p2p) {
   const auto layout = shm::group_layout(world_ranks_.size(), slot_bytes_);
   auto* base = reinterpret_cast<std::byte*>(group_);
   controls_ = reinterpret_cast<shm::MemberControl*>(base + layout.controls_offset);
@@ -100,9 +102,16 @@ void ArenaChannel::exchange() {
   mine.round.store(next, std::memory_order_release);
   shm::ring(group_->bell);
 
+  // The first check is the fast path: peers that are already there cost no
+  // point-to-point polling. Later checks also consume inbound mailboxes.
   int first_missing = 0;
-  shm::wait_until([&] { return all_arrived(next, first_missing); }, group_->bell, guard_,
-                  [&] { return describe_wait(next); });
+  auto arrived = [&] {
+    if (all_arrived(next, first_missing)) return true;
+    p2p_.progress();
+    return false;
+  };
+  shm::wait_until(arrived, group_->bell, guard_, [&] { return describe_wait(next); },
+                  &p2p_.traffic_bell());
   round_ = next;
   if (check_pending_) {
     check_pending_ = false;

@@ -8,6 +8,11 @@
 // so ranks that disagree get a CollectiveMismatch naming both sides instead
 // of corrupt data or a hang.
 //
+// While it waits for a round it also drains the rank's inbound point-to-point
+// mailboxes (PointToPoint::progress), and sleeps on the rank's traffic bell as
+// well as the group's: a peer that sent before joining the collective must
+// not wait for this rank's recv, which comes only after the collective.
+//
 // Thread safety: one thread per member.
 #pragma once
 
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "axonml/distributed/dtype.hpp"
+#include "backends/point_to_point.hpp"
 #include "base/check.hpp"
 #include "base/collective_op.hpp"
 #include "collectives/round_channel.hpp"
@@ -41,9 +47,10 @@ inline constexpr std::uint64_t kSharedBuffer = 1;
 
 class ArenaChannel final : public collectives::RoundChannel {
  public:
-  // `group` points at the group's GroupHeader; `world_ranks` are its members.
+  // `group` points at the group's GroupHeader; `world_ranks` are its members;
+  // `p2p` is the rank's point-to-point endpoint, drained while waiting.
   ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::size_t slot_bytes, int member,
-               std::vector<int> world_ranks, const shm::WaitGuard& guard);
+               std::vector<int> world_ranks, const shm::WaitGuard& guard, PointToPoint& p2p);
 
   // Starts a collective: its first exchange() posts and checks `call`.
   void begin(const CollectiveCall& call);
@@ -61,6 +68,9 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::byte* address_of(std::uint64_t offset) const override { return arena_base_ + offset; }
 
   const std::vector<int>& world_ranks() const { return world_ranks_; }
+  // The communicator's id, the same on every member and unique in the job
+  // (GroupHeader::id), even when a freed group's area is reused.
+  std::uint64_t id() const { return group_->id; }
   // "[0, 1, 2]" or "world"
   std::string group_name() const;
 
@@ -78,6 +88,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   int member_;
   std::vector<int> world_ranks_;
   const shm::WaitGuard& guard_;
+  PointToPoint& p2p_;
 
   std::uint64_t round_ = 0;  // last round this member published
   std::uint64_t calls_ = 0;  // collectives begun

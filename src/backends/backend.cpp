@@ -1,6 +1,7 @@
 #include "axonml/distributed/backend.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "axonml/distributed/error.hpp"
@@ -35,6 +36,29 @@ void Backend::check_size(std::string_view op, std::string_view what, std::size_t
                           std::to_string(actual) + " elements but must have " +
                           std::to_string(expected) + " (" + std::string(why) + ")");
   }
+}
+
+void Backend::check_count(std::string_view op, std::string_view what, std::size_t count,
+                          std::size_t element_bytes) const {
+  if (count > static_cast<std::size_t>(PTRDIFF_MAX) / element_bytes) {
+    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + ": " +
+                          std::string(what) + " has " + std::to_string(count) + " elements of " +
+                          std::to_string(element_bytes) +
+                          " bytes, more than can exist (the byte count overflows)");
+  }
+}
+
+std::size_t Backend::times_world_size(std::string_view op, std::string_view what,
+                                      std::size_t count, std::size_t element_bytes) const {
+  std::size_t total = 0;
+  if (__builtin_mul_overflow(count, static_cast<std::size_t>(world_size()), &total) ||
+      total > static_cast<std::size_t>(PTRDIFF_MAX) / element_bytes) {
+    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + " of " +
+                          std::to_string(world_size()) + ": " + std::string(what) + " has " +
+                          std::to_string(count) + " elements, and " + std::to_string(world_size()) +
+                          " times that is more than can exist (the size overflows)");
+  }
+  return total;
 }
 
 void Backend::barrier() { do_barrier(); }

@@ -18,7 +18,8 @@ PointToPoint::PointToPoint(std::byte* arena_base, int world_rank, const shm::Wai
       world_size_(static_cast<int>(header_.world_size)),
       guard_(guard),
       stash_(static_cast<std::size_t>(world_size_)),
-      incoming_(static_cast<std::size_t>(world_size_)) {}
+      incoming_(static_cast<std::size_t>(world_size_)),
+      sending_(static_cast<std::size_t>(world_size_), 0) {}
 
 shm::MailboxControl& PointToPoint::mailbox(int src, int dst) const {
   const std::size_t index = static_cast<std::size_t>(src) * static_cast<std::size_t>(world_size_) +
@@ -41,115 +42,193 @@ shm::Doorbell& PointToPoint::doorbell(int rank) const {
   return reinterpret_cast<shm::RankControl*>(base_ + header_.rank_controls_offset)[rank].doorbell;
 }
 
-void PointToPoint::send(int dst, int tag, const std::byte* data, std::size_t bytes) {
+// Step by step:
+//   1. Claim the producer end of mailbox (me, dst) for the whole message
+//      (another thread of this rank may be sending to dst on another group).
+//   2. Per cell: wait for a free cell, fill it, publish tail (release), ring dst.
+//   3. Give the mailbox back and wake local threads waiting to claim it.
+// Every wait drains this rank's inbound mailboxes, so two ranks that send to
+// each other at once both make progress.
+void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* data,
+                        std::size_t bytes) {
+  const auto d = static_cast<std::size_t>(dst);
+  auto describe = [&] {
+    return "send of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
+           " to rank " + std::to_string(dst) + ": waiting for it to receive";
+  };
+  auto claim = [&] {
+    std::lock_guard lock(mutex_);
+    if (sending_[d] == 2) {
+      throw Error("send on rank " + std::to_string(me_) + " to rank " + std::to_string(dst) +
+                  ": an earlier send to that rank failed midway, so the link is unusable");
+    }
+    if (sending_[d] == 0) {
+      sending_[d] = 1;
+      return true;
+    }
+    pull_all();
+    return false;
+  };
+  shm::wait_until(claim, doorbell(me_), guard_, describe);
+
   auto& box = mailbox(me_, dst);
   std::uint64_t tail = box.tail.load(std::memory_order_relaxed);
   std::size_t sent = 0;
   bool first = true;
-  do {
-    auto has_space = [&] {
-      if (tail - box.head.load(std::memory_order_acquire) < header_.mailbox_cells) return true;
-      pull_all(-1);  // keep peers that send to us moving while we wait
-      return false;
-    };
-    shm::wait_until(has_space, doorbell(me_), guard_, [&] {
-      return "send of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
-             " to rank " + std::to_string(dst) + ": waiting for it to receive";
-    });
-    auto& c = cell(me_, dst, tail);
-    const std::size_t chunk = std::min<std::size_t>(header_.cell_bytes, bytes - sent);
-    c.message_bytes = bytes;
-    c.payload_bytes = static_cast<std::uint32_t>(chunk);
-    c.tag = tag;
-    c.first = first ? 1 : 0;
-    copy_bytes(payload(c), data + sent, chunk);
-    box.tail.store(++tail, std::memory_order_release);
-    shm::ring(doorbell(dst));
-    sent += chunk;
-    first = false;
-  } while (sent < bytes);
+  try {
+    do {
+      auto has_space = [&] {
+        if (tail - box.head.load(std::memory_order_acquire) < header_.mailbox_cells) return true;
+        std::lock_guard lock(mutex_);
+        pull_all();  // keep peers that send to us moving while we wait
+        return false;
+      };
+      shm::wait_until(has_space, doorbell(me_), guard_, describe);
+      auto& c = cell(me_, dst, tail);
+      const std::size_t chunk = std::min<std::size_t>(header_.cell_bytes, bytes - sent);
+      c.message_bytes = bytes;
+      c.payload_bytes = static_cast<std::uint32_t>(chunk);
+      c.tag = tag;
+      c.first = first ? 1 : 0;
+      c.comm = comm;
+      copy_bytes(payload(c), data + sent, chunk);
+      box.tail.store(++tail, std::memory_order_release);
+      shm::ring(doorbell(dst));
+      sent += chunk;
+      first = false;
+    } while (sent < bytes);
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    sending_[d] = first ? 0 : 2;  // cells already out cannot be taken back
+    throw;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    sending_[d] = 0;
+  }
+  shm::ring(doorbell(me_));
 }
 
-PointToPoint::StashedMessage* PointToPoint::first_stashed(int src, int tag) {
-  for (auto& message : stash_[static_cast<std::size_t>(src)]) {
-    if (message.tag == tag) return &message;
+PointToPoint::StashedMessage* PointToPoint::first_stashed(const PostedReceive& want) {
+  for (auto& message : stash_[static_cast<std::size_t>(want.src)]) {
+    if (message.comm == want.comm && message.tag == want.tag) return &message;
   }
   return nullptr;
 }
 
-bool PointToPoint::pull(int src, DirectReceive* direct) {
+bool PointToPoint::take_stashed(const PostedReceive& want) {
+  StashedMessage* message = first_stashed(want);
+  if (message == nullptr || !message->complete) return false;
+  if (message->bytes.size() != want.bytes) {
+    throw InvalidArgument("recv on rank " + std::to_string(me_) + " from rank " +
+                          std::to_string(want.src) + " with tag " + std::to_string(want.tag) +
+                          ": the message has " + std::to_string(message->bytes.size()) +
+                          " bytes but the buffer has " + std::to_string(want.bytes));
+  }
+  copy_bytes(want.data, message->bytes.data(), want.bytes);
+  stash_[static_cast<std::size_t>(want.src)].remove_if(
+      [&](const StashedMessage& m) { return &m == message; });
+  return true;
+}
+
+void PointToPoint::pull(int src) {
   auto& box = mailbox(src, me_);
   std::uint64_t head = box.head.load(std::memory_order_relaxed);
   const std::uint64_t tail = box.tail.load(std::memory_order_acquire);
+  if (head == tail) return;
   auto& in = incoming_[static_cast<std::size_t>(src)];
   auto& stash = stash_[static_cast<std::size_t>(src)];
-  bool progressed = false;
-  while (head < tail) {
+  bool completed = false;
+  for (; head < tail; ++head) {
     auto& c = cell(src, me_, head);
     if (c.first) {
-      const bool wanted = direct && !direct->started && c.tag == direct->tag &&
-                          first_stashed(src, direct->tag) == nullptr;
-      if (wanted && c.message_bytes == direct->bytes) {
-        in = Incoming{true, direct->data, c.message_bytes, 0, true};
-        direct->started = true;
+      // The oldest posted receive for this (communicator, src, tag) gets the
+      // message in place; a size mismatch goes to the stash, where that
+      // receive finds it and reports both sizes.
+      auto match = std::find_if(posted_.begin(), posted_.end(), [&](const PostedReceive* p) {
+        return p->comm == c.comm && p->src == src && p->tag == c.tag;
+      });
+      PostedReceive* want = match == posted_.end() ? nullptr : *match;
+      if (want) {
+        posted_.erase(match);
+        want->posted = false;
+      }
+      if (want && want->bytes == c.message_bytes) {
+        want->started = true;
+        in = Incoming{true, want->data, c.message_bytes, 0, want, nullptr};
       } else {
-        if (wanted) direct->mismatched_bytes = c.message_bytes;
-        stash.push_back(StashedMessage{c.tag, std::vector<std::byte>(c.message_bytes), false});
-        in = Incoming{true, stash.back().bytes.data(), c.message_bytes, 0, false};
+        stash.push_back(StashedMessage{c.comm, c.tag, std::vector<std::byte>(c.message_bytes), false});
+        in = Incoming{true, stash.back().bytes.data(), c.message_bytes, 0, nullptr, &stash.back()};
       }
     }
     copy_bytes(in.dest + in.received, payload(c), c.payload_bytes);
     in.received += c.payload_bytes;
-    box.head.store(++head, std::memory_order_release);
-    progressed = true;
     if (in.received == in.total) {
       in.active = false;
-      if (in.direct) {
-        direct->done = true;
-        break;
-      }
-      stash.back().complete = true;
-      if (direct && direct->mismatched_bytes) break;
+      if (in.posted) in.posted->done = true;
+      if (in.stashed) in.stashed->complete = true;
+      completed = true;
     }
   }
-  if (progressed) shm::ring(doorbell(src));
-  return progressed;
+  box.head.store(head, std::memory_order_release);
+  shm::ring(doorbell(src));             // src may be waiting for space
+  if (completed) shm::ring(doorbell(me_));  // another thread of ours may be waiting for it
 }
 
-void PointToPoint::pull_all(int except) {
-  for (int src = 0; src < world_size_; ++src) {
-    if (src != except) pull(src, nullptr);
+void PointToPoint::pull_all() {
+  for (int src = 0; src < world_size_; ++src) pull(src);
+}
+
+void PointToPoint::progress() {
+  std::lock_guard lock(mutex_);
+  pull_all();
+}
+
+// A receive that ends before its message did (timeout, abort) hands the part
+// already copied to the stash, so the rest of the message still has a home.
+void PointToPoint::unpost(PostedReceive& want) {
+  if (want.posted) {
+    posted_.erase(std::find(posted_.begin(), posted_.end(), &want));
+    want.posted = false;
+  }
+  if (want.started && !want.done) {
+    auto& in = incoming_[static_cast<std::size_t>(want.src)];
+    auto& stash = stash_[static_cast<std::size_t>(want.src)];
+    stash.push_back(StashedMessage{want.comm, want.tag, std::vector<std::byte>(want.bytes), false});
+    copy_bytes(stash.back().bytes.data(), want.data, in.received);
+    in.dest = stash.back().bytes.data();
+    in.posted = nullptr;
+    in.stashed = &stash.back();
   }
 }
 
-void PointToPoint::recv(int src, int tag, std::byte* data, std::size_t bytes) {
-  DirectReceive direct{tag, data, bytes};
-  auto take_stashed = [&]() -> bool {
-    StashedMessage* message = first_stashed(src, tag);
-    if (message == nullptr || !message->complete) return false;
-    if (message->bytes.size() != bytes) {
-      throw InvalidArgument("recv on rank " + std::to_string(me_) + " from rank " +
-                            std::to_string(src) + " with tag " + std::to_string(tag) +
-                            ": the message has " + std::to_string(message->bytes.size()) +
-                            " bytes but the buffer has " + std::to_string(bytes));
+void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, std::size_t bytes) {
+  PostedReceive want{comm, src, tag, data, bytes};
+  {
+    std::lock_guard lock(mutex_);
+    if (take_stashed(want)) return;
+    // An older matching message still arriving into the stash comes first.
+    if (first_stashed(want) == nullptr) {
+      posted_.push_back(&want);
+      want.posted = true;
     }
-    copy_bytes(data, message->bytes.data(), bytes);
-    auto& queue = stash_[static_cast<std::size_t>(src)];
-    queue.erase(std::find_if(queue.begin(), queue.end(),
-                             [&](const StashedMessage& m) { return &m == message; }));
-    return true;
-  };
+  }
   auto arrived = [&] {
-    if (take_stashed()) return true;
-    pull(src, first_stashed(src, tag) ? nullptr : &direct);
-    if (direct.done || take_stashed()) return true;
-    pull_all(src);
-    return false;
+    std::lock_guard lock(mutex_);
+    if (want.done || take_stashed(want)) return true;
+    pull_all();
+    return want.done || take_stashed(want);
   };
-  shm::wait_until(arrived, doorbell(me_), guard_, [&] {
-    return "recv of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
-           " from rank " + std::to_string(src) + ": waiting for it to send";
-  });
+  try {
+    shm::wait_until(arrived, doorbell(me_), guard_, [&] {
+      return "recv of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
+             " from rank " + std::to_string(src) + ": waiting for it to send";
+    });
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    unpost(want);
+    throw;
+  }
 }
 
 }  // namespace axonml::distributed

@@ -1,20 +1,35 @@
 // PointToPoint: tagged send/recv between world ranks through the arena's
 // mailboxes, one single-producer single-consumer ring per (src, dst).
 //
-// A message travels as one or more cells. recv() copies cells straight into
-// the caller's buffer when the next message from src is the one it wants;
-// a message with another tag is moved into a private stash so that it can
-// be received later, in order. Waiting in send() or recv() also drains every
-// inbound mailbox into the stash, so any pattern that would complete with
-// unlimited buffering (a ring where everyone sends first, say) completes here
+// One object per rank, shared by every Backend object of that rank (the world
+// and each subgroup). A message travels as one or more cells, each carrying
+// its communicator's id (the offset of the group's area in the arena), so a
+// receive matches (communicator, src, tag): a message sent on a subgroup is
+// never received on the world, even with equal ranks and tags. Messages from
+// one src on one communicator with one tag arrive in the order sent.
+//
+// Receiving. recv() posts what it wants; whichever thread of the rank drains
+// the mailboxes copies a matching message straight into the posted buffer,
+// and any other message into a private stash, from which a later recv takes
+// it. Every wait of the rank drains every inbound mailbox: send() and recv()
+// here, and the collectives' waits through progress(). So a peer blocked in
+// send() always gets its cells consumed while this rank waits in the library,
+// and any pattern that completes with unlimited buffering (a ring where
+// everyone sends first, a send followed by a collective) completes here,
 // whatever the message sizes.
 //
-// Thread safety: one thread per rank.
+// Thread safety: any number of threads, each on its own Backend object (as
+// Backend promises). The receive side (stash, partial messages, posted
+// receives, the consumer end of every inbound ring) is guarded by one mutex,
+// held while cells are copied and never while sleeping. The producer end of
+// mailbox (me, dst) belongs to one sending thread at a time for a whole
+// message (`sending_`), so the cells of two messages never interleave.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <list>
+#include <mutex>
 #include <vector>
 
 #include "shm/arena_layout.hpp"
@@ -25,33 +40,50 @@ namespace axonml::distributed {
 class PointToPoint {
  public:
   PointToPoint(std::byte* arena_base, int world_rank, const shm::WaitGuard& guard);
+  PointToPoint(const PointToPoint&) = delete;
+  PointToPoint& operator=(const PointToPoint&) = delete;
 
-  // REQUIRES: dst and src are world ranks; tag >= 0.
-  void send(int dst, int tag, const std::byte* data, std::size_t bytes);
-  void recv(int src, int tag, std::byte* data, std::size_t bytes);
+  // REQUIRES: dst and src are world ranks; tag >= 0; `comm` identifies the
+  // communicator the same way on every rank.
+  void send(std::uint64_t comm, int dst, int tag, const std::byte* data, std::size_t bytes);
+  void recv(std::uint64_t comm, int src, int tag, std::byte* data, std::size_t bytes);
+
+  // Consumes whatever peers have published to this rank (into posted
+  // receives or the stash). For waits outside point-to-point, so that a
+  // peer's send never waits on a rank that is busy in a collective.
+  void progress();
+
+  // The bell rung when point-to-point traffic for this rank moves; waits
+  // that call progress() also sleep on it.
+  shm::Doorbell& traffic_bell() const { return doorbell(me_); }
 
  private:
+  // A message received (or being received) into the stash.
   struct StashedMessage {
+    std::uint64_t comm;
     int tag;
     std::vector<std::byte> bytes;
     bool complete;
   };
-  // A message from one src whose cells are still arriving.
+  // A recv() waiting for its message; lives on the receiving thread's stack.
+  struct PostedReceive {
+    std::uint64_t comm;
+    int src;
+    int tag;
+    std::byte* data;
+    std::size_t bytes;
+    bool posted = false;   // in posted_: the next matching message goes straight here
+    bool started = false;  // its first cell has been copied
+    bool done = false;     // its last cell has been copied
+  };
+  // The message from one src whose cells are still arriving.
   struct Incoming {
     bool active = false;
     std::byte* dest = nullptr;
     std::size_t total = 0;
     std::size_t received = 0;
-    bool direct = false;
-  };
-  // The receive a recv() call is waiting for, if it can be done in place.
-  struct DirectReceive {
-    int tag;
-    std::byte* data;
-    std::size_t bytes;
-    bool started = false;
-    bool done = false;
-    std::size_t mismatched_bytes = 0;  // size of a same-tag message of the wrong size
+    PostedReceive* posted = nullptr;    // when it goes straight to a recv()
+    StashedMessage* stashed = nullptr;  // otherwise
   };
 
   shm::MailboxControl& mailbox(int src, int dst) const;
@@ -59,18 +91,29 @@ class PointToPoint {
   std::byte* payload(shm::CellHeader& cell) const;
   shm::Doorbell& doorbell(int rank) const;
 
-  // Consumes the cells src has published; returns whether any were.
-  bool pull(int src, DirectReceive* direct);
-  void pull_all(int except);
-  StashedMessage* first_stashed(int src, int tag);
+  // REQUIRES: mutex_ held. Consume the cells src (or every peer) published.
+  void pull(int src);
+  void pull_all();
+  // REQUIRES: mutex_ held. The oldest stashed message matching the receive.
+  StashedMessage* first_stashed(const PostedReceive& want);
+  // REQUIRES: mutex_ held. Copies out and removes the oldest matching
+  // stashed message once complete; throws when its size differs.
+  bool take_stashed(const PostedReceive& want);
+  void unpost(PostedReceive& want);
 
   std::byte* base_;
   const shm::ArenaHeader& header_;
   int me_;
   int world_size_;
   const shm::WaitGuard& guard_;
-  std::vector<std::deque<StashedMessage>> stash_;  // per src, in arrival order
-  std::vector<Incoming> incoming_;                 // per src
+
+  std::mutex mutex_;
+  std::vector<std::list<StashedMessage>> stash_;  // per src, in arrival order
+  std::vector<Incoming> incoming_;                // per src
+  std::vector<PostedReceive*> posted_;            // in posting order
+  // Per dst: 0 free, 1 a thread is sending a message, 2 a send failed midway
+  // (its cells are incomplete, so the link can carry nothing more).
+  std::vector<std::uint8_t> sending_;
 };
 
 }  // namespace axonml::distributed

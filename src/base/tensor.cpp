@@ -2,6 +2,7 @@
 #include "base/text.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 
@@ -17,8 +18,22 @@ std::shared_ptr<float> allocate(std::size_t count) {
 
 }  // namespace
 
+// Checked: a product that wraps around (or whose floats would not fit in an
+// address space) would make a tensor that claims fewer or more elements than
+// it has, so it is an error naming the shape.
 std::size_t numel_of(const Shape& shape) {
-  return std::accumulate(shape.begin(), shape.end(), std::size_t{1}, std::multiplies<>());
+  constexpr std::size_t kMaxElements = static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(float);
+  std::size_t n = 1;
+  for (std::size_t dim : shape) {
+    if (__builtin_mul_overflow(n, dim, &n) || n > kMaxElements) {
+      // A zero anywhere later still makes the product 0.
+      if (std::find(shape.begin(), shape.end(), std::size_t{0}) != shape.end()) return 0;
+      throw InvalidArgument("shape " + to_string(shape) + " has more elements than can exist (" +
+                            "the product of its sizes exceeds " + std::to_string(kMaxElements) +
+                            " floats)");
+    }
+  }
+  return n;
 }
 
 std::string to_string(const Shape& shape) { return bracketed(shape); }

@@ -12,17 +12,33 @@
 namespace axonml::distributed::collectives {
 namespace {
 
-// One round: copy in, exchange, every member reduces all slots in rank order
-// straight into its own output. Reads n times the message per member, so it
-// pays off only while latency dominates.
+// One round per slotful: copy in, exchange, every member reduces all slots in
+// rank order straight into its own output. Reads n times the message per
+// member, so it pays off only while latency dominates (one slotful), or when
+// slots are too small for the pipelined algorithm's n + 1 blocks.
 void all_reduce_one_round(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                           ReduceOp op) {
   const int n = channel.size();
-  copy_bytes(channel.outbox(), data, count * size_of(type));
-  channel.exchange();
+  const std::size_t es = size_of(type);
+  const std::size_t per_round = channel.slot_bytes() / es;
   std::vector<const std::byte*> sources(static_cast<std::size_t>(n));
-  for (int m = 0; m < n; ++m) sources[static_cast<std::size_t>(m)] = channel.inbox(m);
-  kernels::reduce(type, op, sources, data, count);
+  std::size_t offset = 0;
+  do {
+    const std::size_t len = std::min(per_round, count - offset);
+    copy_bytes(channel.outbox(), data + offset * es, len * es);
+    channel.exchange();
+    for (int m = 0; m < n; ++m) sources[static_cast<std::size_t>(m)] = channel.inbox(m);
+    kernels::reduce(type, op, sources, data + offset * es, len);
+    offset += len;
+  } while (offset < count);
+}
+
+// Elements of the largest slice the pipelined all-reduce can give each of n
+// members: a slot holds one chunk (n slices) plus a reduced slice.
+std::size_t pipelined_block_limit(std::size_t slot_bytes, std::size_t es, std::size_t n) {
+  std::size_t max_block = slot_bytes / es / (n + 1);
+  if (max_block >= 16) max_block -= max_block % 16;
+  return max_block;
 }
 
 // Reduce-scatter then all-gather, pipelined one chunk per round.
@@ -46,8 +62,7 @@ void all_reduce_pipelined(RoundChannel& channel, std::byte* data, std::size_t co
   // start on cache-line boundaries, so that every member has as much to
   // reduce in every round (a message just over one chunk must not leave most
   // members idle in its last round).
-  std::size_t max_block = channel.slot_bytes() / es / (n + 1);
-  if (max_block >= 16) max_block -= max_block % 16;
+  const std::size_t max_block = pipelined_block_limit(channel.slot_bytes(), es, n);
   const std::size_t chunks = (count + n * max_block - 1) / (n * max_block);
   const std::size_t per_chunk = (count + chunks - 1) / chunks;
   std::size_t block = (per_chunk + n - 1) / n;
@@ -101,7 +116,9 @@ void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataT
     channel.exchange();  // nothing to combine: x op nothing is x, and Average of one is x
     return;
   }
-  if (bytes <= one_round_all_reduce_limit(channel.slot_bytes(), channel.size())) {
+  if (bytes <= one_round_all_reduce_limit(channel.slot_bytes(), channel.size()) ||
+      pipelined_block_limit(channel.slot_bytes(), size_of(type),
+                            static_cast<std::size_t>(channel.size())) == 0) {
     all_reduce_one_round(channel, data, count, type, op);
   } else {
     all_reduce_pipelined(channel, data, count, type, op);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "collectives/algorithms.hpp"
+#include "collectives/block_rounds.hpp"
 #include "collectives/copy.hpp"
 
 namespace axonml::distributed::collectives {
@@ -69,25 +70,30 @@ void gather(RoundChannel& channel, const std::byte* send, std::byte* recv, std::
   gather_pieces(channel, send, recv, count, type, /*keep=*/channel.rank() == root);
 }
 
-// Root's slot carries one piece per member each round.
+// Root's slot carries one piece per member each round (per member of a
+// window of them when slots are small; see BlockRounds).
 void scatter(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
              DataType type, int root) {
   const std::size_t es = size_of(type);
   const auto n = static_cast<std::size_t>(channel.size());
   const auto me = static_cast<std::size_t>(channel.rank());
-  const std::size_t per_round = std::max<std::size_t>(1, channel.slot_bytes() / es / n);
-  const std::size_t rounds = rounds_for(count, per_round);
+  const BlockRounds schedule(count, n, channel.slot_bytes(), es);
   const bool is_root = channel.rank() == root;
-  for (std::size_t k = 0; k < rounds; ++k) {
-    const std::size_t offset = k * per_round;
-    const std::size_t len = std::min(per_round, count - std::min(count, offset));
+  for (std::size_t k = 0; k < schedule.rounds(); ++k) {
+    const std::size_t offset = schedule.offset(k);
+    const std::size_t len = schedule.length(k);
+    const std::size_t first = schedule.first_block(k);
+    const std::size_t blocks = schedule.window_blocks(k);
     if (is_root) {
-      for (std::size_t m = 0; m < n; ++m) {
-        copy_bytes(channel.outbox() + m * per_round * es, send + (m * count + offset) * es, len * es);
+      for (std::size_t m = first; m < first + blocks; ++m) {
+        copy_bytes(channel.outbox() + (m - first) * schedule.per_block * es,
+                   send + (m * count + offset) * es, len * es);
       }
     }
     channel.exchange();
-    copy_bytes(recv + offset * es, channel.inbox(root) + me * per_round * es, len * es);
+    if (me < first || me >= first + blocks) continue;
+    copy_bytes(recv + offset * es, channel.inbox(root) + (me - first) * schedule.per_block * es,
+               len * es);
   }
 }
 

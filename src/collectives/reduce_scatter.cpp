@@ -4,30 +4,35 @@
 #include <vector>
 
 #include "collectives/algorithms.hpp"
+#include "collectives/block_rounds.hpp"
 #include "collectives/copy.hpp"
 #include "kernels/reduce.hpp"
 
 namespace axonml::distributed::collectives {
 
-// Each round every member publishes the next piece of all n of its blocks;
-// member m then reduces block m's piece from every inbox, in rank order.
+// Each round every member publishes the next piece of its blocks (all n, or
+// a window of them when slots are small; see BlockRounds); the members whose
+// block is in the round then reduce its piece from every inbox, in rank order.
 void reduce_scatter(RoundChannel& channel, const std::byte* send, std::byte* recv,
                     std::size_t count, DataType type, ReduceOp op) {
   const std::size_t es = size_of(type);
   const auto n = static_cast<std::size_t>(channel.size());
   const auto me = static_cast<std::size_t>(channel.rank());
-  const std::size_t per_round = std::max<std::size_t>(1, channel.slot_bytes() / es / n);
-  const std::size_t rounds = std::max<std::size_t>(1, (count + per_round - 1) / per_round);
+  const BlockRounds schedule(count, n, channel.slot_bytes(), es);
   std::vector<const std::byte*> sources(n);
-  for (std::size_t k = 0; k < rounds; ++k) {
-    const std::size_t offset = k * per_round;
-    const std::size_t len = std::min(per_round, count - std::min(count, offset));
-    for (std::size_t b = 0; b < n; ++b) {
-      copy_bytes(channel.outbox() + b * per_round * es, send + (b * count + offset) * es, len * es);
+  for (std::size_t k = 0; k < schedule.rounds(); ++k) {
+    const std::size_t offset = schedule.offset(k);
+    const std::size_t len = schedule.length(k);
+    const std::size_t first = schedule.first_block(k);
+    const std::size_t blocks = schedule.window_blocks(k);
+    for (std::size_t b = first; b < first + blocks; ++b) {
+      copy_bytes(channel.outbox() + (b - first) * schedule.per_block * es,
+                 send + (b * count + offset) * es, len * es);
     }
     channel.exchange();
+    if (me < first || me >= first + blocks) continue;
     for (std::size_t m = 0; m < n; ++m) {
-      sources[m] = channel.inbox(static_cast<int>(m)) + me * per_round * es;
+      sources[m] = channel.inbox(static_cast<int>(m)) + (me - first) * schedule.per_block * es;
     }
     kernels::reduce(type, op, sources, recv + offset * es, len);
   }

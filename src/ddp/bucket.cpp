@@ -1,10 +1,26 @@
 #include "axonml/distributed/bucket.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "axonml/distributed/error.hpp"
 
 namespace axonml::distributed {
 
-GradientBucket::GradientBucket(std::size_t capacity) : storage_(capacity) {}
+namespace {
+
+std::size_t checked_capacity(std::size_t capacity) {
+  if (capacity > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(float)) {
+    throw InvalidArgument("GradientBucket: capacity of " + std::to_string(capacity) +
+                          " floats is more than can exist");
+  }
+  return capacity;
+}
+
+}  // namespace
+
+GradientBucket::GradientBucket(std::size_t capacity) : storage_(checked_capacity(capacity)) {}
 
 bool GradientBucket::add(const Tensor& tensor) {
   if (tensor.numel() > capacity() - size_) return false;

@@ -15,6 +15,11 @@ std::size_t floats_in_mib(double mib, const char* what) {
     throw InvalidArgument(std::string("DistributedDataParallel: ") + what + " must be > 0 MiB, got " +
                           std::to_string(mib));
   }
+  // Beyond 2^40 MiB (an exbibyte) the float count no longer fits a size_t.
+  if (!(mib <= 1099511627776.0)) {
+    throw InvalidArgument(std::string("DistributedDataParallel: ") + what + " of " +
+                          std::to_string(mib) + " MiB is more memory than can exist");
+  }
   return std::max<std::size_t>(1, static_cast<std::size_t>(mib * 1024.0 * 1024.0 / sizeof(float)));
 }
 

@@ -1,6 +1,7 @@
 #include "axonml/distributed/grad_sync.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "axonml/distributed/error.hpp"
@@ -44,6 +45,12 @@ GradientSynchronizer::GradientSynchronizer(GradSyncStrategy strategy, std::size_
       first_bucket_size_(first_bucket_size ? first_bucket_size : bucket_size),
       compression_(compression) {
   if (bucket_size == 0) throw InvalidArgument("GradientSynchronizer: bucket_size must be > 0");
+  constexpr std::size_t kMaxFloats = static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(float);
+  if (bucket_size > kMaxFloats || first_bucket_size_ > kMaxFloats) {
+    throw InvalidArgument("GradientSynchronizer: bucket_size " + std::to_string(bucket_size) +
+                          " (first " + std::to_string(first_bucket_size_) +
+                          ") floats is more than can exist");
+  }
 }
 
 GradientSynchronizer::~GradientSynchronizer() = default;

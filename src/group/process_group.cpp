@@ -64,7 +64,14 @@ std::string ProcessGroup::describe() const {
 
 Tensor ProcessGroup::alloc_shared(Shape shape) const {
   Backend& b = member_backend("alloc_shared");
-  const std::size_t bytes = numel_of(shape) * sizeof(float);
+  std::size_t numel = 0;
+  try {
+    numel = numel_of(shape);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument("alloc_shared on rank " + std::to_string(rank()) + " of " + describe() +
+                          ": " + e.what());
+  }
+  const std::size_t bytes = numel * sizeof(float);  // numel_of keeps this in range
   std::shared_ptr<std::byte> memory = b.allocate_shared(bytes);
   if (!memory) {
     const std::string left = b.describe_shared_memory();

@@ -8,10 +8,14 @@
 // types divide, truncating). bf16 and f16 are widened to f32, combined in f32
 // and rounded once to nearest-even when stored. Integer Sum and Product wrap
 // around (two's complement). Min and Max follow std::min/std::max: a NaN in the
-// accumulator stays, a NaN from a later source is passed over. The one thing
-// not pinned across kernels is which payload comes out when an add or multiply
-// meets two NaNs (x86 keeps its first operand's, and compilers may swap the
-// operands); every rank runs the same kernel, so ranks still agree.
+// accumulator stays, a NaN from a later source is passed over. A Sum, Product
+// or Average whose result is NaN gives the canonical quiet NaN (f32
+// 0x7fc00000, f64 0x7ff8000000000000, bf16 0x7fc0, f16 0x7e00), whatever the
+// inputs' payloads and signs: which payload an add of two NaNs passes on
+// depends on operand order, which compilers choose freely and which differed
+// between the scalar head/tail and the vector body (so between ranks whose
+// buffers sit at different alignments). Every kernel, at every alignment,
+// gives bitwise the same result.
 //
 // The implementation (AVX-512, AVX2 or scalar) is chosen once, at first use,
 // from the CPU's features; AXON_KERNEL=scalar|avx2|avx512 overrides it.

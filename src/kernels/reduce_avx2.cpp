@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <type_traits>
 
@@ -33,6 +34,10 @@ struct F32Acc {
     else return _mm256_add_ps(acc, x);
   }
   static Reg scale(Reg r, float s) { return _mm256_mul_ps(r, _mm256_set1_ps(s)); }
+  static Reg canonical_nan(Reg r) {
+    return _mm256_blendv_ps(r, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()),
+                            _mm256_cmp_ps(r, r, _CMP_UNORD_Q));
+  }
   static void fence() { _mm_sfence(); }
 };
 
@@ -62,6 +67,10 @@ struct F64Lanes {
     else return _mm256_add_pd(acc, x);
   }
   static Reg scale(Reg r, double s) { return _mm256_mul_pd(r, _mm256_set1_pd(s)); }
+  static Reg canonical_nan(Reg r) {
+    return _mm256_blendv_pd(r, _mm256_set1_pd(std::numeric_limits<double>::quiet_NaN()),
+                            _mm256_cmp_pd(r, r, _CMP_UNORD_Q));
+  }
   static void fence() { _mm_sfence(); }
 };
 

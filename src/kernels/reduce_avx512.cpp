@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <type_traits>
 
@@ -39,6 +40,10 @@ struct F32Acc {
     else return _mm512_add_ps(acc, x);
   }
   static Reg scale(Reg r, float s) { return _mm512_mul_ps(r, _mm512_set1_ps(s)); }
+  static Reg canonical_nan(Reg r) {
+    const __mmask16 nan = _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q);
+    return _mm512_mask_blend_ps(nan, r, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+  }
   static void fence() { _mm_sfence(); }
 };
 
@@ -68,6 +73,10 @@ struct F64Lanes {
     else return _mm512_add_pd(acc, x);
   }
   static Reg scale(Reg r, double s) { return _mm512_mul_pd(r, _mm512_set1_pd(s)); }
+  static Reg canonical_nan(Reg r) {
+    const __mmask8 nan = _mm512_cmp_pd_mask(r, r, _CMP_UNORD_Q);
+    return _mm512_mask_blend_pd(nan, r, _mm512_set1_pd(std::numeric_limits<double>::quiet_NaN()));
+  }
   static void fence() { _mm_sfence(); }
 };
 

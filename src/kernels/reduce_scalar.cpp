@@ -1,6 +1,8 @@
 // The portable reduce kernel: the reference every vector kernel must match
 // bitwise. The compiler may vectorize it for the baseline ISA.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <type_traits>
 
@@ -68,6 +70,16 @@ void reduce_typed(ReduceOp op, std::span<const std::byte* const> sources, std::b
         for (std::size_t i = 0; i < len; ++i) acc[i] = acc[i] * scale;
       } else {
         for (std::size_t i = 0; i < len; ++i) acc[i] = acc[i] / static_cast<Acc>(n);
+      }
+    }
+    // A NaN out of an add or multiply leaves as the one canonical quiet NaN:
+    // which input NaN's payload the hardware passes on depends on operand
+    // order, which compilers choose freely (see reduce.hpp).
+    if constexpr (std::is_floating_point_v<Acc>) {
+      if (op != ReduceOp::Min && op != ReduceOp::Max) {
+        for (std::size_t i = 0; i < len; ++i) {
+          if (std::isnan(acc[i])) acc[i] = std::numeric_limits<Acc>::quiet_NaN();
+        }
       }
     }
     for (std::size_t i = 0; i < len; ++i) dest[base + i] = static_cast<T>(acc[i]);

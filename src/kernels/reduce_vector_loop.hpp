@@ -10,6 +10,8 @@
 //   load_acc(const Acc*) / store_acc(Acc*, Reg)   the f32/f64/int scratch
 //   combine<op>(Reg acc, Reg x)  acc op x, exactly as the scalar kernel
 //   scale(Reg, Acc)              Reg * scale (floating point only)
+//   canonical_nan(Reg)           every NaN lane replaced by the default quiet
+//                                NaN (floating point only; as reduce_scalar)
 //
 // Included by each ISA's file after its `#pragma GCC target`, so that every
 // function here is compiled for that ISA. L is local to that file, which
@@ -28,7 +30,10 @@
 //      rounding stay.
 //   3. Integer Average divides the block's wrapped sum, truncating, element by
 //      element (no vector integer division).
-//   4. Large outputs are written with non-temporal stores (no read for
+//   4. Sum, Product and Average results that are NaN become the canonical
+//      quiet NaN, exactly as in reduce_scalar, so that which NaN an add meets
+//      first (the operand order, the alignment split) never shows.
+//   5. Large outputs are written with non-temporal stores (no read for
 //      ownership of lines that are wholly overwritten), fenced at the end.
 #pragma once
 
@@ -79,6 +84,10 @@ void pass(std::span<const std::byte* const> sources, std::size_t first, std::siz
     if constexpr (kToDest) {
       if constexpr (kOp == ReduceOp::Average && !std::is_integral_v<typename L::Acc>) {
         for (std::size_t u = 0; u < kUnroll; ++u) r[u] = L::scale(r[u], scale);
+      }
+      if constexpr (kOp != ReduceOp::Min && kOp != ReduceOp::Max &&
+                    !std::is_integral_v<typename L::Acc>) {
+        for (std::size_t u = 0; u < kUnroll; ++u) r[u] = L::canonical_nan(r[u]);
       }
       typename L::T* out = dest + base + i;
       for (std::size_t u = 0; u < kUnroll; ++u) {

@@ -66,6 +66,7 @@ void format_free_space(std::byte* base, ArenaHeader& header, std::uint64_t begin
   control.free_head = 0;
   control.free_bytes = 0;
   control.free_blocks = 0;
+  control.next_group_id.store(1, std::memory_order_relaxed);  // 0 is the world's
   if (end > begin) {
     new (base + begin) FreeBlock{end - begin, 0};
     control.free_head = begin;

@@ -52,12 +52,13 @@ GroupLayout group_layout(std::size_t members, std::size_t slot_bytes) {
 }
 
 GroupHeader& format_group(std::byte* at, std::size_t members, std::size_t slot_bytes,
-                          std::uint64_t ranks_hash) {
+                          std::uint64_t ranks_hash, std::uint64_t id) {
   const GroupLayout layout = group_layout(members, slot_bytes);
   std::memset(at, 0, layout.data_offset);
   auto* group = new (at) GroupHeader{};
   group->size = static_cast<std::uint32_t>(members);
   group->ranks_hash = ranks_hash;
+  group->id = id;
   for (std::size_t m = 0; m < members; ++m) {
     new (at + layout.controls_offset + m * sizeof(MemberControl)) MemberControl{};
   }
@@ -125,7 +126,7 @@ void format_arena(void* base, const ArenaSpec& spec) {
   // without asking anyone.
   std::vector<int> everyone(n);
   std::iota(everyone.begin(), everyone.end(), 0);
-  format_group(bytes + groups_offset, n, slot_bytes, hash_of_ranks(everyone));
+  format_group(bytes + groups_offset, n, slot_bytes, hash_of_ranks(everyone), /*id=*/0);
   format_free_space(bytes, *header, groups_offset + world_group_bytes, arena_bytes / kPage * kPage);
 }
 

@@ -25,7 +25,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 3;
+inline constexpr std::uint32_t kLayoutVersion = 4;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -55,11 +55,15 @@ struct ArenaAllocatorControl {
   std::uint64_t free_head;    // offset of the first FreeBlock, 0 when none
   std::uint64_t free_bytes;   // bytes in all free blocks
   std::uint64_t free_blocks;  // number of free blocks
+  // Written by: each new_group's allocating rank (fetch_add, any time; not
+  // under the lock). The next GroupHeader::id; starts at 1.
+  std::atomic<std::uint64_t> next_group_id;
   // Rung when the lock is dropped, for waiters asleep on it.
   Doorbell bell;
 };
 static_assert(sizeof(ArenaAllocatorControl) == 2 * kCacheLine);  // docs/arena.md
 static_assert(offsetof(ArenaAllocatorControl, free_head) == 8);
+static_assert(offsetof(ArenaAllocatorControl, next_group_id) == 32);
 static_assert(offsetof(ArenaAllocatorControl, bell) == kCacheLine);
 
 // The first 16 bytes of every free block (whole pages) in the free space.
@@ -138,7 +142,10 @@ struct alignas(kCacheLine) CellHeader {
   std::uint32_t payload_bytes;  // bytes in this cell
   std::int32_t tag;
   std::uint32_t first;          // 1 on the first cell of a message
+  std::uint32_t pad;
+  std::uint64_t comm;           // the communicator: offset of its GroupHeader
 };
+static_assert(offsetof(CellHeader, comm) == 24 && sizeof(CellHeader) == kCacheLine);
 
 // What a rank is about to do, posted with the first round of every
 // collective so that peers can tell when ranks disagree.
@@ -181,10 +188,16 @@ struct alignas(kCacheLine) GroupHeader {
   // never returned.
   std::atomic<std::uint32_t> holders;
   std::uint64_t ranks_hash;
+  // Written by: the allocating rank, before publishing the offset. Unique in
+  // the job (0 for the world, then ArenaAllocatorControl::next_group_id):
+  // point-to-point cells carry it, so a group made in a reused area never
+  // receives what was sent on the group that had the area before.
+  std::uint64_t id;
   Doorbell bell;        // rung when any member publishes a round
 };
 static_assert(offsetof(GroupHeader, holders) == 4);  // docs/arena.md
 static_assert(offsetof(GroupHeader, ranks_hash) == 8);
+static_assert(offsetof(GroupHeader, id) == 16);
 static_assert(offsetof(GroupHeader, bell) == kCacheLine);
 
 // Where the pieces of a group of `members` ranks live, relative to its start.
@@ -199,7 +212,7 @@ GroupLayout group_layout(std::size_t members, std::size_t slot_bytes);
 // of arena memory): zeroed header and member controls. The one place a
 // group is set up, for the world group and for every new_group.
 GroupHeader& format_group(std::byte* at, std::size_t members, std::size_t slot_bytes,
-                          std::uint64_t ranks_hash);
+                          std::uint64_t ranks_hash, std::uint64_t id);
 // The digest of a group's member list (world ranks, in order) that
 // GroupHeader::ranks_hash and new_group's descriptor carry.
 std::uint64_t hash_of_ranks(std::span<const int> world_ranks);

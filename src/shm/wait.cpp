@@ -32,6 +32,26 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
+void futex_wait_either(std::atomic<std::uint32_t>& first, std::uint32_t first_expected,
+                       std::atomic<std::uint32_t>& second, std::uint32_t second_expected,
+                       std::chrono::nanoseconds timeout) {
+#if defined(SYS_futex_waitv)
+  // Shared (not FUTEX_PRIVATE_FLAG) 32-bit words; the timeout is absolute.
+  futex_waitv waiters[2]{};
+  waiters[0] = {first_expected, reinterpret_cast<std::uintptr_t>(&first), FUTEX_32, 0};
+  waiters[1] = {second_expected, reinterpret_cast<std::uintptr_t>(&second), FUTEX_32, 0};
+  timespec deadline{};
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  const long long ns = deadline.tv_nsec + static_cast<long long>(timeout.count());
+  deadline.tv_sec += static_cast<time_t>(ns / 1'000'000'000);
+  deadline.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  if (syscall(SYS_futex_waitv, waiters, 2, 0, &deadline, CLOCK_MONOTONIC) == 0 || errno != ENOSYS) return;
+#endif
+  (void)second;
+  (void)second_expected;
+  futex_wait(first, first_expected, timeout);
+}
+
 void futex_wake_all(std::atomic<std::uint32_t>& word) {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }

@@ -33,6 +33,11 @@ inline void full_barrier() {
 
 void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
                 std::chrono::nanoseconds timeout);
+// Sleeps until either word changes from its expected value (futex_waitv,
+// Linux 5.16+; on older kernels only the first word wakes it early).
+void futex_wait_either(std::atomic<std::uint32_t>& first, std::uint32_t first_expected,
+                       std::atomic<std::uint32_t>& second, std::uint32_t second_expected,
+                       std::chrono::nanoseconds timeout);
 void futex_wake_all(std::atomic<std::uint32_t>& word);
 
 // Wakes every sleeper of `bell`. Call after making a condition true (the
@@ -87,8 +92,12 @@ void yield_cpu();
 
 // Returns once ready() is true. Throws PeerFailure on abort or a vanished
 // launcher and Timeout after guard.timeout(), each naming describe().
+// Sleeps on `bell`, and also on `second` when given: a wait whose ready()
+// makes progress on two kinds of traffic (a collective that also drains
+// point-to-point mailboxes) is woken by either.
 template <class Ready, class Describe>
-void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&& describe) {
+void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&& describe,
+                Doorbell* second = nullptr) {
   constexpr auto kYieldPhase = std::chrono::microseconds(200);
   constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 
@@ -105,14 +114,24 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&
   const std::function<std::string()> describe_fn = std::forward<Describe>(describe);
   for (;;) {
     const std::uint32_t seen = bell.word.load(std::memory_order_relaxed);
+    const std::uint32_t second_seen = second ? second->word.load(std::memory_order_relaxed) : 0;
     bell.sleepers.fetch_add(1, std::memory_order_relaxed);
+    if (second) second->sleepers.fetch_add(1, std::memory_order_relaxed);
+    auto awake = [&] {
+      bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      if (second) second->sleepers.fetch_sub(1, std::memory_order_relaxed);
+    };
     full_barrier();
     if (ready()) {
-      bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      awake();
       return;
     }
-    futex_wait(bell.word, seen, kSleepSlice);
-    bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
+    if (second) {
+      futex_wait_either(bell.word, seen, second->word, second_seen, kSleepSlice);
+    } else {
+      futex_wait(bell.word, seen, kSleepSlice);
+    }
+    awake();
     if (ready()) return;
     detail::check_wait(guard, started, describe_fn);
   }

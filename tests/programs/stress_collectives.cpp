@@ -17,6 +17,20 @@
 // a tolerance for floating-point Average). Sums of at most 8 values in
 // -2..4, and products of values in {-1, 1, 2}, are exact in every type.
 //
+// --mode picks what runs (default mixed, the above):
+//   thread-per-group  each rank runs one thread per group it belongs to, each
+//                     with its own random sequence of ops on that group alone
+//                     (collectives and point to point), all at once;
+//   p2p-subgroups     only send/recv ops, in batches of four on random groups:
+//                     every sender sends all four first, receivers receive in
+//                     reverse order, with equal tags on different groups, so
+//                     messages wait in the stash and must not cross groups;
+//   nan               all_reduce Sum/Product/Average of f32/f64/bf16/f16 whose
+//                     inputs hold NaNs with a different payload and sign on
+//                     every rank, each rank's buffer at its own offset from a
+//                     64-byte boundary: NaN results must be the canonical NaN
+//                     and every member's result bitwise the same.
+//
 // Prints the seed first ("stress seed=S ops=N"); on a wrong result, prints
 // the op and what to rerun, and exits 1. A caught PeerFailure is printed as
 // "stress rank K caught PeerFailure: ..." and exits 1.
@@ -32,6 +46,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "axonml/distributed.hpp"
@@ -149,10 +164,14 @@ double reference(ReduceOp op, const std::vector<int>& members, std::size_t i, st
   return static_cast<double>(acc) / static_cast<double>(n);
 }
 
+enum class Mode { Mixed, ThreadPerGroup, P2pSubgroups, Nan };
+
 class Runner {
  public:
-  Runner(World& world, std::vector<Group>& groups, std::uint64_t seed)
-      : world_(world), groups_(groups), seed_(seed), rng_{seed} {}
+  // `only_group` >= 0 pins every op to that group (thread-per-group mode).
+  Runner(World& world, std::vector<Group>& groups, std::uint64_t seed, Mode mode = Mode::Mixed,
+         int only_group = -1)
+      : world_(world), groups_(groups), seed_(seed), rng_{seed}, mode_(mode), only_group_(only_group) {}
 
   Op draw(std::uint64_t index, std::size_t max_bytes) {
     Op op{};
@@ -166,6 +185,14 @@ class Runner {
     op.type = kTypes[rng_.below(std::size(kTypes))];
     op.reduce_op = kReduceOps[rng_.below(std::size(kReduceOps))];
     op.group = rng_.below(groups_.size());
+    if (only_group_ >= 0) op.group = static_cast<std::size_t>(only_group_);
+    if (mode_ == Mode::P2pSubgroups) op.kind = k % 2 ? Kind::Pair : Kind::Shift;
+    if (mode_ == Mode::Nan) {
+      op.kind = Kind::AllReduce;
+      op.type = kTypes[static_cast<std::size_t>(k) % 4];  // the floating-point types
+      constexpr ReduceOp kArithmetic[] = {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average};
+      op.reduce_op = kArithmetic[op.index % 3];
+    }
     const int n = static_cast<int>(groups_[op.group].members.size());
     const std::size_t element = size_of(op.type);
     // Mostly small, sometimes a slot or two, rarely megabytes; ops whose
@@ -184,9 +211,28 @@ class Runner {
     return op;
   }
 
+  // p2p-subgroups: sends of every op of the batch, then receives in reverse.
+  // Ops on one group get distinct tags, ops on different groups equal ones.
+  void run_batch(std::vector<Op> batch) {
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      batch[k].tag = 0;
+      for (std::size_t j = 0; j < k; ++j) batch[k].tag += batch[j].group == batch[k].group;
+    }
+    for (const Op& op : batch) run_p2p(op, /*sending=*/true);
+    for (auto op = batch.rbegin(); op != batch.rend(); ++op) run_p2p(*op, /*sending=*/false);
+  }
+
   void run(const Op& op) {
     Group& g = groups_[op.group];
     if (!g.pg.is_member()) return;
+    if (mode_ == Mode::Nan) {
+      switch (op.type) {
+        case DataType::F32: return run_nan<float, std::uint32_t>(op, g, 0x7fc00000u);
+        case DataType::F64: return run_nan<double, std::uint64_t>(op, g, 0x7ff8000000000000ULL);
+        case DataType::BF16: return run_nan<bfloat16, std::uint16_t>(op, g, 0x7fc0u);
+        default: return run_nan<float16, std::uint16_t>(op, g, 0x7e00u);
+      }
+    }
     switch (op.type) {
       case DataType::F32: return run_typed<float>(op, g);
       case DataType::F64: return run_typed<double>(op, g);
@@ -336,10 +382,105 @@ class Runner {
     }
   }
 
+  void run_p2p(const Op& op, bool sending) {
+    Group& g = groups_[op.group];
+    if (!g.pg.is_member()) return;
+    switch (op.type) {
+      case DataType::F32: return p2p_phase<float>(op, g, sending);
+      case DataType::F64: return p2p_phase<double>(op, g, sending);
+      case DataType::BF16: return p2p_phase<bfloat16>(op, g, sending);
+      case DataType::F16: return p2p_phase<float16>(op, g, sending);
+      case DataType::I32: return p2p_phase<std::int32_t>(op, g, sending);
+      case DataType::I64: return p2p_phase<std::int64_t>(op, g, sending);
+    }
+  }
+
+  // One half of a Pair or Shift op: its send, or its receive and check.
+  // Inputs are salted with the op index, so a message from another op (or
+  // another group) fails the check.
+  template <typename T> void p2p_phase(const Op& op, Group& g, bool sending) {
+    Backend& b = g.pg.backend();
+    const int n = b.world_size();
+    const int me = b.rank();
+    int to = -1, from = -1;
+    if (op.kind == Kind::Pair) {
+      if (op.peer_a == op.peer_b) return;
+      if (me == op.peer_a) to = op.peer_b;
+      if (me == op.peer_b) from = op.peer_a;
+    } else {
+      const int distance = n > 1 ? 1 + op.peer_a % (n - 1) : 0;
+      if (distance == 0) return;
+      to = (me + distance) % n;
+      from = (me - distance + n) % n;
+    }
+    if (sending && to >= 0) {
+      auto data = inputs<T>(world_.rank(), op.count, op, false);
+      b.send(std::span<T>(data), to, op.tag);
+    }
+    if (!sending && from >= 0) {
+      std::vector<T> data(op.count, make<T>(-99));
+      b.recv(std::span<T>(data), from, op.tag);
+      const int from_world = g.members[static_cast<std::size_t>(from)];
+      expect(op, g, "recv", data, [&](std::size_t i) {
+        return static_cast<double>(input_value(from_world, i, op.index, false));
+      });
+    }
+  }
+
+  // NaN payloads: element i is a NaN on every member when i % 3 == 0 (payload
+  // and sign differ by rank), an ordinary value otherwise. The buffer starts
+  // world-rank elements past a 64-byte boundary.
+  template <typename T, typename Bits> void run_nan(const Op& op, Group& g, Bits quiet_nan) {
+    Backend& b = g.pg.backend();
+    const int my_world = world_.rank();
+    const std::size_t count = op.count;
+    const bool product = op.reduce_op == ReduceOp::Product;
+    std::vector<unsigned char> storage((count + 64) * sizeof(T) + 64);
+    const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+    T* data = reinterpret_cast<T*>(storage.data() + (64 - address % 64) % 64) + my_world;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (i % 3 == 0) {
+        const Bits sign = static_cast<Bits>(static_cast<Bits>(my_world % 2) << (8 * sizeof(Bits) - 1));
+        const Bits bits = static_cast<Bits>(sign | quiet_nan | static_cast<Bits>(1 + my_world + i % 7));
+        std::memcpy(static_cast<void*>(data + i), &bits, sizeof(T));
+      } else {
+        data[i] = make<T>(input_value(my_world, i, op.index, product));
+      }
+    }
+    b.all_reduce(std::span<T>(data, count), op.reduce_op);
+    std::vector<Bits> bits(count);
+    std::memcpy(bits.data(), static_cast<const void*>(data), count * sizeof(T));
+    for (std::size_t i = 0; i < count; i += 3) {
+      if (bits[i] != quiet_nan) {
+        throw CheckFailed(describe(op, g) + ": element " + std::to_string(i) + " has bits " +
+                          std::to_string(bits[i]) + ", not the canonical NaN " + std::to_string(quiet_nan));
+      }
+    }
+    std::vector<T> ordinary(data, data + count);  // the NaNs, checked above, as 0
+    for (std::size_t i = 0; i < count; i += 3) ordinary[i] = make<T>(0);
+    expect(op, g, "result", ordinary, [&](std::size_t i) {
+      return i % 3 == 0 ? 0.0 : reference<T>(op.reduce_op, g.members, i, op.index);
+    });
+    // Every member must hold the same bits: all-gather a hash of them.
+    std::uint64_t hash = 1469598103934665603ULL;
+    for (Bits x : bits) hash = (hash ^ static_cast<std::uint64_t>(x)) * 1099511628211ULL;
+    std::vector<std::int64_t> mine{static_cast<std::int64_t>(hash)};
+    std::vector<std::int64_t> all(static_cast<std::size_t>(b.world_size()));
+    b.all_gather<std::int64_t>(mine, all);
+    for (std::size_t m = 0; m < all.size(); ++m) {
+      if (all[m] != all[0]) {
+        throw CheckFailed(describe(op, g) + ": rank " + std::to_string(g.members[m]) +
+                          "'s result differs bitwise from rank " + std::to_string(g.members[0]) + "'s");
+      }
+    }
+  }
+
   World& world_;
   std::vector<Group>& groups_;
   std::uint64_t seed_;
   Rng rng_;
+  Mode mode_;
+  int only_group_;
 };
 
 struct Options {
@@ -351,6 +492,7 @@ struct Options {
   int exit_rank = -1;
   long long exit_at = -1;
   int exit_code = 3;
+  Mode mode = Mode::Mixed;
 };
 
 constexpr const char* kUsage =
@@ -364,6 +506,7 @@ constexpr const char* kUsage =
     "  --endless         run until killed (the fault tests)\n"
     "  --exit-rank R --exit-at K [--exit-code C]\n"
     "                    rank R exits with status C (default 3) just before operation K\n"
+    "  --mode M          mixed (default), thread-per-group, p2p-subgroups or nan\n"
     "  --tag T           ignored; marks the command line for pgrep\n"
     "  -h, --help        print this and exit\n"
     "\n"
@@ -409,6 +552,13 @@ Options parse(int argc, char** argv) {
       o.exit_at = number();
     } else if (a == "--exit-code") {
       o.exit_code = static_cast<int>(number());
+    } else if (a == "--mode") {
+      const std::string m = value();
+      if (m == "mixed") o.mode = Mode::Mixed;
+      else if (m == "thread-per-group") o.mode = Mode::ThreadPerGroup;
+      else if (m == "p2p-subgroups") o.mode = Mode::P2pSubgroups;
+      else if (m == "nan") o.mode = Mode::Nan;
+      else throw std::invalid_argument("unknown --mode " + m + " (mixed, thread-per-group, p2p-subgroups, nan)");
     } else if (a == "--tag") {
       value();  // only marks the command line (for pgrep in the fault tests)
     } else {
@@ -450,6 +600,33 @@ std::vector<Group> make_groups(World& world) {
   return groups;
 }
 
+// One thread per group this rank belongs to, each running `ops` random ops
+// on its group alone (seeded per group, so members agree); returns the ops run.
+std::uint64_t run_thread_per_group(World& world, std::vector<Group>& groups, const Options& options) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(groups.size());
+  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+    if (!groups[gi].pg.is_member()) continue;
+    threads.emplace_back([&, gi] {
+      try {
+        Runner runner(world, groups, options.seed * 1000003ULL + gi, Mode::ThreadPerGroup,
+                      static_cast<int>(gi));
+        for (long long k = 0; k < options.ops; ++k) {
+          runner.run(runner.draw(static_cast<std::uint64_t>(k), options.max_bytes));
+        }
+      } catch (...) {
+        errors[gi] = std::current_exception();
+        world.backend().abort("a thread of thread-per-group failed");
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return static_cast<std::uint64_t>(options.ops) * groups.size();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -475,10 +652,21 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     std::vector<Group> groups = make_groups(world);
-    Runner runner(world, groups, options.seed);
+    Runner runner(world, groups, options.seed, options.mode);
     const auto started = std::chrono::steady_clock::now();
     std::uint64_t index = 0;
-    for (; options.endless || static_cast<long long>(index) < options.ops; ++index) {
+    if (options.mode == Mode::ThreadPerGroup) {
+      index = run_thread_per_group(world, groups, options);
+    } else if (options.mode == Mode::P2pSubgroups) {
+      for (; static_cast<long long>(index) < options.ops; index += 4) {
+        std::vector<Op> batch;
+        for (std::uint64_t k = 0; k < 4; ++k) batch.push_back(runner.draw(index + k, options.max_bytes));
+        runner.run_batch(std::move(batch));
+      }
+    }
+    for (; options.mode != Mode::ThreadPerGroup && options.mode != Mode::P2pSubgroups &&
+           (options.endless || static_cast<long long>(index) < options.ops);
+         ++index) {
       if (rank == options.exit_rank && static_cast<long long>(index) == options.exit_at) {
         const auto now = std::chrono::system_clock::now().time_since_epoch();
         std::printf("exiting rank=%d code=%d at_ns=%lld\n", rank, options.exit_code,

@@ -17,11 +17,15 @@
 //   gather          send: count, recv: n * count on dst (ignored elsewhere)
 //   scatter         send: n * count on src (ignored elsewhere), recv: count
 //   reduce          send: count, recv: count on dst (ignored elsewhere)
-//   send / recv     point to point; messages from one src to one dst with one
-//                   tag arrive in the order they were sent.
+//   send / recv     point to point within this communicator: a recv takes
+//                   only messages sent on the same communicator (never one a
+//                   subgroup's endpoint sent), from src, with its tag; those
+//                   arrive in the order they were sent. A send completes even
+//                   when its peer receives only after a collective.
 //
 // Thread safety: one thread at a time per Backend object. Different Backend
-// objects (ranks of a mock world, disjoint groups) may be used concurrently.
+// objects may be used concurrently: the ranks of a mock world, and one
+// rank's world and subgroup endpoints (a communication thread per group).
 #pragma once
 
 #include <cstddef>
@@ -122,6 +126,13 @@ class Backend {
                   std::size_t expected, std::string_view why) const;
   void check_peer(std::string_view op, int peer, std::string_view role) const;
   void check_tag(std::string_view op, int tag) const;
+  // Throws when `count` elements of `element_bytes` could not exist (their
+  // byte count overflows), naming the op and the count.
+  void check_count(std::string_view op, std::string_view what, std::size_t count,
+                   std::size_t element_bytes) const;
+  // count x world_size(), or InvalidArgument when that overflows.
+  std::size_t times_world_size(std::string_view op, std::string_view what, std::size_t count,
+                               std::size_t element_bytes) const;
 
   template <Element T> static ConstBuffer view(std::span<const T> s) {
     return {reinterpret_cast<const std::byte*>(s.data()), s.size(), data_type_v<T>};
@@ -134,48 +145,47 @@ class Backend {
 // ---- Implementation of the typed entry points -------------------------------
 
 template <Element T> void Backend::all_reduce(std::span<T> data, ReduceOp op) {
+  check_count("all_reduce", "data", data.size(), sizeof(T));
   do_all_reduce(view(data), op);
 }
 
 template <Element T> void Backend::broadcast(std::span<T> data, int src) {
   check_root("broadcast", src, "src");
+  check_count("broadcast", "data", data.size(), sizeof(T));
   do_broadcast(view(data), src);
 }
 
 template <Element T> void Backend::all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
-  const std::size_t n = static_cast<std::size_t>(world_size());
-  check_size("all_gather", "recv", recv.size(), send.size() * n, "send count x world size");
+  const std::size_t expected = times_world_size("all_gather", "send", send.size(), sizeof(T));
+  check_size("all_gather", "recv", recv.size(), expected, "send count x world size");
   do_all_gather(view(send), view(recv));
 }
 
 template <Element T>
 void Backend::reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op) {
-  const std::size_t n = static_cast<std::size_t>(world_size());
-  check_size("reduce_scatter", "send", send.size(), recv.size() * n, "recv count x world size");
+  const std::size_t expected = times_world_size("reduce_scatter", "recv", recv.size(), sizeof(T));
+  check_size("reduce_scatter", "send", send.size(), expected, "recv count x world size");
   do_reduce_scatter(view(send), view(recv), op);
 }
 
 template <Element T> void Backend::gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst) {
   check_root("gather", dst, "dst");
-  if (rank() == dst) {
-    const std::size_t n = static_cast<std::size_t>(world_size());
-    check_size("gather", "recv", recv.size(), send.size() * n, "send count x world size on dst");
-  }
+  const std::size_t expected = times_world_size("gather", "send", send.size(), sizeof(T));
+  if (rank() == dst) check_size("gather", "recv", recv.size(), expected, "send count x world size on dst");
   do_gather(view(send), view(recv), dst);
 }
 
 template <Element T> void Backend::scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int src) {
   check_root("scatter", src, "src");
-  if (rank() == src) {
-    const std::size_t n = static_cast<std::size_t>(world_size());
-    check_size("scatter", "send", send.size(), recv.size() * n, "recv count x world size on src");
-  }
+  const std::size_t expected = times_world_size("scatter", "recv", recv.size(), sizeof(T));
+  if (rank() == src) check_size("scatter", "send", send.size(), expected, "recv count x world size on src");
   do_scatter(view(send), view(recv), src);
 }
 
 template <Element T>
 void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst, ReduceOp op) {
   check_root("reduce", dst, "dst");
+  check_count("reduce", "send", send.size(), sizeof(T));
   if (rank() == dst) check_size("reduce", "recv", recv.size(), send.size(), "send count on dst");
   do_reduce(view(send), view(recv), dst, op);
 }
@@ -183,12 +193,14 @@ void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T>
 template <Element T> void Backend::send(std::span<T> data, int dst, int tag) {
   check_peer("send", dst, "dst");
   check_tag("send", tag);
+  check_count("send", "data", data.size(), sizeof(T));
   do_send(view(std::span<const T>(data)), dst, tag);
 }
 
 template <Element T> void Backend::recv(std::span<T> data, int src, int tag) {
   check_peer("recv", src, "src");
   check_tag("recv", tag);
+  check_count("recv", "data", data.size(), sizeof(T));
   do_recv(view(data), src, tag);
 }
 

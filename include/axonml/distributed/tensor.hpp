@@ -61,6 +61,8 @@ class Tensor {
   std::size_t numel_ = 0;
 };
 
+// The product of the sizes. Throws InvalidArgument naming the shape when it
+// overflows, or when that many floats could not fit in memory.
 std::size_t numel_of(const Shape& shape);
 std::string to_string(const Shape& shape);
 

@@ -1,0 +1,17 @@
+# Edge cases of the shared-memory data path on real processes
+# (programs/data_path_edges.cpp; the same cases on mock worlds are in
+# test_point_to_point.cpp and test_collectives_mock.cpp).
+add_executable(data_path_edges programs/data_path_edges.cpp)
+target_link_libraries(data_path_edges PRIVATE axonml::distributed axon_warnings)
+
+function(axon_data_path_test name ranks case)
+  add_test(NAME "data path: ${name}"
+           COMMAND axon-launch -n ${ranks} --timeout 60 $<TARGET_FILE:data_path_edges> ${case})
+  set_tests_properties("data path: ${name}" PROPERTIES TIMEOUT 300 LABELS "multiprocess" ${ARGN})
+endfunction()
+
+axon_data_path_test("a subgroup's message is not received on the world" 2 cross-group)
+axon_data_path_test("a thread per group ping-pongs on the world and a subgroup at once" 2 threads)
+axon_data_path_test("a send larger than the mailbox completes across a barrier" 2 send-then-barrier)
+axon_data_path_test("every collective works through 64-byte slots on 8 ranks" 8 tiny-slots
+                    ENVIRONMENT "AXON_SLOT_BYTES=64")
