@@ -55,7 +55,7 @@ void PointToPoint::send(int dst, int tag, const std::byte* data, std::size_t byt
     shm::wait_until(has_space, doorbell(me_), guard_, [&] {
       return "send of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
              " to rank " + std::to_string(dst) + ": waiting for it to receive";
-    });
+    }, [&] { return std::vector<int>{dst}; });
     auto& c = cell(me_, dst, tail);
     const std::size_t chunk = std::min<std::size_t>(header_.cell_bytes, bytes - sent);
     c.message_bytes = bytes;
@@ -149,7 +149,7 @@ void PointToPoint::recv(int src, int tag, std::byte* data, std::size_t bytes) {
   shm::wait_until(arrived, doorbell(me_), guard_, [&] {
     return "recv of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
            " from rank " + std::to_string(src) + ": waiting for it to send";
-  });
+  }, [&] { return std::vector<int>{src}; });
 }
 
 }  // namespace axonml::distributed
