@@ -12,6 +12,12 @@
 // Hence the final parameters equal a one-process run's up to float rounding
 // (with --compress bf16 the gradients travel as bf16, so only closely).
 //
+// With --checkpoint PATH rank 0 saves the parameters, the momentum buffers and
+// the number of finished epochs after every epoch (to PATH.tmp, then renamed
+// over PATH, so a kill never leaves half a checkpoint), and every rank resumes
+// from PATH when it exists: under `axon-launch --max-restarts K` a job whose
+// rank died ends with the parameters of an undisturbed run.
+//
 // The matrix products use oneTBB; each rank limits it to its share of the
 // cores (--threads, default: cores / LOCAL_WORLD_SIZE), since n ranks each
 // running a pool the size of the machine oversubscribe it n times over.
@@ -49,6 +55,7 @@ struct Config {
   std::string compress = "none";
   std::size_t threads = 0;  // 0: this rank's fair share of the cores
   std::string checksum_file;
+  std::string checkpoint;
 };
 
 constexpr std::size_t kFeatures = 64;
@@ -87,6 +94,105 @@ std::vector<std::size_t> permutation(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (std::size_t i = n; i > 1; --i) std::swap(p[i - 1], p[rng() % i]);
   return p;
+}
+
+// The checkpoint: "axon-train-checkpoint 1", the options that shape the run,
+// the finished epochs, then each parameter and each momentum buffer as a
+// count and raw floats (this machine's byte order; read back on the same one).
+constexpr char kCheckpointMagic[] = "axon-train-checkpoint 1\n";
+
+std::string run_signature(const Config& cfg) {
+  return "samples " + std::to_string(cfg.samples) + " global-batch " + std::to_string(cfg.global_batch) +
+         " hidden " + std::to_string(cfg.hidden) + " seed " + std::to_string(cfg.seed) + " lr " +
+         std::to_string(cfg.lr) + " momentum " + std::to_string(cfg.momentum) + "\n";
+}
+
+void write_floats(std::ostream& out, const std::vector<float>& values) {
+  const std::uint64_t n = values.size();
+  out.write(reinterpret_cast<const char*>(&n), sizeof(n));
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(n * sizeof(float)));
+}
+
+std::vector<float> read_floats(std::istream& in, const std::string& path) {
+  std::uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), sizeof(n));
+  if (!in || n > (std::uint64_t{1} << 34)) {
+    throw dist::InvalidArgument("train: --checkpoint " + path + " is truncated or corrupt");
+  }
+  std::vector<float> values(n);
+  in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(n * sizeof(float)));
+  if (!in) throw dist::InvalidArgument("train: --checkpoint " + path + " is truncated or corrupt");
+  return values;
+}
+
+// Rank 0 after each epoch: everything written to PATH.tmp, flushed, then
+// renamed over PATH in one step.
+void save_checkpoint(const Config& cfg, int epochs_done, const std::vector<nn::Parameter*>& params,
+                     const nn::SGD& sgd) {
+  const std::string tmp = cfg.checkpoint + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << kCheckpointMagic << run_signature(cfg) << "epochs " << epochs_done << "\n";
+    const std::uint64_t count = params.size();
+    out.write(reinterpret_cast<const char*>(&count), sizeof(count));
+    for (const auto* p : params) {
+      const auto data = p->value().data();
+      write_floats(out, std::vector<float>(data.begin(), data.end()));
+    }
+    const std::uint64_t buffers = sgd.velocity().size();
+    out.write(reinterpret_cast<const char*>(&buffers), sizeof(buffers));
+    for (const auto& v : sgd.velocity()) write_floats(out, v);
+    out.flush();
+    if (!out) throw dist::InvalidArgument("train: cannot write the checkpoint " + tmp);
+  }
+  if (std::rename(tmp.c_str(), cfg.checkpoint.c_str()) != 0) {
+    throw dist::InvalidArgument("train: cannot rename " + tmp + " to --checkpoint " + cfg.checkpoint);
+  }
+}
+
+// Every rank at the start: the finished epochs (0 without a checkpoint);
+// parameters and momentum buffers are restored in place.
+int load_checkpoint(const Config& cfg, const std::vector<nn::Parameter*>& params, nn::SGD& sgd) {
+  std::ifstream in(cfg.checkpoint, std::ios::binary);
+  if (!in) return 0;
+  std::string magic(sizeof(kCheckpointMagic) - 1, '\0');
+  in.read(magic.data(), static_cast<std::streamsize>(magic.size()));
+  std::string signature;
+  std::getline(in, signature);
+  if (magic != kCheckpointMagic || signature + "\n" != run_signature(cfg)) {
+    throw dist::InvalidArgument("train: --checkpoint " + cfg.checkpoint +
+                                " is not a checkpoint of this run (it has \"" + signature +
+                                "\", this run is \"" + run_signature(cfg).substr(0, run_signature(cfg).size() - 1) +
+                                "\"): remove it or pass the same options");
+  }
+  std::string word;
+  int epochs_done = -1;
+  in >> word >> epochs_done;
+  in.ignore(1);
+  std::uint64_t count = 0;
+  in.read(reinterpret_cast<char*>(&count), sizeof(count));
+  if (!in || word != "epochs" || epochs_done < 0 || count != params.size()) {
+    throw dist::InvalidArgument("train: --checkpoint " + cfg.checkpoint + " is truncated or corrupt");
+  }
+  for (auto* p : params) {
+    const auto values = read_floats(in, cfg.checkpoint);
+    auto data = p->value().data();
+    if (values.size() != data.size()) {
+      throw dist::InvalidArgument("train: --checkpoint " + cfg.checkpoint + " has a parameter of " +
+                                  std::to_string(values.size()) + " values where the model has " +
+                                  std::to_string(data.size()));
+    }
+    std::copy(values.begin(), values.end(), data.begin());
+  }
+  std::uint64_t buffers = 0;
+  in.read(reinterpret_cast<char*>(&buffers), sizeof(buffers));
+  if (!in || buffers > params.size()) {
+    throw dist::InvalidArgument("train: --checkpoint " + cfg.checkpoint + " is truncated or corrupt");
+  }
+  std::vector<std::vector<float>> velocity;
+  for (std::uint64_t i = 0; i < buffers; ++i) velocity.push_back(read_floats(in, cfg.checkpoint));
+  sgd.set_velocity(std::move(velocity));
+  return epochs_done;
 }
 
 nn::Sequential make_model(std::size_t hidden, std::uint64_t seed) {
@@ -145,8 +251,10 @@ int run(const Config& cfg, const dist::World& world) {
   options.bucket_cap_mb = cfg.bucket_mb;
   options.gradient_compression = cfg.compress == "bf16" ? dist::GradientCompression::BF16 : dist::GradientCompression::None;
   dist::DistributedDataParallel ddp(make_model(cfg.hidden, cfg.seed), world.default_group(), options);
-  ddp.sync_parameters();
   nn::SGD sgd(ddp.module_mut().parameters(), {cfg.lr, cfg.momentum, 0.0f});
+  // Every rank reads the same file; the broadcast below makes sure anyway.
+  const int resumed = cfg.checkpoint.empty() ? 0 : load_checkpoint(cfg, ddp.module_mut().parameters(), sgd);
+  ddp.sync_parameters();
   nn::SoftmaxCrossEntropy loss;
 
   const Dataset data = make_dataset(cfg.samples, cfg.seed);
@@ -166,7 +274,10 @@ int run(const Config& cfg, const dist::World& world) {
   }
   dist::Tensor x = dist::Tensor::zeros({local, kFeatures});
   std::vector<int> y(local);
-  for (int epoch = 1; epoch <= cfg.epochs; ++epoch) {
+  if (main && resumed > 0) {
+    std::printf("train: resuming from %s after epoch %d\n", cfg.checkpoint.c_str(), resumed);
+  }
+  for (int epoch = resumed + 1; epoch <= cfg.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     const auto order = permutation(cfg.samples, cfg.seed * 1000003u + static_cast<std::uint64_t>(epoch));
     ddp.train();
@@ -197,6 +308,7 @@ int run(const Config& cfg, const dist::World& world) {
                   100.0 * totals[1] / static_cast<double>(steps * cfg.global_batch),
                   static_cast<double>(steps * cfg.global_batch) / seconds);
       std::fflush(stdout);
+      if (!cfg.checkpoint.empty()) save_checkpoint(cfg, epoch, ddp.module_mut().parameters(), sgd);
     }
   }
 
@@ -240,6 +352,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::IsMember({"none", "bf16"}));
   app.add_option("--threads", cfg.threads, "Compute threads per rank (0: cores / LOCAL_WORLD_SIZE)")->capture_default_str();
   app.add_option("--checksum-file", cfg.checksum_file, "Write every final parameter, one per line, to PATH (rank 0)");
+  app.add_option("--checkpoint", cfg.checkpoint,
+                 "Save to PATH after every epoch (rank 0, atomically) and resume from PATH when it exists");
   CLI11_PARSE(app, argc, argv);
   try {
     const nn::ComputeThreads threads(cfg.threads ? cfg.threads : nn::ComputeThreads::fair_share());

@@ -1,30 +1,48 @@
 #include "job_arena.hpp"
 
-#include "shm/arena_file.hpp"
-
+#include <fcntl.h>
 #include <unistd.h>
 
-#include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "shm/wait.hpp"
 
 namespace axon_launch {
-namespace bip = boost::interprocess;
 namespace shm = axonml::distributed::shm;
 
-JobArena::JobArena(int world_size, std::size_t arena_bytes, std::size_t slot_bytes)
-    : name_(shm::unique_arena_name("axon")), bytes_(arena_bytes) {
+JobArena::JobArena(int world_size, std::size_t arena_bytes, std::size_t slot_bytes) {
   shm::ArenaSpec spec;
   spec.world_size = world_size;
-  spec.arena_bytes = bytes_;
+  spec.arena_bytes = arena_bytes;
   spec.slot_bytes = slot_bytes;
   spec.launcher_pid = static_cast<std::int32_t>(::getpid());
-  region_ = shm::create_arena_file(name_, spec, "choose a smaller --arena-mb");
+  arena_ = shm::create_arena_memfd(shm::unique_arena_name("axon"), spec, "choose a smaller --arena-mb");
+  // A launcher started with stdin/stdout/stderr closed gets a low number,
+  // which each child's redirections would overwrite: move it above them.
+  if (arena_.fd <= STDERR_FILENO) {
+    const int moved = ::fcntl(arena_.fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    ::close(arena_.fd);
+    arena_.fd = moved;
+    if (moved < 0) {
+      shm::destroy_arena_memfd(arena_);
+      throw std::runtime_error(std::string("cannot move the arena's descriptor: ") + std::strerror(errno));
+    }
+  }
 }
 
-JobArena::~JobArena() { remove_name(); }
+JobArena::~JobArena() { shm::destroy_arena_memfd(arena_); }
 
-shm::ArenaHeader& JobArena::header() const {
-  return *static_cast<shm::ArenaHeader*>(region_->get_address());
+shm::ArenaHeader& JobArena::header() const { return *static_cast<shm::ArenaHeader*>(arena_.base); }
+
+shm::RankControl& JobArena::control(int rank) const {
+  auto& h = header();
+  auto* controls = reinterpret_cast<shm::RankControl*>(reinterpret_cast<std::byte*>(&h) +
+                                                       h.rank_controls_offset);
+  return controls[rank];
 }
 
 unsigned JobArena::attached() const {
@@ -32,16 +50,20 @@ unsigned JobArena::attached() const {
 }
 
 bool JobArena::joined(int rank) const {
-  auto& h = header();
-  const auto* controls = reinterpret_cast<const shm::RankControl*>(
-      reinterpret_cast<const std::byte*>(&h) + h.rank_controls_offset);
-  return controls[rank].joined.load(std::memory_order_acquire) != 0;
+  return control(rank).joined.load(std::memory_order_acquire) != 0;
 }
 
-void JobArena::remove_name() {
-  if (removed_) return;
-  bip::shared_memory_object::remove(name_.c_str());
-  removed_ = true;
+void JobArena::mark_ended(int rank, int status) {
+  auto& c = control(rank);
+  c.end_status = status;
+  c.ended.store(1, std::memory_order_release);
+  wake_sleepers();
+}
+
+void JobArena::wake_sleepers() {
+  auto& h = header();
+  for (std::uint32_t r = 0; r < h.world_size; ++r) shm::ring(control(static_cast<int>(r)).doorbell);
+  shm::ring(reinterpret_cast<shm::GroupHeader*>(reinterpret_cast<std::byte*>(&h) + h.groups_offset)->bell);
 }
 
 }  // namespace axon_launch

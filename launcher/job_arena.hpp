@@ -1,51 +1,52 @@
 // JobArena: the launcher's side of the shared-memory arena.
 //
-// Creates the /dev/shm object (exclusive, mode 0600, a name unique to this
-// job), reserves all of its pages up front so that a full /dev/shm fails here
-// with a message instead of SIGBUS in a rank later, maps and formats it.
-// remove_name() unlinks the name: the launcher calls it once every rank has
-// attached (or one died first) and on every way out, so that nothing is left
-// in /dev/shm; the memory itself lives on in the mappings until the last
-// process unmaps it.
+// An anonymous memfd (shm::create_arena_memfd): reserved up front, so that too
+// little memory fails here with a message instead of SIGBUS in a rank later,
+// then mapped and formatted. The ranks inherit its descriptor (fd()); it has
+// no name, so however the launcher and the ranks end, nothing is left behind.
+// The launcher also writes here what only it knows: which ranks have ended
+// (RankControl::ended), and the abort when one fails.
 //
 // Thread safety: single-threaded (the launcher's main loop).
 #pragma once
 
-#include <boost/interprocess/mapped_region.hpp>
 #include <cstddef>
-#include <memory>
 #include <string>
 
+#include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
 
 namespace axon_launch {
 
 class JobArena {
  public:
-  // Throws (see shm::create_arena_file) naming the sizes, the free space of
-  // /dev/shm and --arena-mb when the arena cannot be made.
+  // Throws (see shm::create_arena_memfd) naming the sizes, the available
+  // memory and --arena-mb when the arena cannot be made.
   JobArena(int world_size, std::size_t arena_bytes, std::size_t slot_bytes);
   ~JobArena();
   JobArena(const JobArena&) = delete;
   JobArena& operator=(const JobArena&) = delete;
 
-  const std::string& name() const { return name_; }
-  std::size_t bytes() const { return bytes_; }
+  // The descriptor the ranks inherit (close-on-exec in the launcher itself).
+  int fd() const { return arena_.fd; }
+  std::size_t bytes() const { return arena_.bytes; }
   axonml::distributed::shm::ArenaHeader& header() const;
 
   // Ranks that have attached so far.
   unsigned attached() const;
   // Whether `rank` has attached (its RankControl::joined flag).
   bool joined(int rank) const;
-  // Unlinks the /dev/shm name (idempotent).
-  void remove_name();
-  bool name_removed() const { return removed_; }
+  // Publishes that `rank` ended with waitpid status `status` and wakes its
+  // peers, so that any that still wait for it fail naming it.
+  void mark_ended(int rank, int status);
+  // Rings every doorbell the launcher can find: each rank's and the world
+  // group's (sleepers in subgroups notice within one sleep slice).
+  void wake_sleepers();
 
  private:
-  std::string name_;
-  std::size_t bytes_;
-  std::shared_ptr<boost::interprocess::mapped_region> region_;
-  bool removed_ = false;
+  axonml::distributed::shm::RankControl& control(int rank) const;
+
+  axonml::distributed::shm::MemfdArena arena_;
 };
 
 }  // namespace axon_launch

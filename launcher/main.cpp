@@ -1,9 +1,10 @@
 // axon-launch: starts the ranks of one job on this machine.
 //
 // 1. parse the command line (options.cpp) and find the program (exit 127 if none);
-// 2. create the job's arena in /dev/shm (job_arena.cpp);
+// 2. create the job's arena, an anonymous memfd (job_arena.cpp);
 // 3. fork one child per rank with its environment (rank_process.cpp);
-// 4. supervise them until all have ended (supervisor.cpp).
+// 4. supervise them until all have ended (supervisor.cpp);
+// 5. with --max-restarts K, after a failure start again from 2, up to K times.
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -38,6 +39,38 @@ std::size_t slot_bytes_from_environment() {
   return static_cast<std::size_t>(bytes);
 }
 
+// Whether a SIGINT/SIGTERM/SIGHUP waits in the signalfd (it arrived after
+// the last attempt's supervisor stopped reading). SIGCHLDs are dropped.
+bool signal_pending(int signal_fd) {
+  signalfd_siginfo info{};
+  bool pending = false;
+  while (::read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+    if (info.ssi_signo != SIGCHLD) pending = true;
+  }
+  return pending;
+}
+
+// One attempt: a fresh arena, every rank started, supervised to the end.
+Outcome run_attempt(const LaunchOptions& options, const std::string& program,
+                    std::size_t arena_bytes, std::size_t slot_bytes, int attempt, int signal_fd,
+                    const sigset_t& child_mask, const SupervisorTimes& times) {
+  JobArena arena(options.world_size, arena_bytes, slot_bytes);
+  const RankEnvironment env{options.world_size, arena.fd(), arena.bytes(), options.timeout_s,
+                            attempt};
+  std::vector<RankProcess> ranks;
+  ranks.reserve(static_cast<std::size_t>(options.world_size));
+  try {
+    for (int r = 0; r < options.world_size; ++r) {
+      ranks.push_back(spawn_rank(r, program, options.command, env, options.tag_output, child_mask));
+    }
+  } catch (const std::exception& e) {
+    for (const auto& r : ranks) ::kill(-r.pid, SIGKILL);
+    throw std::runtime_error(std::string(e.what()) + "; stopped the " + std::to_string(ranks.size()) +
+                             " ranks already started");
+  }
+  return Supervisor(arena, ranks, signal_fd, times).run();
+}
+
 int launch(const LaunchOptions& options) {
   std::string why;
   const auto program = resolve_program(options.command.front(), why);
@@ -70,32 +103,40 @@ int launch(const LaunchOptions& options) {
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor
   raise_fd_limit();
 
-  try {
-    JobArena arena(options.world_size, arena_bytes, slot_bytes);
-    const RankEnvironment env{options.world_size, arena.name(), arena.bytes(), options.timeout_s};
-    std::vector<RankProcess> ranks;
-    ranks.reserve(static_cast<std::size_t>(options.world_size));
+  SupervisorTimes times;
+  times.start_deadline =
+      std::chrono::milliseconds(static_cast<long long>(options.start_timeout_s * 1000));
+  const int attempts = options.max_restarts + 1;
+  Outcome outcome;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
     try {
-      for (int r = 0; r < options.world_size; ++r) {
-        ranks.push_back(spawn_rank(r, *program, options.command, env, options.tag_output, original));
-      }
+      outcome = run_attempt(options, *program, arena_bytes, slot_bytes, attempt, signal_fd, original,
+                            times);
+    } catch (const axonml::distributed::InvalidArgument& e) {
+      std::cerr << "axon-launch: " << e.what() << "\n";
+      return kExitBadArguments;
     } catch (const std::exception& e) {
-      std::cerr << "axon-launch: " << e.what() << "; stopping the " << ranks.size()
-                << " ranks already started\n";
-      for (const auto& r : ranks) ::kill(-r.pid, SIGKILL);
-      return kExitSetupFailed;  // the arena's destructor removes its name
+      std::cerr << "axon-launch: " << e.what() << "\n";
+      return kExitSetupFailed;
     }
-    SupervisorTimes times;
-    const double timeout_s = options.timeout_s ? *options.timeout_s : 300.0;
-    times.attach_deadline = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
-    return Supervisor(arena, ranks, signal_fd, times).run();
-  } catch (const axonml::distributed::InvalidArgument& e) {
-    std::cerr << "axon-launch: " << e.what() << "\n";
-    return kExitBadArguments;
-  } catch (const std::exception& e) {
-    std::cerr << "axon-launch: " << e.what() << "\n";
-    return kExitSetupFailed;
+    if (options.max_restarts == 0) break;
+    // One line per attempt, so that a log says what each one did.
+    std::string line = "axon-launch: attempt " + std::to_string(attempt + 1) + " of " +
+                       std::to_string(attempts) + ": " + outcome.summary + " (exit status " +
+                       std::to_string(outcome.exit_code) + ")";
+    const bool interrupted = outcome.interrupted || signal_pending(signal_fd);
+    const bool restart = outcome.exit_code != 0 && !interrupted && attempt + 1 < attempts;
+    if (restart) {
+      line += "; restarting every rank with AXON_RESTART_COUNT=" + std::to_string(attempt + 1);
+    } else if (outcome.exit_code != 0 && interrupted) {
+      line += "; interrupted, so no restart";
+    } else if (outcome.exit_code != 0) {
+      line += "; no restarts left";
+    }
+    std::cerr << line << std::endl;
+    if (!restart) break;
   }
+  return outcome.exit_code;
 }
 
 }  // namespace

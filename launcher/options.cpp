@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -58,10 +59,11 @@ LaunchOptions parse_options(int argc, char** argv) {
   LaunchOptions options;
   const int max_ranks = axonml::distributed::shm::kMaxWorldSize;
   CLI::App app{
-      "Runs N copies of PROGRAM as the ranks of one job, sharing a /dev/shm arena.\n"
-      "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA and\n"
-      "AXON_ARENA_BYTES (and AXON_TIMEOUT with --timeout). Exits 0 when every rank\n"
-      "does, else with the status of the first rank that failed (128+signal for a signal).",
+      "Runs N copies of PROGRAM as the ranks of one job, sharing a memory arena.\n"
+      "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA_FD,\n"
+      "AXON_ARENA_BYTES and AXON_RESTART_COUNT (and AXON_TIMEOUT with --timeout).\n"
+      "Exits 0 when every rank does, else with the status of the first rank that\n"
+      "failed (128+signal for a signal).",
       "axon-launch"};
   app.formatter(std::make_shared<LauncherFormatter>());
   app.prefix_command();  // PROGRAM and everything after it are passed through
@@ -72,7 +74,14 @@ LaunchOptions parse_options(int argc, char** argv) {
   app.add_option("--arena-mb", options.arena_mb,
                  "size of the shared arena in MiB (default: sized for N ranks)");
   app.add_option("--timeout", options.timeout_s,
-                 "seconds a rank may wait for its peers before failing (AXON_TIMEOUT, default 300)");
+                 "seconds a rank may wait for its peers in one operation before failing "
+                 "(AXON_TIMEOUT, default 300)");
+  app.add_option("--start-timeout", options.start_timeout_s,
+                 "seconds every rank has to reach World::init(); waits for a rank that has not "
+                 "do not count towards --timeout (default 300)");
+  app.add_option("--max-restarts", options.max_restarts,
+                 "after a rank fails, end the job and start it again, up to K times "
+                 "(AXON_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT give the attempt; default 0)");
   // Two flags rather than CLI11's "--tag-output,!--no-tag-output", whose
   // help line reads "--tag-output,--no-tag-output{false}".
   CLI::Option* tag = app.add_flag_callback("--tag-output", [&options] { options.tag_output = true; },
@@ -98,8 +107,23 @@ LaunchOptions parse_options(int argc, char** argv) {
     bad_arguments("-n " + std::to_string(options.world_size) + " is out of range (1.." +
                   std::to_string(max_ranks) + ")");
   }
-  if (options.timeout_s && !(*options.timeout_s > 0)) {
-    bad_arguments("--timeout must be a positive number of seconds");
+  auto check_seconds = [](const char* flag, double seconds) {
+    // The negated comparisons also catch NaN.
+    if (!(seconds >= kMinTimeoutSeconds) || !(seconds <= kMaxTimeoutSeconds)) {
+      char text[64];
+      std::snprintf(text, sizeof(text), "%g", seconds);
+      char low[32], high[32];
+      std::snprintf(low, sizeof(low), "%g", kMinTimeoutSeconds);
+      std::snprintf(high, sizeof(high), "%g", kMaxTimeoutSeconds);
+      bad_arguments(std::string(flag) + " " + text + " is not a number of seconds in " + low + ".." +
+                    high);
+    }
+  };
+  if (options.timeout_s) check_seconds("--timeout", *options.timeout_s);
+  check_seconds("--start-timeout", options.start_timeout_s);
+  if (options.max_restarts < 0 || options.max_restarts > kMaxRestarts) {
+    bad_arguments("--max-restarts " + std::to_string(options.max_restarts) + " is out of range (0.." +
+                  std::to_string(kMaxRestarts) + ")");
   }
   if (options.arena_mb > (std::size_t{1} << 20)) {
     bad_arguments("--arena-mb " + std::to_string(options.arena_mb) + " is above the 1 TiB limit");

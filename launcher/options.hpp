@@ -1,7 +1,7 @@
 // The launcher's command line.
 //
-//   axon-launch -n N [--arena-mb M] [--timeout S] [--tag-output | --no-tag-output]
-//               PROGRAM [ARGS...]
+//   axon-launch -n N [--arena-mb M] [--timeout S] [--start-timeout S]
+//               [--max-restarts K] [--tag-output | --no-tag-output] PROGRAM [ARGS...]
 //
 // Everything from PROGRAM on belongs to the program, flags included.
 #pragma once
@@ -17,6 +17,8 @@ struct LaunchOptions {
   int world_size = 1;
   std::size_t arena_mb = 0;            // 0: sized for the world (shm::default_arena_bytes)
   std::optional<double> timeout_s;     // exported as AXON_TIMEOUT; unset: inherit it
+  double start_timeout_s = 300;        // every rank must attach within this
+  int max_restarts = 0;                // attempts after the first that a failure may start
   bool tag_output = true;
   std::vector<std::string> command;    // PROGRAM ARGS...
 };
@@ -25,6 +27,12 @@ struct LaunchOptions {
 inline constexpr int kExitBadArguments = 2;
 inline constexpr int kExitSetupFailed = 1;
 inline constexpr int kExitNoProgram = 127;
+
+// The range of --timeout and --start-timeout, in seconds: below it a wait
+// could not even sleep once, above it is "never" (which is not a deadline).
+inline constexpr double kMinTimeoutSeconds = 0.01;
+inline constexpr double kMaxTimeoutSeconds = 1e6;
+inline constexpr int kMaxRestarts = 1000;
 
 // Parses argv. On --help prints usage and exits 0; on a bad argument prints
 // one line to stderr and exits kExitBadArguments.

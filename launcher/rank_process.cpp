@@ -61,8 +61,13 @@ void write_all(int fd, const char* data, std::size_t size) {
   ::setenv("WORLD_SIZE", n.c_str(), 1);
   ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
   ::setenv("LOCAL_WORLD_SIZE", n.c_str(), 1);
-  ::setenv("AXON_ARENA", env.arena_name.c_str(), 1);
+  // The arena is the one descriptor the rank inherits on purpose.
+  if (::fcntl(env.arena_fd, F_SETFD, 0) != 0) child_fail("cannot pass on the arena's descriptor", "");
+  ::setenv("AXON_ARENA_FD", std::to_string(env.arena_fd).c_str(), 1);
   ::setenv("AXON_ARENA_BYTES", std::to_string(env.arena_bytes).c_str(), 1);
+  const std::string restarts = std::to_string(env.restart_count);
+  ::setenv("AXON_RESTART_COUNT", restarts.c_str(), 1);
+  ::setenv("TORCHELASTIC_RESTART_COUNT", restarts.c_str(), 1);
   // The launcher prefixes each line itself; the logger then leaves its own prefix out.
   if (out_fd >= 0) ::setenv("AXON_TAG_OUTPUT", "1", 1); else ::unsetenv("AXON_TAG_OUTPUT");
   if (env.timeout_s) {

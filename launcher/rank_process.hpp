@@ -1,9 +1,11 @@
 // RankProcess: one child of the launcher, and the forwarding of its output.
 //
 // spawn_rank() forks a child that execs the program with the rank's
-// environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA,
-// AXON_ARENA_BYTES, AXON_TIMEOUT), in its own process group, with stdin from
+// environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA_FD,
+// AXON_ARENA_BYTES, AXON_TIMEOUT, AXON_RESTART_COUNT and torchrun's
+// TORCHELASTIC_RESTART_COUNT), in its own process group, with stdin from
 // /dev/null and PR_SET_PDEATHSIG(SIGKILL) so that it dies with the launcher.
+// The child inherits the arena's descriptor (the only one it inherits).
 // With tagged output its stdout and stderr are pipes that the launcher reads
 // (OutputStream) and copies to its own stdout and stderr one whole line at a
 // time, each prefixed "[rank k] ", so lines of different ranks never mix.
@@ -49,9 +51,10 @@ class OutputStream {
 
 struct RankEnvironment {
   int world_size;
-  std::string arena_name;
+  int arena_fd;
   std::size_t arena_bytes;
   std::optional<double> timeout_s;
+  int restart_count = 0;  // the attempt: 0, then 1.. after --max-restarts restarts
 };
 
 struct RankProcess {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
@@ -64,6 +65,7 @@ void Supervisor::handle_signals() {
 
 void Supervisor::reap() {
   std::vector<int> failed;
+  std::vector<int> ended;
   for (;;) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -73,42 +75,67 @@ void Supervisor::reap() {
     if (it == ranks_.end()) continue;
     it->running = false;
     it->status = status;
+    ended.push_back(it->rank);
     const bool joined = arena_.joined(it->rank);
-    if (joined) joined_rank_exited_ = true;
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       failed.push_back(it->rank);
     } else if (!joined && !unjoined_exit_ && ranks_.size() > 1) {
-      unjoined_exit_ = Failure{it->rank, status, false};
+      unjoined_exit_ = Failure{it->rank, status, false, Blame::ExitedUnjoined};
     }
   }
   if (!failed.empty()) record_failures(failed);
   check_unjoined_exit();
+  // Published after any abort above, so that peers waiting for these ranks
+  // find the launcher's reason first; a rank that merely finished is no
+  // error unless somebody still waits for it (the waiter decides that).
+  for (int rank : ended) arena_.mark_ended(rank, ranks_[static_cast<std::size_t>(rank)].status);
   if (running_count() == 0 && !all_exited_at_) all_exited_at_ = Clock::now();
+}
+
+// A peer that waited for a rank that had ended aborts the job naming it
+// (shm::WaitGuard::check_peers). If that rank exited 0, blame it: the
+// waiter's own failure is only the consequence.
+std::optional<Supervisor::Failure> Supervisor::left_while_needed() const {
+  auto& header = arena_.header();
+  if (header.abort_state.load(std::memory_order_acquire) !=
+      static_cast<std::uint32_t>(shm::AbortState::Set)) {
+    return std::nullopt;
+  }
+  const int culprit = header.abort_rank;
+  if (culprit < 0 || culprit >= static_cast<int>(ranks_.size())) return std::nullopt;
+  const auto& r = ranks_[static_cast<std::size_t>(culprit)];
+  if (r.running || !(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) return std::nullopt;
+  return Failure{culprit, r.status, arena_.joined(culprit),
+                 arena_.joined(culprit) ? Blame::LeftWhileNeeded : Blame::ExitedUnjoined};
 }
 
 // Ranks reaped together all ended before the launcher reacted to any of them,
 // so none of them failed because of another's abort; prefer the one that
-// aborted the job itself, if any did, else the first reaped.
+// aborted the job itself, if any did, or the rank a waiter blamed for
+// leaving, else the first reaped.
 void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
   if (first_failure_) return;
-  int chosen = failed_ranks.front();
-  auto& header = arena_.header();
-  if (header.abort_state.load(std::memory_order_acquire) ==
-      static_cast<std::uint32_t>(shm::AbortState::Set)) {
-    const int aborter = header.abort_rank;
-    if (std::find(failed_ranks.begin(), failed_ranks.end(), aborter) != failed_ranks.end()) {
-      chosen = aborter;
+  if (auto culprit = left_while_needed()) {
+    first_failure_ = culprit;
+  } else {
+    int chosen = failed_ranks.front();
+    auto& header = arena_.header();
+    if (header.abort_state.load(std::memory_order_acquire) ==
+        static_cast<std::uint32_t>(shm::AbortState::Set)) {
+      const int aborter = header.abort_rank;
+      if (std::find(failed_ranks.begin(), failed_ranks.end(), aborter) != failed_ranks.end()) {
+        chosen = aborter;
+      }
     }
+    first_failure_ = Failure{chosen, ranks_[static_cast<std::size_t>(chosen)].status,
+                             arena_.joined(chosen)};
   }
-  first_failure_ = Failure{chosen, ranks_[static_cast<std::size_t>(chosen)].status,
-                           arena_.joined(chosen)};
   if (running_count() > 0 && forwarded_count_ == 0) start_abort(*first_failure_);
 }
 
 // A rank that exited 0 without attaching is only an error once another rank
 // has attached: that one will wait for it. Checked after every wake-up (the
-// poll wakes every 10-100 ms while the arena's name exists, which it does
-// until then).
+// poll wakes every 10-100 ms until every rank has attached).
 void Supervisor::check_unjoined_exit() {
   if (!unjoined_exit_ || first_failure_ || forwarded_count_ != 0) return;
   if (arena_.attached() == 0) return;
@@ -116,18 +143,46 @@ void Supervisor::check_unjoined_exit() {
   if (running_count() > 0) start_abort(*first_failure_);
 }
 
+// Start-up has its own deadline (--start-timeout): a rank may take long to
+// reach World::init(), and its peers wait for it without counting that
+// against --timeout. When the deadline passes with some ranks attached and
+// a running one not, that one is blamed.
+void Supervisor::check_start_deadline(Clock::time_point now) {
+  if (first_failure_ || forwarded_count_ != 0 || now - started_ < times_.start_deadline) return;
+  if (arena_.attached() == 0 || arena_.attached() >= ranks_.size()) return;
+  for (const auto& r : ranks_) {
+    if (r.running && !arena_.joined(r.rank)) {
+      first_failure_ = Failure{r.rank, 0, false, Blame::NeverJoined};
+      start_abort(*first_failure_);
+      return;
+    }
+  }
+}
+
 std::string Supervisor::describe(const Failure& failure) const {
   std::string s = "rank " + std::to_string(failure.rank) + " ";
-  if (failure.joined) return s + describe_status(failure.status);
-  if (WIFEXITED(failure.status) && WEXITSTATUS(failure.status) == 0) {
-    return s + "exited (status 0) before joining the job (did it call World::init()?)";
+  switch (failure.blame) {
+    case Blame::ExitedUnjoined:
+      return s + "exited (status 0) before joining the job (did it call World::init()?)";
+    case Blame::LeftWhileNeeded:
+      return s + "exited (status 0) while other ranks still waited for it";
+    case Blame::NeverJoined: {
+      char seconds[32];
+      std::snprintf(seconds, sizeof(seconds), "%g",
+                    std::chrono::duration<double>(times_.start_deadline).count());
+      return s + "did not join the job within --start-timeout " + seconds +
+             " s (did it call World::init()?)";
+    }
+    case Blame::Failed:
+      break;
   }
+  if (failure.joined) return s + describe_status(failure.status);
   return s + describe_status(failure.status) + " before joining the job";
 }
 
 int Supervisor::exit_code(const Failure& failure) const {
   const int code = exit_code_of(failure.status);
-  return code == 0 && !failure.joined ? 1 : code;
+  return code == 0 ? 1 : code;
 }
 
 void Supervisor::start_abort(const Failure& failure) {
@@ -136,21 +191,9 @@ void Supervisor::start_abort(const Failure& failure) {
   // the launcher as the aborter).
   shm::WaitGuard guard(arena_.header(), -1, std::chrono::milliseconds(0));
   guard.abort(failure.rank, reason);
-  wake_sleepers();
+  arena_.wake_sleepers();
   phase_ = Phase::Aborting;
   phase_deadline_ = Clock::now() + times_.abort_grace;
-}
-
-// Ranks sleep on the doorbell of what they wait for, waking every 50 ms to
-// check the abort flag. Ringing the bells the launcher can find (every rank's
-// point-to-point doorbell and the world group's) makes most of them notice
-// at once; waiters in subgroups notice within one sleep slice.
-void Supervisor::wake_sleepers() {
-  auto& header = arena_.header();
-  auto* base = reinterpret_cast<std::byte*>(&header);
-  auto* controls = reinterpret_cast<shm::RankControl*>(base + header.rank_controls_offset);
-  for (std::uint32_t r = 0; r < header.world_size; ++r) shm::ring(controls[r].doorbell);
-  shm::ring(reinterpret_cast<shm::GroupHeader*>(base + header.groups_offset)->bell);
 }
 
 void Supervisor::advance_phase(Clock::time_point now) {
@@ -169,25 +212,6 @@ void Supervisor::advance_phase(Clock::time_point now) {
   }
 }
 
-void Supervisor::maybe_remove_name(Clock::time_point now) {
-  if (arena_.name_removed()) return;
-  // A rank that exited 0 without attaching keeps the name: the others may
-  // still attach, and then check_unjoined_exit() reports it. After a failure
-  // the name stays while running ranks have yet to attach, so that they find
-  // the abort (and its reason) rather than no arena; the grace period ends
-  // them if they never do.
-  bool unjoined_running = false;
-  for (const auto& r : ranks_) {
-    if (r.running && !arena_.joined(r.rank)) unjoined_running = true;
-  }
-  const bool remove = arena_.attached() >= ranks_.size() ||
-                      now - started_ >= times_.attach_deadline ||
-                      (first_failure_ ? !unjoined_running : joined_rank_exited_);
-  if (remove) {
-    arena_.remove_name();
-  }
-}
-
 int Supervisor::poll_timeout_ms(Clock::time_point now) const {
   using std::chrono::duration_cast;
   using std::chrono::milliseconds;
@@ -196,21 +220,22 @@ int Supervisor::poll_timeout_ms(Clock::time_point now) const {
   };
   int timeout = -1;
   auto tighten = [&](int ms) { timeout = timeout < 0 ? ms : std::min(timeout, ms); };
-  // Attaching is seen by polling the counter, only until the name is gone
-  // (the last rank to attach also removes it itself): often at first, then
-  // rarely for programs that never attach.
-  if (!arena_.name_removed()) tighten(now - started_ < std::chrono::seconds(2) ? 10 : 100);
+  // Attaching is seen by polling the counter, until every rank has attached:
+  // often at first, then rarely for programs that never attach.
+  if (arena_.attached() < ranks_.size() && running_count() > 0) {
+    tighten(now - started_ < std::chrono::seconds(2) ? 10 : 100);
+  }
   if (phase_ == Phase::Aborting || phase_ == Phase::Terminating) tighten(until(phase_deadline_));
   if (all_exited_at_) tighten(until(*all_exited_at_ + times_.drain_grace));
   return timeout;
 }
 
-int Supervisor::run() {
+Outcome Supervisor::run() {
   std::vector<pollfd> fds;
   std::vector<OutputStream*> owners;
   for (;;) {
     const auto now = Clock::now();
-    maybe_remove_name(now);
+    check_start_deadline(now);
     advance_phase(now);
     if (running_count() == 0) {
       if (!any_stream_open() || now >= *all_exited_at_ + times_.drain_grace) break;
@@ -238,9 +263,16 @@ int Supervisor::run() {
   for (auto& r : ranks_) {
     for (auto& s : r.streams) s.close();
   }
-  arena_.remove_name();
   print_summary();
-  return first_failure_ ? exit_code(*first_failure_) : 0;
+  Outcome outcome;
+  outcome.interrupted = forwarded_count_ != 0;
+  if (first_failure_) {
+    outcome.exit_code = exit_code(*first_failure_);
+    outcome.summary = describe(*first_failure_);
+  } else {
+    outcome.summary = "every rank exited 0";
+  }
+  return outcome;
 }
 
 void Supervisor::print_summary() const {

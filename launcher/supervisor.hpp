@@ -1,25 +1,30 @@
-// Supervisor: the launcher's main loop once the ranks run.
+// Supervisor: the launcher's main loop for one attempt once the ranks run.
 //
 // One poll() loop watches a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP) and
 // every rank's output pipes. It
 //   - forwards output lines (see OutputStream);
-//   - removes the arena's /dev/shm name as soon as every rank has attached,
-//     or the attach deadline passed, or (no rank failed) a rank ended after
-//     attaching, or (one failed) every rank still running has attached, so
-//     that late ones find the abort and its reason;
-//   - reaps ranks; the first that fails (a signal, or a non-zero exit) while
-//     others still run marks the arena aborted with a reason naming it, which
-//     wakes every waiter so that the survivors throw PeerFailure; survivors
-//     still running after a grace period get SIGTERM, then SIGKILL;
+//   - reaps ranks and publishes each end in the arena (RankControl::ended),
+//     so that peers still waiting for a rank that ended, even with status 0,
+//     fail at once naming it (the wait helper checks the ranks it needs);
+//   - on the first failure (a signal, or a non-zero exit) while others still
+//     run, marks the arena aborted with a reason naming the rank, which wakes
+//     every waiter so that the survivors throw PeerFailure; survivors still
+//     running after a grace period get SIGTERM, then SIGKILL;
+//   - blames a rank that exited 0 while its peers still needed it (a peer
+//     aborted the job naming it, then failed): "rank 2 exited (status 0)
+//     while other ranks still waited for it", exit status 1;
 //   - treats a rank that exited 0 without ever attaching as a failure too,
-//     once any other rank has attached (it would wait for it until the
-//     timeout): "rank 2 exited (status 0) before joining the job (did it
-//     call World::init()?)", exit status 1. Ranks that all run without
-//     attaching (programs that do not use the library) are left alone;
+//     once any other rank has attached (it would wait for it in vain):
+//     "rank 2 exited (status 0) before joining the job (did it call
+//     World::init()?)", exit status 1; and a rank still not attached when
+//     the start deadline (--start-timeout) passes while others have:
+//     "rank 2 did not join the job within --start-timeout 300 s", status 1.
+//     Ranks that all run without attaching (programs that do not use the
+//     library) are left alone;
 //   - forwards SIGINT/SIGTERM/SIGHUP to every rank; a second one kills them.
-// run() returns the launcher's exit status: 0 when every rank exited 0, else
-// the status of the first failed rank (its code, or 128 + signal; 1 for a
-// rank that exited 0 before joining).
+// run() returns the attempt's outcome: exit status 0 when every rank exited
+// 0, else the status of the first failed rank (its code, or 128 + signal; 1
+// for a rank blamed with status 0).
 //
 // Thread safety: single-threaded.
 #pragma once
@@ -42,24 +47,39 @@ struct SupervisorTimes {
   // How long to keep forwarding output after the last rank ended (pipes
   // inherited by a rank's own children may stay open).
   std::chrono::milliseconds drain_grace{1000};
-  // How long to wait for every rank to attach before removing the name anyway.
-  std::chrono::milliseconds attach_deadline{300000};
+  // How long every rank may take to attach (--start-timeout), counted from
+  // the start of the attempt.
+  std::chrono::milliseconds start_deadline{300000};
+};
+
+// How one attempt ended.
+struct Outcome {
+  int exit_code = 0;
+  bool interrupted = false;  // a SIGINT/SIGTERM/SIGHUP reached the launcher
+  std::string summary;       // "every rank exited 0", "rank 1 was killed by signal 9 (SIGKILL)"
 };
 
 class Supervisor {
  public:
   // `signal_fd` reads the signals the launcher blocked.
   Supervisor(JobArena& arena, std::vector<RankProcess>& ranks, int signal_fd, SupervisorTimes times);
-  int run();
+  Outcome run();
 
  private:
   using Clock = std::chrono::steady_clock;
   enum class Phase { Running, Aborting, Terminating, Killing };
 
+  enum class Blame {
+    Failed,          // a signal or a non-zero exit
+    ExitedUnjoined,  // exit 0 before attaching while others attached
+    LeftWhileNeeded, // exit 0 after attaching while peers still waited for it
+    NeverJoined,     // still not attached at the start deadline
+  };
   struct Failure {
     int rank;
     int status;
-    bool joined = true;  // false: ended before attaching to the arena
+    bool joined = true;  // false: ended (or is still running) without attaching
+    Blame blame = Blame::Failed;
   };
 
   void handle_signals();
@@ -67,12 +87,12 @@ class Supervisor {
   void record_failures(const std::vector<int>& failed_ranks);
   void start_abort(const Failure& failure);
   void check_unjoined_exit();
+  void check_start_deadline(Clock::time_point now);
+  std::optional<Failure> left_while_needed() const;
   std::string describe(const Failure& failure) const;
   int exit_code(const Failure& failure) const;
-  void wake_sleepers();
   void signal_running(int sig);
   void advance_phase(Clock::time_point now);
-  void maybe_remove_name(Clock::time_point now);
   int poll_timeout_ms(Clock::time_point now) const;
   int running_count() const;
   bool any_stream_open() const;
@@ -87,7 +107,6 @@ class Supervisor {
   Phase phase_ = Phase::Running;
   Clock::time_point phase_deadline_{};
   std::optional<Failure> first_failure_;
-  bool joined_rank_exited_ = false;
   std::optional<Failure> unjoined_exit_;  // first rank that exited 0 without attaching
   int forwarded_signal_ = 0;   // the first SIGINT/SIGTERM/SIGHUP we passed on
   int forwarded_count_ = 0;

@@ -5,7 +5,7 @@
 #     (128 + 9 for SIGKILL, 128 + 11 for SIGSEGV, 3 for exit(3));
 #   - every survivor printed a PeerFailure naming the dead rank, or was still
 #     running when the launcher announced SIGTERM (then it was terminated);
-#   - no rank process remains, and /dev/shm holds nothing of the job.
+#   - no rank process remains, and nothing holds the job's arena.
 # Prints the time from each death to the launcher's exit, then the median and
 # the worst. Nothing asserts on those times beyond the generous bound.
 #
@@ -54,6 +54,26 @@ await_launcher() {
   status=$?
 }
 
+# Ranks not all ready: say what the launcher and every process of the job
+# were doing, and how the launcher ended, if it did.
+not_ready() {
+  local waited_ms=$((($(now_ns) - started_ns) / 1000000)) how_ended="still running" p
+  if process_gone "$launcher_pid"; then
+    wait "$launcher_pid"
+    how_ended="exited with status $?"
+  else
+    for p in $(pgrep -P "$launcher_pid"); do
+      how_ended+=$'\n'"  child $p: $(cat "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1-4) wchan=$(cat "/proc/$p/wchan" 2>/dev/null)"
+    done
+    kill -TERM "$launcher_pid"
+  fi
+  fail "ranks never became ready ($(ready_count) of $n after $waited_ms ms); launcher $how_ended
+stdout:
+$(cat "$work/out")
+stderr:
+$(cat "$work/err")"
+}
+
 RANDOM=$seed
 times=()
 for i in $(seq 1 "$kills"); do
@@ -73,18 +93,19 @@ for i in $(seq 1 "$kills"); do
       --endless --tag "$tag" "${extra[@]}" >"$work/out" 2>"$work/err" &
   launcher_pid=$!
 
+  started_ns=$(now_ns)
   for _ in $(seq 1 600); do
     [ "$(ready_count)" -ge $n ] && break
     process_gone "$launcher_pid" && break
     sleep 0.1
   done
+  if [ "$(ready_count)" -lt $n ]; then not_ready; fi
   pids=$(sed -n 's/.*ready rank=[0-9]* pid=\([0-9]*\).*/\1/p' "$work/out")
   if [ "$how" = exit3 ]; then
     await_launcher $((BOUND + 60))
     start=$(sed -n 's/.*exiting rank=[0-9]* code=3 at_ns=\([0-9]*\).*/\1/p' "$work/out")
     [ -n "$start" ] || fail "rank $victim never reached op $exit_at: $(tail -n 5 "$work/err")"
   else
-    [ "$(ready_count)" -ge $n ] || fail "ranks never became ready: $(tail -n 5 "$work/out" "$work/err")"
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
     ! process_gone "$launcher_pid" || fail "the job ended before the kill: $(tail -n 5 "$work/err")"
     start=$(now_ns)
@@ -109,9 +130,10 @@ for i in $(seq 1 "$kills"); do
   for p in $pids; do process_gone "$p" || fail "rank process $p still runs"; done
   left=$(pgrep -f -- "--tag $tag( |$)" || true)
   [ -z "$left" ] || fail "processes of the job remain: $left"
-  arena=$(sed -n 's/.*ready rank=0 pid=[0-9]* arena=\([^ ]*\).*/\1/p' "$work/out")
-  [ -n "$arena" ] || fail "rank 0 did not name the arena"
-  [ ! -e "/dev/shm/$arena" ] || fail "/dev/shm still holds the arena $arena"
+  # The arena is a memfd named after the launcher's pid: nobody may hold it.
+  holders=$(find /proc/[0-9]*/fd -lname "/memfd:axon-$launcher_pid-*" 2>/dev/null | head -3)
+  [ -z "$holders" ] || fail "processes still hold the arena: $holders"
+  ! ls /dev/shm 2>/dev/null | grep -q "^axon-$launcher_pid-" || fail "/dev/shm holds an arena of the job"
   launcher_pid=
 
   times+=("$ms")

@@ -55,7 +55,11 @@ rank_pids() { sed -n 's/.*ready pid=\([0-9]*\).*/\1/p' "$work/out"; }
 case "$case_name" in
   bad-arguments)
     for args in "-n 0 $probe ok" "-n 100000 $probe ok" "-n 2 --bogus $probe ok" "-n 2" \
-                "-n two $probe ok" "$probe ok" "-n 2 --timeout -1 $probe ok"; do
+                "-n two $probe ok" "$probe ok" "-n 2 --timeout -1 $probe ok" \
+                "-n 2 --timeout 1e-9 $probe ok" "-n 2 --timeout inf $probe ok" \
+                "-n 2 --timeout nan $probe ok" "-n 2 --start-timeout 0 $probe ok" \
+                "-n 2 --start-timeout inf $probe ok" "-n 2 --max-restarts -1 $probe ok" \
+                "-n 2 --max-restarts 100000 $probe ok"; do
       # shellcheck disable=SC2086
       run $args
       expect_status 2
@@ -78,11 +82,11 @@ case "$case_name" in
     expect_status 127
     ;;
   arena-too-large)
-    # More than /dev/shm holds: refused up front with the sizes, never SIGBUS.
-    free_mb=$(df -m --output=avail /dev/shm | tail -1 | tr -d ' ')
-    run -n 2 --arena-mb $((free_mb * 2 + 1024)) "$probe" ok
+    # More than the machine's memory: refused up front with the sizes, never SIGBUS.
+    avail_mb=$(($(sed -n 's/^MemAvailable: *\([0-9]*\) kB/\1/p' /proc/meminfo) / 1024))
+    run -n 2 --arena-mb $((avail_mb * 2 + 1024)) "$probe" ok
     expect_status 1
-    [[ "$err" == *"cannot reserve"*MiB*free*--arena-mb* ]] || fail "message does not name the sizes: $err"
+    [[ "$err" == *"cannot reserve"*MiB*available*--arena-mb* ]] || fail "message does not name the sizes: $err"
     run -n 8 --arena-mb 1 "$probe" ok
     expect_status 2
     [[ "$err" == *"too small for 8 ranks"*--arena-mb* ]] || fail "unclear message: $err"
@@ -199,6 +203,121 @@ case "$case_name" in
     run -n 4 --timeout 120 "$probe" leave 1
     expect_status 0
     [ -z "$err" ] || fail "unexpected stderr: $err"
+    ;;
+  finish-early)
+    # Ranks that finish at once after World::init(), while slower ones have
+    # not attached yet, are a normal ending: 20 runs of 8 (every tenth with
+    # rank k starting k * 30 ms late, so that early ones have surely ended),
+    # every one exits 0.
+    for i in $(seq 1 20); do
+      if [ $((i % 10)) -eq 0 ]; then run -n 8 --timeout 120 "$probe" init-only 30
+      else run -n 8 --timeout 120 "$probe" init-only; fi
+      expect_status 0
+      [ "$(grep -c 'joined rank=' "$work/out")" -eq 8 ] || fail "run $i: not every rank joined: $out $err"
+      [ -z "$err" ] || fail "run $i: unexpected stderr: $err"
+    done
+    # The same for point to point: rank 0 sends 8 floats and returns at once
+    # (every tenth time before rank 1, 300 ms late, has attached).
+    for i in $(seq 1 20); do
+      if [ $((i % 10)) -eq 0 ]; then run -n 2 --timeout 120 "$probe" send-return 300
+      else run -n 2 --timeout 120 "$probe" send-return; fi
+      expect_status 0
+      [[ "$out" == *"[rank 1] received 0.5 1.5 2.5 3.5 4.5 5.5 6.5 7.5"* ]] || fail "run $i: rank 1 got: $out $err"
+    done
+    ;;
+  peer-left)
+    # A rank that exits 0 while its peers still wait for it (two in a
+    # subgroup all_reduce, one in a recv from it) is a PeerFailure naming it
+    # at once, and the summary blames it, not a waiter.
+    for code in 0 5; do
+      start=$(date +%s)
+      run -n 4 --timeout 120 "$probe" leave-needed 2 "$code"
+      took=$(($(date +%s) - start))
+      [ "$took" -lt 30 ] || fail "status $code: took $took s (until the timeout?): $err"
+      for r in 0 1 3; do
+        grep -q "^\[rank $r\] probe rank $r caught PeerFailure: .*rank 2 exited.*$code" "$work/err" ||
+          fail "status $code: rank $r did not report rank 2 leaving: $err"
+      done
+      ! grep -q "was not stopped" "$work/err" || fail "status $code: a wait completed without rank 2: $err"
+      if [ "$code" -eq 0 ]; then
+        expect_status 1
+        [[ "$err" == *"axon-launch: rank 2 exited (status 0) while other ranks still waited for it"* ]] ||
+          fail "no summary blaming rank 2: $err"
+      else
+        expect_status 5
+        [[ "$err" == *"axon-launch: rank 2 exited with code 5"* ]] || fail "no summary blaming rank 2: $err"
+      fi
+      echo "rank 2 exit $code -> launcher exit in ${took} s"
+    done
+    ;;
+  start-timeout)
+    # Start-up has its own deadline: 3 s of setup before World::init() under
+    # --timeout 2 is fine ...
+    run -n 3 --timeout 2 "$probe" slow-start 1 3
+    expect_status 0
+    [ "$(grep -c 'met rank=' "$work/out")" -eq 3 ] || fail "not every rank met: $out $err"
+    # ... and a rank still not joined after --start-timeout is named.
+    run -n 3 --timeout 60 --start-timeout 1 "$probe" slow-start 2 30
+    expect_status 1
+    [[ "$err" == *"axon-launch: rank 2 did not join the job within --start-timeout 1 s (did it call World::init()?)"* ]] ||
+      fail "no summary naming rank 2: $err"
+    for r in 0 1; do
+      grep -q "^\[rank $r\] probe rank $r caught PeerFailure: .*rank 2 did not join" "$work/err" ||
+        fail "rank $r did not report rank 2: $err"
+    done
+    ;;
+  init-twice)
+    # A second World::init() in one process is an error on the caller.
+    run -n 2 --timeout 120 "$probe" init-twice 0
+    expect_status 1
+    grep -q "^\[rank 0\] probe rank 0 caught .*World::init() (ShmBackend::from_environment) was already called in this process" "$work/err" ||
+      fail "rank 0 got no clear error: $err"
+    [[ "$err" == *"axon-launch: rank 0 exited with code 1"* ]] || fail "the summary does not blame rank 0: $err"
+    ;;
+  no-leak)
+    # kill -9 of the launcher at any moment of start-up leaves nothing: no
+    # /dev/shm object, no process holding the arena, no rank.
+    for i in $(seq 0 19); do
+      "$launch" -n 8 --timeout 120 "$probe" wait >"$work/out" 2>"$work/err" &
+      pid=$!
+      sleep "0.0$(printf '%02d' $((i * 5 + RANDOM % 5)))"
+      kids=$(pgrep -P "$pid" | tr '\n' ' ')
+      kill -9 "$pid"
+      wait "$pid" 2>/dev/null
+      for p in $kids; do
+        limit=30 wait_for process_gone "$p" || fail "kill $i: rank process $p outlived the launcher"
+      done
+      expect_no_arena_of "$pid"
+      holders=$(find /proc/[0-9]*/fd -lname "/memfd:axon-$pid-*" 2>/dev/null | head -3)
+      [ -z "$holders" ] || fail "kill $i: processes still hold the arena: $holders"
+    done
+    ;;
+  restarts)
+    # --max-restarts: a failed attempt ends as without it, then the whole job
+    # starts again with AXON_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT.
+    run -n 3 --timeout 120 --max-restarts 2 "$probe" fail-first 1 3
+    expect_status 0
+    [[ "$err" == *"axon-launch: attempt 1 of 3: rank 1 exited with code 3 (exit status 3); restarting every rank with AXON_RESTART_COUNT=1"* ]] ||
+      fail "no line for attempt 1: $err"
+    [[ "$err" == *"axon-launch: attempt 2 of 3: every rank exited 0 (exit status 0)"* ]] || fail "no line for attempt 2: $err"
+    [ "$(grep -c 'axon-launch: attempt' "$work/err")" -eq 2 ] || fail "expected two attempt lines: $err"
+    [ "$(grep -c '^\[rank [0-2]\] attempt 1 restart-env=1$' "$work/out")" -eq 3 ] || fail "ranks did not see attempt 1: $out"
+    # Every attempt fails: the last one's status, after K restarts.
+    run -n 2 --timeout 120 --max-restarts 1 "$probe" exit 0 4
+    expect_status 4
+    [[ "$err" == *"attempt 2 of 2: rank 0 exited with code 4 (exit status 4); no restarts left"* ]] || fail "no last line: $err"
+    # SIGINT ends everything without a restart.
+    "$launch" -n 3 --timeout 120 --max-restarts 5 "$probe" wait >"$work/out" 2>"$work/err" &
+    pid=$!
+    wait_for have_ready 3 || fail "ranks never became ready: $(cat "$work/out" "$work/err")"
+    kill -INT "$pid"
+    limit=60 wait_for launcher_done "$pid" || { kill -9 "$pid"; fail "launcher ignored SIGINT"; }
+    wait "$pid"
+    status=$?
+    err=$(cat "$work/err")
+    expect_status $((128 + 2))
+    [[ "$err" == *"attempt 1 of 6:"*"interrupted, so no restart"* ]] || fail "no line saying why: $err"
+    [ "$(ready_count)" -eq 3 ] || fail "a second attempt started: $(cat "$work/out")"
     ;;
   *)
     fail "unknown case"

@@ -1,21 +1,20 @@
 // ShmBackend::from_environment and World::init's choice of backend, in one
-// process: the environment a launcher leaves, its mistakes, and the arena's
-// /dev/shm name going away once every rank has attached.
+// process: the environment a launcher leaves (an inherited memfd), its
+// mistakes, and a second attach by the same process.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <unistd.h>
 
-#include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "axonml/distributed.hpp"
+#include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
 
 using namespace axonml::distributed;
-namespace bip = boost::interprocess;
 
 namespace {
 
@@ -50,43 +49,34 @@ class ScopedEnvironment {
   std::vector<Saved> saved_;
 };
 
-// What the launcher does for a world of one, without the launcher.
+// What the launcher does for a world of one (or `world_size`), without the
+// launcher: an anonymous arena whose descriptor this process holds.
 struct TestArena {
-  std::string name = "axon-test-" + std::to_string(::getpid());
-  std::size_t bytes = shm::default_arena_bytes(1);
-  TestArena() {
-    bip::shared_memory_object::remove(name.c_str());
-    bip::shared_memory_object object(bip::create_only, name.c_str(), bip::read_write);
-    object.truncate(static_cast<bip::offset_t>(bytes));
-    bip::mapped_region region(object, bip::read_write);
+  shm::MemfdArena arena;
+  explicit TestArena(int world_size = 1) {
     shm::ArenaSpec spec;
-    spec.world_size = 1;
-    spec.arena_bytes = bytes;
-    shm::format_arena(region.get_address(), spec);
+    spec.world_size = world_size;
+    arena = shm::create_arena_memfd("axon-test", spec, "(test)");
   }
-  ~TestArena() { bip::shared_memory_object::remove(name.c_str()); }
-  bool name_exists() const {
-    try {
-      bip::shared_memory_object object(bip::open_only, name.c_str(), bip::read_only);
-      return true;
-    } catch (const bip::interprocess_exception&) {
-      return false;
-    }
+  ~TestArena() { shm::destroy_arena_memfd(arena); }
+  int fd() const { return arena.fd; }
+  std::size_t bytes() const { return arena.bytes; }
+  unsigned attached() const {
+    return static_cast<const shm::ArenaHeader*>(arena.base)->attached.load();
   }
 };
 
 void set_launcher_variables(ScopedEnvironment& env, const TestArena& arena) {
   env.set("RANK", "0");
   env.set("WORLD_SIZE", "1");
-  env.set("AXON_ARENA", arena.name);
-  env.set("AXON_ARENA_BYTES", std::to_string(arena.bytes));
+  env.set("AXON_ARENA_FD", std::to_string(arena.fd()));
+  env.set("AXON_ARENA_BYTES", std::to_string(arena.bytes()));
   env.unset("AXON_BACKEND");
 }
 
 }  // namespace
 
-TEST_CASE("a rank attaches to the launcher's arena and the name goes once all attached",
-          "[shm][environment]") {
+TEST_CASE("a rank attaches to the launcher's inherited arena", "[shm][environment]") {
   TestArena arena;
   ScopedEnvironment env;
   set_launcher_variables(env, arena);
@@ -94,10 +84,28 @@ TEST_CASE("a rank attaches to the launcher's arena and the name goes once all at
   CHECK(world.backend().name() == "shm");
   CHECK(world.rank() == 0);
   CHECK(world.world_size() == 1);
-  CHECK_FALSE(arena.name_exists());  // the last rank to attach unlinked it
+  CHECK(arena.attached() == 1);
+  // Programs the rank starts do not inherit the arena.
+  CHECK((::fcntl(arena.fd(), F_GETFD) & FD_CLOEXEC) != 0);
   std::vector<float> data = {1.5f, -2.0f};
   world.backend().all_reduce(data, ReduceOp::Sum);
   CHECK(data == std::vector<float>{1.5f, -2.0f});
+}
+
+TEST_CASE("World::init twice in one process is an error on the caller", "[shm][environment]") {
+  TestArena arena(2);
+  ScopedEnvironment env;
+  set_launcher_variables(env, arena);
+  env.set("WORLD_SIZE", "2");
+  World world = World::init();
+  REQUIRE_THROWS_AS(World::init(), InvalidArgument);
+  REQUIRE_THROWS_WITH(World::init(), Catch::Contains("rank 0") &&
+                                         Catch::Contains("World::init() (ShmBackend::from_environment) "
+                                                         "was already called in this process") &&
+                                         Catch::Contains("keep the World"));
+  // The refused calls did not count as ranks: the peer can still attach.
+  CHECK(arena.attached() == 1);
+  CHECK(world.rank() == 0);
 }
 
 TEST_CASE("a malformed launcher variable is named in the error", "[shm][environment]") {
@@ -108,7 +116,9 @@ TEST_CASE("a malformed launcher variable is named in the error", "[shm][environm
                                           std::pair<std::string, std::string>{"RANK", "1"},
                                           std::pair<std::string, std::string>{"WORLD_SIZE", "0"},
                                           std::pair<std::string, std::string>{"WORLD_SIZE", "5000"},
-                                          std::pair<std::string, std::string>{"AXON_ARENA_BYTES", "12kb"});
+                                          std::pair<std::string, std::string>{"AXON_ARENA_BYTES", "12kb"},
+                                          std::pair<std::string, std::string>{"AXON_ARENA_FD", "-1"},
+                                          std::pair<std::string, std::string>{"AXON_ARENA_FD", "3x"});
   CAPTURE(variable, value);
   env.set(variable, value);
   REQUIRE_THROWS_AS(ShmBackend::from_environment(), InvalidArgument);
@@ -119,21 +129,22 @@ TEST_CASE("a missing launcher variable says to use axon-launch", "[shm][environm
   ScopedEnvironment env;
   env.set("RANK", "0");
   env.set("WORLD_SIZE", "2");
-  env.unset("AXON_ARENA");
+  env.unset("AXON_ARENA_FD");
   REQUIRE_THROWS_WITH(ShmBackend::from_environment(),
-                      Catch::Contains("AXON_ARENA is not set") && Catch::Contains("axon-launch"));
+                      Catch::Contains("AXON_ARENA_FD is not set") && Catch::Contains("axon-launch"));
   env.set("AXON_BACKEND", "shm");
   REQUIRE_THROWS_AS(World::init(), InvalidArgument);
 }
 
-TEST_CASE("an arena that is gone is reported as removed by the launcher", "[shm][environment]") {
+TEST_CASE("an arena descriptor that is not open is named with a hint", "[shm][environment]") {
   ScopedEnvironment env;
   env.set("RANK", "0");
   env.set("WORLD_SIZE", "2");
-  env.set("AXON_ARENA", "axon-test-gone-" + std::to_string(::getpid()));
+  env.set("AXON_ARENA_FD", "1000000");
   env.set("AXON_ARENA_BYTES", "4194304");
   REQUIRE_THROWS_WITH(ShmBackend::from_environment(),
-                      Catch::Contains("rank 0") && Catch::Contains("did every rank start?"));
+                      Catch::Contains("rank 0") && Catch::Contains("AXON_ARENA_FD=1000000") &&
+                          Catch::Contains("not an open descriptor") && Catch::Contains("axon-launch"));
 }
 
 TEST_CASE("an arena made for another world size or size is refused", "[shm][environment]") {
@@ -145,14 +156,14 @@ TEST_CASE("an arena made for another world size or size is refused", "[shm][envi
     REQUIRE_THROWS_WITH(ShmBackend::from_environment(), Catch::Contains("WORLD_SIZE is 2"));
   }
   SECTION("bytes") {
-    env.set("AXON_ARENA_BYTES", std::to_string(arena.bytes + 4096));
+    env.set("AXON_ARENA_BYTES", std::to_string(arena.bytes() + 4096));
     REQUIRE_THROWS_WITH(ShmBackend::from_environment(), Catch::Contains("AXON_ARENA_BYTES"));
   }
 }
 
 TEST_CASE("World::init without a launcher is a world of one", "[environment]") {
   ScopedEnvironment env;
-  env.unset("AXON_ARENA");
+  env.unset("AXON_ARENA_FD");
   env.unset("AXON_BACKEND");
   World alone = World::init();
   CHECK(alone.world_size() == 1);

@@ -27,6 +27,14 @@ if(TARGET train)
       set_tests_properties("${name}" PROPERTIES TIMEOUT 900)
     endforeach()
 
+    # --max-restarts with --checkpoint: a rank killed in epoch 2 of 3, and the
+    # job still ends with an undisturbed run's parameters.
+    add_test(NAME "train: a rank killed in epoch 2 under --max-restarts 1 ends with undisturbed parameters"
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train_restart.sh $<TARGET_FILE:axon-launch>
+              $<TARGET_FILE:train> $<TARGET_FILE:compare_params>)
+    set_tests_properties("train: a rank killed in epoch 2 under --max-restarts 1 ends with undisturbed parameters"
+                         PROPERTIES TIMEOUT 900 LABELS "multiprocess")
+
     # bf16 compression rounds the averaged gradients, so no equality here:
     # the run must still learn (90% or more in one epoch of 32k samples; f32: 91.1%).
     add_test(NAME "train: 2 ranks with --compress bf16 still learn"

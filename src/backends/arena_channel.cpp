@@ -111,7 +111,7 @@ void ArenaChannel::exchange() {
     return false;
   };
   shm::wait_until(arrived, group_->bell, guard_, [&] { return describe_wait(next); },
-                  &p2p_.traffic_bell());
+                  [&] { return missing_ranks(next); }, &p2p_.traffic_bell());
   round_ = next;
   if (check_pending_) {
     check_pending_ = false;
@@ -154,12 +154,21 @@ void ArenaChannel::check_descriptors(int parity) {
   }
 }
 
+std::vector<int> ArenaChannel::missing_ranks(std::uint64_t round) const {
+  std::vector<int> missing;
+  for (int m = 0; m < size(); ++m) {
+    if (controls_[m].round.load(std::memory_order_acquire) < round) {
+      missing.push_back(world_ranks_[static_cast<std::size_t>(m)]);
+    }
+  }
+  return missing;
+}
+
 std::string ArenaChannel::describe_wait(std::uint64_t round) const {
   std::string missing;
-  for (int m = 0; m < size(); ++m) {
-    if (controls_[m].round.load(std::memory_order_acquire) >= round) continue;
+  for (int r : missing_ranks(round)) {
     if (!missing.empty()) missing += ", ";
-    missing += std::to_string(world_ranks_[static_cast<std::size_t>(m)]);
+    missing += std::to_string(r);
   }
   const shm::Descriptor& current = pending_;
   return describe(current) + " call #" + std::to_string(current.call) + " in group " +

@@ -77,6 +77,8 @@ class ArenaChannel final : public collectives::RoundChannel {
  private:
   bool all_arrived(std::uint64_t round, int& first_missing) const;
   std::string describe_wait(std::uint64_t round) const;
+  // The world ranks of the members that have not published `round` yet.
+  std::vector<int> missing_ranks(std::uint64_t round) const;
   void check_descriptors(int parity);
   std::string describe(const shm::Descriptor& d) const;
 

@@ -83,7 +83,7 @@ void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* d
         pull_all();  // keep peers that send to us moving while we wait
         return false;
       };
-      shm::wait_until(has_space, doorbell(me_), guard_, describe);
+      shm::wait_until(has_space, doorbell(me_), guard_, describe, [&] { return std::vector<int>{dst}; });
       auto& c = cell(me_, dst, tail);
       const std::size_t chunk = std::min<std::size_t>(header_.cell_bytes, bytes - sent);
       c.message_bytes = bytes;
@@ -223,7 +223,7 @@ void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, s
     shm::wait_until(arrived, doorbell(me_), guard_, [&] {
       return "recv of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
              " from rank " + std::to_string(src) + ": waiting for it to send";
-    });
+    }, [&] { return std::vector<int>{src}; });
   } catch (...) {
     std::lock_guard lock(mutex_);
     unpost(want);

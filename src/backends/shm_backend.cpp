@@ -1,10 +1,17 @@
 #include "axonml/distributed/shm_backend.hpp"
 
-#include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
@@ -12,7 +19,6 @@
 #include "shm/wait.hpp"
 
 namespace axonml::distributed {
-namespace bip = boost::interprocess;
 
 namespace {
 
@@ -39,53 +45,87 @@ long long integer_variable(const char* name, long long low, long long high) {
   return value;
 }
 
+// The arenas (device, inode) this process has attached to, and as which rank.
+// A second attach would count twice in `attached` and publish the same
+// rank's rounds from two endpoints, so it is refused here, on the caller.
+struct Attachments {
+  std::mutex mutex;
+  std::set<std::pair<dev_t, ino_t>> arenas;
+};
+Attachments& attachments() {
+  static Attachments instance;
+  return instance;
+}
+
+// Unmaps unless released (the error paths between mmap and the backend).
+struct Mapping {
+  void* base;
+  std::size_t bytes;
+  ~Mapping() {
+    if (base != nullptr) ::munmap(base, bytes);
+  }
+};
+
 }  // namespace
 
 std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
   const int world_size =
       static_cast<int>(integer_variable("WORLD_SIZE", 1, shm::kMaxWorldSize));
   const int rank = static_cast<int>(integer_variable("RANK", 0, world_size - 1));
-  const std::string name = required_variable("AXON_ARENA");
+  const int fd = static_cast<int>(integer_variable("AXON_ARENA_FD", 0, INT_MAX));
   const auto bytes = static_cast<std::size_t>(
       integer_variable("AXON_ARENA_BYTES", sizeof(shm::ArenaHeader), 1LL << 50));
   const std::string who = "rank " + std::to_string(rank) + ": ";
+  const std::string arena = "the arena (AXON_ARENA_FD=" + std::to_string(fd) + ")";
 
-  bip::shared_memory_object object;
-  try {
-    object = bip::shared_memory_object(bip::open_only, name.c_str(), bip::read_write);
-  } catch (const bip::interprocess_exception& e) {
-    if (e.get_error_code() == bip::not_found_error) {
-      throw Error(who + "the arena /dev/shm/" + name +
-                  " (AXON_ARENA) does not exist: the launcher removed the arena: did every rank "
-                  "start? (a rank that ended early, or a program started twice, gets this)");
-    }
-    throw Error(who + "cannot open the arena /dev/shm/" + name + " (AXON_ARENA): " + e.what());
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    throw Error(who + arena + " is not an open descriptor (" + std::strerror(errno) +
+                "): start the program with axon-launch, and do not close inherited descriptors "
+                "in a wrapper between the launcher and the program");
   }
-  bip::offset_t actual = 0;
-  if (!object.get_size(actual) || static_cast<std::size_t>(actual) != bytes) {
-    throw Error(who + "the arena /dev/shm/" + name + " has " + std::to_string(actual) +
-                " bytes but AXON_ARENA_BYTES=" + std::to_string(bytes));
+  if (!S_ISREG(info.st_mode) || static_cast<std::size_t>(info.st_size) != bytes) {
+    throw Error(who + arena + " has " + std::to_string(info.st_size) +
+                " bytes but AXON_ARENA_BYTES=" + std::to_string(bytes) +
+                (S_ISREG(info.st_mode) ? "" : " (it is not a file: another descriptor took its number?)"));
   }
-  auto region = std::make_shared<bip::mapped_region>(object, bip::read_write, 0, bytes);
-  auto* base = static_cast<std::byte*>(region->get_address());
-  auto& header = const_cast<shm::ArenaHeader&>(shm::check_arena(base, region->get_size(), world_size));
+
+  std::unique_lock lock(attachments().mutex);
+  if (attachments().arenas.count({info.st_dev, info.st_ino}) != 0) {
+    throw InvalidArgument(who + "World::init() (ShmBackend::from_environment) was already called "
+                          "in this process, which attached it to the job as rank " +
+                          std::to_string(rank) + " of " + std::to_string(world_size) +
+                          ": a process is one rank and attaches once; keep the World the first "
+                          "call returned (copies share it)");
+  }
+
+  Mapping mapping{::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), bytes};
+  if (mapping.base == MAP_FAILED) {
+    mapping.base = nullptr;
+    throw Error(who + "cannot map " + arena + " of " + std::to_string(bytes) +
+                " bytes: " + std::strerror(errno));
+  }
+  auto* base = static_cast<std::byte*>(mapping.base);
+  auto& header = const_cast<shm::ArenaHeader&>(shm::check_arena(base, bytes, world_size));
 
   // Register: first this rank's joined flag (the launcher reads it when a
   // rank exits, to tell a rank that never joined from one that finished),
-  // then the count; the last rank to arrive also removes the name itself
-  // (the launcher does too), so that from here on nothing can leak it.
+  // then the count.
   auto* controls = reinterpret_cast<shm::RankControl*>(base + header.rank_controls_offset);
   controls[rank].joined.store(1, std::memory_order_release);
   const std::uint32_t before = header.attached.fetch_add(1, std::memory_order_acq_rel);
   if (before >= static_cast<std::uint32_t>(world_size)) {
     throw Error(who + "more than WORLD_SIZE=" + std::to_string(world_size) +
-                " processes attached to the arena " + name + " (a program started twice?)");
+                " processes attached to " + arena + " (a program started twice?)");
   }
-  if (before + 1 == static_cast<std::uint32_t>(world_size)) {
-    bip::shared_memory_object::remove(name.c_str());
-  }
+  attachments().arenas.insert({info.st_dev, info.st_ino});
+  lock.unlock();
+  // The mapping holds the memory from here on; programs this rank starts
+  // must not inherit the descriptor (they would keep the memory alive).
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
 
-  std::shared_ptr<void> owner = region;  // keeps the mapping while any endpoint lives
+  std::shared_ptr<void> owner(std::exchange(mapping.base, nullptr),
+                              [bytes](void* p) { ::munmap(p, bytes); });
   auto impl = Impl::attach_world(std::move(owner), base, rank, shm::default_timeout());
   return std::shared_ptr<ShmBackend>(new ShmBackend("shm", std::move(impl)));
 }

@@ -33,7 +33,7 @@ std::shared_ptr<Backend> mpi_backend() {
     const auto launched = env::integer("WORLD_SIZE", 1, 1 << 30);
     if (launched && *launched > 1) {
       const std::string n = std::to_string(*launched);
-      const std::string by = is_set("AXON_ARENA") ? "axon-launch" : "the launcher";
+      const std::string by = is_set("AXON_ARENA_FD") ? "axon-launch" : "the launcher";
       throw InvalidArgument(
           "AXON_BACKEND=mpi, but MPI sees a world of 1 while WORLD_SIZE=" + n + " (set by " + by +
           "): processes that mpirun did not start do not find each other over MPI, so each rank "
@@ -56,9 +56,9 @@ std::shared_ptr<Backend> backend_from_environment() {
   if (backend == "shm") return ShmBackend::from_environment();
   if (backend == "mpi") return mpi_backend();
   if (backend == "mock") return MockBackend::single();
-  // Under axon-launch the arena's name is set; under mpirun, MPI's variables;
+  // Under axon-launch the arena's descriptor is set; under mpirun, MPI's variables;
   // run alone, a world of one.
-  if (is_set("AXON_ARENA")) return ShmBackend::from_environment();
+  if (is_set("AXON_ARENA_FD")) return ShmBackend::from_environment();
   if (started_by_mpirun()) return mpi_backend();
   return MockBackend::single();
 }

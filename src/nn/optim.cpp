@@ -36,6 +36,21 @@ void SGD::step() {
   }
 }
 
+void SGD::set_velocity(std::vector<std::vector<float>> velocity) {
+  if (!velocity.empty()) {
+    bool fits = velocity.size() == parameters_.size();
+    for (std::size_t i = 0; fits && i < velocity.size(); ++i) {
+      fits = velocity[i].size() == parameters_[i]->value().numel();
+    }
+    if (!fits) {
+      throw distributed::InvalidArgument("SGD::set_velocity: " + std::to_string(velocity.size()) +
+                                         " buffers do not match the " +
+                                         std::to_string(parameters_.size()) + " parameters' sizes");
+    }
+  }
+  velocity_ = std::move(velocity);
+}
+
 void SGD::zero_grad() {
   for (Parameter* p : parameters_) p->zero_grad();
 }

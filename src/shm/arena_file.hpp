@@ -1,13 +1,20 @@
-// An arena in /dev/shm: the one way this project makes one.
+// Making an arena: the one way this project creates one.
 //
-// create_arena_file() creates /dev/shm/<name> exclusively with mode 0600,
-// reserves every page up front (posix_fallocate, after asking statvfs for the
-// free space, so a full /dev/shm fails here with the sizes instead of SIGBUS
-// in a rank later), maps it and formats it; if any step fails it removes the
-// name again before throwing. The caller removes the name once every rank
-// has mapped it; the memory lives on in the mappings.
+// create_arena_memfd() makes an anonymous shared-memory file (memfd_create):
+// it has no name anywhere, so nothing can leak it, not even kill -9 of every
+// process; the memory goes when the last descriptor and mapping do. The
+// launcher's ranks inherit the descriptor (AXON_ARENA_FD). Its pages are
+// shmem, limited by the machine's memory rather than by the size of
+// /dev/shm, so the check before reserving asks for available memory.
 //
-// Used by axon-launch (the job's arena) and by MpiBackend (a node's arena).
+// create_arena_file() makes /dev/shm/<name> exclusively with mode 0600, for
+// processes that cannot inherit a descriptor (MpiBackend's node arena, whose
+// ranks mpirun starts); if any step fails it removes the name again before
+// throwing. Its caller removes the name once every rank has mapped it.
+//
+// Both reserve every page up front (posix_fallocate, after comparing with the
+// free space, so that too little memory fails here with the sizes instead of
+// SIGBUS in a rank later), map the arena and format it.
 #pragma once
 
 #include <boost/interprocess/mapped_region.hpp>
@@ -28,5 +35,21 @@ std::string unique_arena_name(std::string_view prefix);
 std::shared_ptr<boost::interprocess::mapped_region> create_arena_file(const std::string& name,
                                                                       const ArenaSpec& spec,
                                                                       std::string_view remedy);
+
+// An anonymous arena: its descriptor (close-on-exec; the owner closes it)
+// and its mapping.
+struct MemfdArena {
+  int fd = -1;
+  void* base = nullptr;
+  std::size_t bytes = 0;
+};
+
+// `label` names the memfd in /proc/<pid>/fd (e.g. "axon-<pid>-<hex>").
+// Throws Error naming the sizes, the available memory and `remedy` when it
+// cannot be reserved, InvalidArgument as create_arena_file.
+MemfdArena create_arena_memfd(const std::string& label, const ArenaSpec& spec,
+                              std::string_view remedy);
+// Unmaps and closes (either may already be undone: -1 / nullptr).
+void destroy_arena_memfd(MemfdArena& arena);
 
 }  // namespace axonml::distributed::shm

@@ -25,7 +25,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 4;
+inline constexpr std::uint32_t kLayoutVersion = 5;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -91,8 +91,8 @@ struct ArenaHeader {
   std::uint64_t groups_offset;    // first byte the group allocator hands out
   std::int32_t launcher_pid;      // 0 when no launcher watches the ranks
 
-  // Written by each rank once, when it attaches; the launcher removes the
-  // /dev/shm name when this reaches world_size.
+  // Written by each rank once, when it attaches: more than world_size means
+  // a program attached twice.
   alignas(kCacheLine) std::atomic<std::uint32_t> attached;
 
   // The free space after the world's group area; see ArenaAllocatorControl.
@@ -126,8 +126,14 @@ struct RankControl {
   // launcher: a rank that exits while this is 0 never called World::init(),
   // and peers that did would wait for it in vain.
   alignas(kCacheLine) std::atomic<std::uint32_t> joined{0};
+  // Written by: the launcher, once, when it has reaped this rank: first
+  // `end_status` (its waitpid status), then `ended` 0 -> 1 (release). A peer
+  // waiting for this rank reads `ended` between sleeps: a rank that ended
+  // can never arrive, whatever its exit status.
+  alignas(kCacheLine) std::atomic<std::uint32_t> ended{0};
+  std::int32_t end_status{0};
 };
-static_assert(sizeof(RankControl) == 2 * kCacheLine);
+static_assert(sizeof(RankControl) == 3 * kCacheLine);
 
 // One-way channel from src to dst: a ring of mailbox_cells cells.
 struct MailboxControl {

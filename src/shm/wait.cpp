@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -102,6 +103,45 @@ void WaitGuard::check_alive() const {
     throw PeerFailure("rank " + std::to_string(rank_) + ": the launcher (pid " +
                       std::to_string(header_.launcher_pid) + ") has gone away");
   }
+}
+
+RankControl& WaitGuard::control(int rank) const {
+  auto* base = reinterpret_cast<std::byte*>(&header_);
+  return reinterpret_cast<RankControl*>(base + header_.rank_controls_offset)[rank];
+}
+
+int WaitGuard::first_ended(const std::vector<int>& ranks) const {
+  if (header_.launcher_pid == 0) return -1;
+  for (int r : ranks) {
+    if (control(r).ended.load(std::memory_order_acquire) != 0) return r;
+  }
+  return -1;
+}
+
+bool WaitGuard::all_joined(const std::vector<int>& ranks) const {
+  if (header_.launcher_pid == 0) return true;
+  for (int r : ranks) {
+    if (control(r).joined.load(std::memory_order_acquire) == 0) return false;
+  }
+  return true;
+}
+
+void WaitGuard::peer_ended(int peer, const std::string& what) const {
+  const int status = control(peer).end_status;  // written before `ended` (release)
+  std::string how;
+  if (WIFEXITED(status)) {
+    how = "exited (status " + std::to_string(WEXITSTATUS(status)) + ")";
+  } else if (WIFSIGNALED(status)) {
+    how = "was killed by signal " + std::to_string(WTERMSIG(status));
+  } else {
+    how = "ended";
+  }
+  const std::string peer_name = "rank " + std::to_string(peer);
+  // Blame the peer, so that the launcher's summary names it rather than us.
+  abort(peer, peer_name + " " + how + " while rank " + std::to_string(rank_) +
+                  " still waited for it (" + what + ")");
+  throw PeerFailure("rank " + std::to_string(rank_) + ": " + peer_name + " " + how +
+                    " while this rank still waited for it: " + what);
 }
 
 void WaitGuard::abort(int rank, const std::string& reason) const {

@@ -7,6 +7,14 @@
 // which publishers ring. Every sleep is short enough that the abort flag, the
 // launcher's death and the deadline are all noticed within ~50 ms.
 //
+// A wait may also name the ranks it still needs (`needed`). Between sleeps it
+// then checks them, when a launcher watches the job: a needed rank that has
+// ended (RankControl::ended, written by the launcher) can never arrive, so
+// the wait aborts the job naming it and throws PeerFailure, whatever the
+// rank's exit status; and while a needed rank has not yet joined, the wait
+// does not count towards the timeout (the launcher's start deadline bounds
+// start-up), so a slow start is not mistaken for a hung peer.
+//
 // Thread safety: any number of waiters and wakers, in threads or processes.
 #pragma once
 
@@ -14,7 +22,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <string>
+#include <vector>
 
 #include "shm/arena_layout.hpp"
 
@@ -62,6 +72,15 @@ class WaitGuard {
   void abort(int rank, const std::string& reason) const;
   bool aborted() const;
 
+  // The first of `ranks` (world ranks) that has ended, or -1. Only a job with
+  // a launcher publishes ends.
+  int first_ended(const std::vector<int>& ranks) const;
+  // Whether every one of `ranks` has joined (always true without a launcher).
+  bool all_joined(const std::vector<int>& ranks) const;
+  // Aborts the job blaming `peer`, which ended while this rank waited for it
+  // (`what`), and throws PeerFailure naming both.
+  [[noreturn]] void peer_ended(int peer, const std::string& what) const;
+
   std::chrono::milliseconds timeout() const { return timeout_; }
   int rank() const { return rank_; }
   ArenaHeader& header() const { return header_; }
@@ -72,6 +91,8 @@ class WaitGuard {
   int spin_polls() const { return spin_polls_; }
 
  private:
+  RankControl& control(int rank) const;
+
   ArenaHeader& header_;
   int rank_;
   std::chrono::milliseconds timeout_;
@@ -90,14 +111,21 @@ void pause_cpu();
 void yield_cpu();
 }  // namespace detail
 
-// Returns once ready() is true. Throws PeerFailure on abort or a vanished
-// launcher and Timeout after guard.timeout(), each naming describe().
+// What a wait needs nothing of: no peers to check.
+struct NoPeers {
+  std::vector<int> operator()() const { return {}; }
+};
+
+// Returns once ready() is true. Throws PeerFailure on abort, a vanished
+// launcher or an ended rank among needed() (the world ranks the wait still
+// needs; called only between sleeps), and Timeout after guard.timeout() of
+// waiting with every needed rank joined, each naming describe().
 // Sleeps on `bell`, and also on `second` when given: a wait whose ready()
 // makes progress on two kinds of traffic (a collective that also drains
 // point-to-point mailboxes) is woken by either.
-template <class Ready, class Describe>
+template <class Ready, class Describe, class Needed = NoPeers>
 void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&& describe,
-                Doorbell* second = nullptr) {
+                Needed&& needed = Needed{}, Doorbell* second = nullptr) {
   constexpr auto kYieldPhase = std::chrono::microseconds(200);
   constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 
@@ -106,7 +134,7 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&
     detail::pause_cpu();
     if (ready()) return;
   }
-  const auto started = std::chrono::steady_clock::now();
+  auto started = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - started < kYieldPhase) {
     detail::yield_cpu();
     if (ready()) return;
@@ -133,6 +161,16 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&
     }
     awake();
     if (ready()) return;
+    guard.check_alive();
+    if constexpr (!std::is_same_v<std::decay_t<Needed>, NoPeers>) {
+      const std::vector<int> peers = needed();
+      if (const int peer = guard.first_ended(peers); peer >= 0) {
+        // Its last publication happened before it ended: look once more.
+        if (ready()) return;
+        guard.peer_ended(peer, describe_fn());
+      }
+      if (!guard.all_joined(peers)) started = std::chrono::steady_clock::now();
+    }
     detail::check_wait(guard, started, describe_fn);
   }
 }

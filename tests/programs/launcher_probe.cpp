@@ -14,6 +14,27 @@
 //   launcher_probe leave RANK             rank RANK exits 0 after its last
 //                                         collective; the others go on without
 //                                         it for a while, then exit 0
+//   launcher_probe init-only [MS]        rank K sleeps K * MS ms, then init, print
+//                                         "joined rank=K", exit 0 at once (no
+//                                         collective at all)
+//   launcher_probe send-return [MS]      rank 0 sends 8 floats to rank 1 and
+//                                         returns; rank 1 sleeps MS ms before
+//                                         init, then receives and prints them
+//   launcher_probe leave-needed RANK CODE
+//                                         ranks 0..2 make a subgroup; after a
+//                                         world barrier rank RANK exits CODE while
+//                                         the others wait for it: the subgroup
+//                                         members in an all_reduce, rank 3 in a
+//                                         recv from it
+//   launcher_probe slow-start RANK SECONDS
+//                                         rank RANK sleeps SECONDS before init;
+//                                         then everyone meets in a barrier
+//   launcher_probe init-twice RANK        rank RANK calls World::init() twice
+//   launcher_probe fail-first RANK CODE   in the first attempt (AXON_RESTART_COUNT
+//                                         0) rank RANK exits CODE after init; in
+//                                         later ones every rank prints "attempt
+//                                         N restart-env=<TORCHELASTIC_RESTART_COUNT>"
+//                                         after a barrier and exits 0
 //
 // A rank whose wait fails prints "probe rank K caught <what>" and exits 1.
 #include <signal.h>
@@ -67,10 +88,24 @@ int blocked_forever(World& world) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::fprintf(stderr, "usage: launcher_probe ok|exit|raise|wait|lines ...\n");
+    std::fprintf(stderr, "usage: launcher_probe MODE ... (see the source)\n");
     return 64;
   }
   if (args[0] == "lines") return lines(args.size() > 1 ? std::atoi(args[1].c_str()) : 10);
+  if ((args[0] == "init-only" || args[0] == "send-return") && args.size() == 2) {
+    // Late ranks attach after early ones have already finished.
+    const char* my_rank = std::getenv("RANK");
+    const int k = my_rank ? std::atoi(my_rank) : 0;
+    const int ms = std::atoi(args[1].c_str());
+    if (args[0] == "init-only") ::usleep(static_cast<useconds_t>(k * ms * 1000));
+    if (args[0] == "send-return" && k == 1) ::usleep(static_cast<useconds_t>(ms * 1000));
+  }
+  if (args[0] == "slow-start" && args.size() == 3) {
+    const char* my_rank = std::getenv("RANK");
+    if (my_rank != nullptr && std::atoi(my_rank) == std::atoi(args[1].c_str())) {
+      ::usleep(static_cast<useconds_t>(std::atof(args[2].c_str()) * 1e6));
+    }
+  }
   if (args[0] == "early" && args.size() == 3) {
     const char* my_rank = std::getenv("RANK");
     if (my_rank != nullptr && std::atoi(my_rank) == std::atoi(args[1].c_str())) {
@@ -82,7 +117,10 @@ int main(int argc, char** argv) {
   try {
     World world = World::init();
     rank = world.rank();
-    world.barrier();
+    // These modes are about what happens right after World::init().
+    if (args[0] != "init-only" && args[0] != "send-return" && args[0] != "init-twice") {
+      world.barrier();
+    }
     if (args[0] == "ok") return 0;
     if (args[0] == "wait") return blocked_forever(world);
     if ((args[0] == "exit" || args[0] == "raise") && args.size() == 3) {
@@ -91,6 +129,60 @@ int main(int argc, char** argv) {
         ::raise(std::atoi(args[2].c_str()));
       }
       world.barrier();
+      return 0;
+    }
+    if (args[0] == "init-only") {
+      std::printf("joined rank=%d\n", rank);
+      return 0;
+    }
+    if (args[0] == "send-return") {
+      std::vector<float> data(8);
+      if (rank == 0) {
+        for (int i = 0; i < 8; ++i) data[static_cast<std::size_t>(i)] = static_cast<float>(i) + 0.5f;
+        world.backend().send(std::span<const float>(data), 1, 7);
+      } else if (rank == 1) {
+        world.backend().recv(std::span<float>(data), 0, 7);
+        std::printf("received");
+        for (float v : data) std::printf(" %g", static_cast<double>(v));
+        std::printf("\n");
+      }
+      return 0;
+    }
+    if (args[0] == "leave-needed" && args.size() == 3) {
+      const int leaver = std::atoi(args[1].c_str());
+      const ProcessGroup trio = world.new_group({0, 1, 2});
+      world.barrier();
+      if (rank == leaver) {
+        std::fflush(nullptr);
+        std::_Exit(std::atoi(args[2].c_str()));
+      }
+      std::vector<float> value{1.0f};
+      if (trio.contains(rank)) {
+        trio.backend().all_reduce(std::span<float>(value), ReduceOp::Sum);
+      } else {
+        world.backend().recv(std::span<float>(value), leaver, 5);
+      }
+      std::fprintf(stderr, "probe rank %d was not stopped\n", rank);
+      return 0;
+    }
+    if (args[0] == "slow-start") {
+      world.barrier();
+      std::printf("met rank=%d\n", rank);
+      return 0;
+    }
+    if (args[0] == "init-twice" && args.size() == 2) {
+      if (rank == std::atoi(args[1].c_str())) World again = World::init();
+      world.barrier();
+      return 0;
+    }
+    if (args[0] == "fail-first" && args.size() == 3) {
+      const char* attempt = std::getenv("AXON_RESTART_COUNT");
+      const char* torch = std::getenv("TORCHELASTIC_RESTART_COUNT");
+      if (attempt != nullptr && std::string(attempt) == "0" && rank == std::atoi(args[1].c_str())) {
+        return std::atoi(args[2].c_str());
+      }
+      world.barrier();
+      std::printf("attempt %s restart-env=%s\n", attempt ? attempt : "unset", torch ? torch : "unset");
       return 0;
     }
     if (args[0] == "early") {

@@ -634,9 +634,8 @@ int main(int argc, char** argv) {
   try {
     Options options = parse_or_exit(argc, argv);
     if (!options.seed_given) {
-      // A fresh seed, the same on every rank: derived from the job's arena name.
-      const char* arena = std::getenv("AXON_ARENA");
-      options.seed = std::hash<std::string>{}(arena ? arena : "axon") & 0xFFFFFFFFu;
+      // A fresh seed, the same on every rank: derived from the launcher's pid.
+      options.seed = std::hash<std::string>{}("axon-" + std::to_string(::getppid())) & 0xFFFFFFFFu;
     }
     World world = World::init();
     rank = world.rank();
@@ -646,9 +645,8 @@ int main(int argc, char** argv) {
                   options.endless ? "endless" : std::to_string(options.ops).c_str(),
                   static_cast<unsigned long long>(options.seed));
     }
-    const char* arena = std::getenv("AXON_ARENA");
-    std::printf("ready rank=%d pid=%d arena=%s\n", rank, static_cast<int>(::getpid()),
-                arena ? arena : "none");
+    std::printf("ready rank=%d pid=%d launcher=%d\n", rank, static_cast<int>(::getpid()),
+                static_cast<int>(::getppid()));
     std::fflush(stdout);
 
     std::vector<Group> groups = make_groups(world);

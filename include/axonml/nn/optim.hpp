@@ -26,6 +26,12 @@ class SGD {
   void zero_grad();
   const SGDOptions& options() const { return options_; }
   void set_lr(float lr) { options_.lr = lr; }
+  // The momentum buffers, one per parameter (empty before the first step or
+  // without momentum): what a checkpoint needs besides the parameters.
+  const std::vector<std::vector<float>>& velocity() const { return velocity_; }
+  // Restores velocity() from a checkpoint. Throws InvalidArgument unless it
+  // is empty or has one buffer of each parameter's size.
+  void set_velocity(std::vector<std::vector<float>> velocity);
 
  private:
   std::vector<Parameter*> parameters_;
