@@ -40,6 +40,6 @@ if(TARGET train)
     add_test(NAME "train: 2 ranks with --compress bf16 still learn"
       COMMAND axon-launch -n 2 $<TARGET_FILE:train> --epochs 1 --samples 32768 --compress bf16 --sync overlapped)
     set_tests_properties("train: 2 ranks with --compress bf16 still learn" PROPERTIES
-      PASS_REGULAR_EXPRESSION "bf16 compression.*epoch 1/1  loss [0-9.]+  accuracy (9[0-9]|100)\\.[0-9]+%" TIMEOUT 300)
+      PASS_REGULAR_EXPRESSION "bf16 gradient compression.*epoch 1/1  loss [0-9.]+  accuracy (9[0-9]|100)\\.[0-9]+%" TIMEOUT 300)
   endif()
 endif()
