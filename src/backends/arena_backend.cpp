@@ -159,6 +159,21 @@ void ArenaBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, Redu
   collectives::reduce(impl_->channel, send.data, recv.data, send.count, send.type, op, dst);
 }
 
+// `count` in the descriptor is one block's, as for the other collectives.
+// Send and recv may not overlap (the copy out would read blocks already
+// overwritten), so an in-place call goes through a copy of send.
+void ArenaBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
+  const std::size_t block = send.count / static_cast<std::size_t>(impl_->channel.size());
+  const std::size_t bytes = send.count * size_of(send.type);
+  std::vector<std::byte> copy;
+  if (bytes != 0 && send.data < recv.data + bytes && recv.data < send.data + bytes) {
+    copy.assign(send.data, send.data + bytes);
+    send.data = copy.data();
+  }
+  impl_->channel.begin(call_of(CollectiveOp::AllToAll, send.type, block));
+  collectives::all_to_all(impl_->channel, send.data, recv.data, block, send.type);
+}
+
 void ArenaBackend::do_barrier() {
   impl_->channel.begin(call_of(CollectiveOp::Barrier, DataType::F32, 0));
   collectives::barrier(impl_->channel);
