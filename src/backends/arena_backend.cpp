@@ -13,12 +13,12 @@
 namespace axonml::distributed {
 
 RankState::RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-                     std::chrono::milliseconds timeout)
+                     std::chrono::milliseconds timeout, const std::vector<int>& peer_pids)
     : memory(std::move(memory_owner)),
       base(arena_base),
       header(*reinterpret_cast<shm::ArenaHeader*>(arena_base)),
       world_rank(rank),
-      guard(header, rank, timeout),
+      guard(header, rank, timeout, peer_pids),
       allocator(arena_base, guard),
       p2p(arena_base, rank, guard) {}
 
@@ -43,8 +43,8 @@ ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-    std::chrono::milliseconds timeout) {
-  auto state = std::make_shared<RankState>(std::move(memory_owner), arena_base, rank, timeout);
+    std::chrono::milliseconds timeout, const std::vector<int>& peer_pids) {
+  auto state = std::make_shared<RankState>(std::move(memory_owner), arena_base, rank, timeout, peer_pids);
   std::vector<int> everyone(state->header.world_size);
   for (std::size_t r = 0; r < everyone.size(); ++r) everyone[r] = static_cast<int>(r);
   auto* world = reinterpret_cast<shm::GroupHeader*>(arena_base + state->header.groups_offset);
