@@ -21,7 +21,12 @@ build: configure
 demo: build
 	cd $(BUILD) && ./launcher/axon-launch -n 8 ./examples/train
 
-test: build
+# The PyTorch backend and its tests need these; `make demo` does not.
+TORCH_PACKAGES := python3-torch libtorch-dev pybind11-dev python3-dev
+
+test:
+	@bash scripts/install-deps.sh $(TORCH_PACKAGES)
+	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # Headers, library, tools, CMake package and pkg-config file under PREFIX.
