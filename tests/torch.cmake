@@ -18,6 +18,8 @@ function(axon_torch_test name)
   set_tests_properties("torch: ${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
 endfunction()
 
+axon_torch_test("bad input names the op and sizes, a rank killed with SIGKILL is named by the others within a second" test_errors.py)
+
 foreach(n 2 4)
   axon_torch_test("every op equals Gloo or the reference on ${n} ranks, every dtype" test_ops.py ${n})
   axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync" test_ddp.py ${n})

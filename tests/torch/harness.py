@@ -30,8 +30,9 @@ def _entry(rank, n, port, fn, args, queue):
         queue.put((rank, False, traceback.format_exc()))
 
 
-def run_ranks(n, fn, *args, timeout=300):
-    """fn(rank, n, *args) on n processes; returns [result of rank 0, ...]."""
+def run_ranks(n, fn, *args, timeout=300, dead=()):
+    """fn(rank, n, *args) on n processes; returns [result of rank 0, ...].
+    Ranks in `dead` are expected to die without a result (None for them)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
@@ -41,12 +42,12 @@ def run_ranks(n, fn, *args, timeout=300):
     results = {}
     deadline = time.monotonic() + timeout
     try:
-        while len(results) < n:
+        while len(results) < n - len(dead):
             try:
                 rank, ok, value = queue.get(timeout=1)
             except queue_module.Empty:
                 for r, p in enumerate(procs):
-                    if r not in results and p.exitcode is not None and queue.empty():
+                    if r not in results and r not in dead and p.exitcode is not None and queue.empty():
                         time.sleep(1)  # a result put just before exit may still be in flight
                         if queue.empty():
                             raise AssertionError(f"rank {r} exited with status {p.exitcode} without a result")
@@ -62,4 +63,4 @@ def run_ranks(n, fn, *args, timeout=300):
             if p.is_alive():
                 p.kill()
                 p.join()
-    return [results[r] for r in range(n)]
+    return [results.get(r) for r in range(n)]

@@ -30,7 +30,14 @@ def data(rank, count, dtype, salt, shape=None):
     return torch.randint(low, high, shape, generator=g).to(dtype)
 
 
+HALVES = (torch.bfloat16, torch.float16)
+
+
 def combine(parts, op):
+    """Rank-order reduction. bf16 and f16 in float64, rounded once at the
+    end, as the runtime does (it widens to f32 and rounds once)."""
+    if parts[0].dtype in HALVES:
+        return combine([p.double() for p in parts], op).to(parts[0].dtype)
     acc = parts[0].clone()
     for x in parts[1:]:
         if op in (R.SUM, R.AVG):
@@ -63,10 +70,14 @@ def ops_for(dtype):
     return ops
 
 
-def same(got, want, what):
+def same(got, want, what, loose=False):
+    """Exact for integers; dtype tolerances for floats. `loose` for results
+    of Gloo, which rounds bf16 and f16 after every step of a reduction: an
+    error of a few units in the last place of the inputs' size."""
     try:
         if got.dtype.is_floating_point:
-            torch.testing.assert_close(got, want.to(got.dtype), rtol=None, atol=None, equal_nan=True)
+            tol = 3e-2 if loose and got.dtype in HALVES else None
+            torch.testing.assert_close(got, want.to(got.dtype), rtol=tol, atol=tol, equal_nan=True)
         else:
             assert torch.equal(got, want.to(got.dtype)), f"{got} != {want}"
     except AssertionError as e:
@@ -111,7 +122,7 @@ def check(rank, n):
                         g = g / n
                     if g is not None and dtype != torch.bool:
                         stats["gloo"] += 1
-                        same(t, g, f"all_reduce {op} {layout} {at} vs gloo")
+                        same(t, g, f"all_reduce {op} {layout} {at} vs gloo", loose=True)
                     else:
                         stats["reference"] += 1
                     same(t, combine(inputs, op), f"all_reduce {op} {layout} {at} vs reference")
