@@ -72,7 +72,8 @@ int launch(const LaunchOptions& options) {
 
   try {
     JobArena arena(options.world_size, arena_bytes, slot_bytes);
-    const RankEnvironment env{options.world_size, arena.name(), arena.bytes(), options.timeout_s};
+    const RankEnvironment env{options.world_size, arena.name(), arena.bytes(), options.timeout_s,
+                              free_local_port()};
     std::vector<RankProcess> ranks;
     ranks.reserve(static_cast<std::size_t>(options.world_size));
     try {

@@ -60,7 +60,8 @@ LaunchOptions parse_options(int argc, char** argv) {
   CLI::App app{
       "Runs N copies of PROGRAM as the ranks of one job, sharing a /dev/shm arena.\n"
       "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA and\n"
-      "AXON_ARENA_BYTES (and AXON_TIMEOUT with --timeout). Exits 0 when every rank\n"
+      "AXON_ARENA_BYTES (and AXON_TIMEOUT with --timeout), and MASTER_ADDR=127.0.0.1 and a\n"
+      "free MASTER_PORT (unless set) for PyTorch's env:// rendezvous. Exits 0 when every rank\n"
       "does, else with the status of the first rank that failed (128+signal for a signal).",
       "axon-launch"};
   app.formatter(std::make_shared<LauncherFormatter>());
