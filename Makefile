@@ -5,7 +5,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test test-asan bench bench-docs docs install clean
+.PHONY: all deps configure build demo test test-torch-suite test-asan bench bench-docs docs install clean
 
 all: build
 
@@ -51,6 +51,11 @@ docs:
 # quiet machine.
 bench-docs: build
 	python3 benchmarks/bench_docs.py --preset $(PRESET)
+
+# PyTorch's whole distributed_test.py against the axon backend (long).
+test-torch-suite: build
+	cd tests/torch && PYTHONPATH=$(CURDIR)/$(BUILD)/python:. PYTHONWARNINGS=ignore WORLD_SIZE=2 \
+	  /usr/bin/python3 run_distributed_test.py
 
 test-asan:
 	@$(MAKE) --no-print-directory test PRESET=asan

@@ -31,3 +31,15 @@ add_test(NAME "torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from 
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
 set_tests_properties("torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as one process does"
                      PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
+
+# A subset of PyTorch's own suite in `make test` (each test spawns its ranks:
+# ~5-15 s a test on a loaded 2-core machine); `make test-torch-suite` runs all
+# of it. The subset: every op family the backend implements.
+set(AXON_TORCH_SUITE_SUBSET -k test_all_reduce_sum -k test_all_reduce_max -k test_broadcast
+    -k test_all_gather -k test_barrier -k test_all_to_all -k test_scatter -k test_gather
+    -k test_reduce_sum -k test_send_recv)
+add_test(NAME "torch: PyTorch's distributed_test.py, a subset (all_reduce, broadcast, all_gather, barrier, all_to_all, scatter, gather, reduce, send/recv) passes on axon"
+         COMMAND ${AXON_TORCH_PYTHON} run_distributed_test.py ${AXON_TORCH_SUITE_SUBSET}
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+set_tests_properties("torch: PyTorch's distributed_test.py, a subset (all_reduce, broadcast, all_gather, barrier, all_to_all, scatter, gather, reduce, send/recv) passes on axon"
+                     PROPERTIES TIMEOUT 1800 ENVIRONMENT "${AXON_TORCH_TEST_ENV};WORLD_SIZE=2")
