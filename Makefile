@@ -5,7 +5,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test test-asan bench bench-docs docs install clean
+.PHONY: all deps configure build demo test test-torch-suite test-asan bench bench-docs docs install clean
 
 all: build
 
@@ -21,7 +21,12 @@ build: configure
 demo: build
 	cd $(BUILD) && ./launcher/axon-launch -n 8 ./examples/train
 
-test: build
+# The PyTorch backend and its tests need these; `make demo` does not.
+TORCH_PACKAGES := python3-torch libtorch-dev pybind11-dev python3-dev
+
+test:
+	@bash scripts/install-deps.sh $(TORCH_PACKAGES)
+	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # Headers, library, tools, CMake package and pkg-config file under PREFIX.
@@ -46,6 +51,11 @@ docs:
 # quiet machine.
 bench-docs: build
 	python3 benchmarks/bench_docs.py --preset $(PRESET)
+
+# PyTorch's whole distributed_test.py against the axon backend (long).
+test-torch-suite: build
+	cd tests/torch && PYTHONPATH=$(CURDIR)/$(BUILD)/python:. PYTHONWARNINGS=ignore WORLD_SIZE=2 \
+	  /usr/bin/python3 run_distributed_test.py
 
 test-asan:
 	@$(MAKE) --no-print-directory test PRESET=asan

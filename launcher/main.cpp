@@ -56,7 +56,7 @@ Outcome run_attempt(const LaunchOptions& options, const std::string& program,
                     const sigset_t& child_mask, const SupervisorTimes& times) {
   JobArena arena(options.world_size, arena_bytes, slot_bytes);
   const RankEnvironment env{options.world_size, arena.fd(), arena.bytes(), options.timeout_s,
-                            attempt};
+                            attempt, free_local_port()};
   std::vector<RankProcess> ranks;
   ranks.reserve(static_cast<std::size_t>(options.world_size));
   try {

@@ -61,10 +61,10 @@ LaunchOptions parse_options(int argc, char** argv) {
   CLI::App app{
       "Runs N copies of PROGRAM as the ranks of one job, sharing a memory arena.\n"
       "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA_FD,\n"
-      "AXON_ARENA_BYTES and AXON_RESTART_COUNT (and AXON_TIMEOUT with --timeout).\n"
-      "Exits 0 when every rank does, else with the status of the first rank that\n"
-      "failed (128+signal for a signal).",
-      "axon-launch"};
+      "AXON_ARENA_BYTES and AXON_RESTART_COUNT (and AXON_TIMEOUT with --timeout), and\n"
+      "MASTER_ADDR=127.0.0.1 and a free MASTER_PORT (unless set) for PyTorch's env://\n"
+      "rendezvous. Exits 0 when every rank does, else with the status of the first rank\n"
+      "that failed (128+signal for a signal).",      "axon-launch"};
   app.formatter(std::make_shared<LauncherFormatter>());
   app.prefix_command();  // PROGRAM and everything after it are passed through
   // Not ->required(): CLI11 would name the option by its long spelling

@@ -4,6 +4,9 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -74,6 +77,12 @@ void write_all(int fd, const char* data, std::size_t size) {
     char timeout[64];
     std::snprintf(timeout, sizeof(timeout), "%g", *env.timeout_s);
     ::setenv("AXON_TIMEOUT", timeout, 1);
+  }
+
+  // torch.distributed's default env:// rendezvous; a user's own values win.
+  if (env.master_port != 0) {
+    ::setenv("MASTER_ADDR", "127.0.0.1", 0);
+    ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 0);
   }
 
   std::vector<char*> argv;
@@ -201,6 +210,22 @@ int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
+}
+
+int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(fd);
+  return port;
 }
 
 }  // namespace axon_launch

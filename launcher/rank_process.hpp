@@ -55,7 +55,12 @@ struct RankEnvironment {
   std::size_t arena_bytes;
   std::optional<double> timeout_s;
   int restart_count = 0;  // the attempt: 0, then 1.. after --max-restarts restarts
+  // For PyTorch's env:// rendezvous (MASTER_ADDR=127.0.0.1); 0: none found.
+  int master_port = 0;
 };
+
+// A TCP port on 127.0.0.1 that was free a moment ago, or 0.
+int free_local_port();
 
 struct RankProcess {
   int rank = 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build needs, and only those that are missing.
 # Idempotent: silent and fast when everything is present.
-# Extra package names as arguments are installed too (`make docs` adds doxygen).
+# Extra package names as arguments are installed too (`make docs` adds
+# doxygen, `make test` the PyTorch backend's packages).
 set -euo pipefail
 
 packages=(

@@ -159,6 +159,40 @@ TEST_CASE("scatter hands rank r block r of src's data", "[collectives][mock]") {
   });
 }
 
+TEST_CASE("all_to_all hands rank r block r of every rank's data, in rank order", "[collectives][mock]") {
+  const int n = GENERATE(1, 2, 3, 8);
+  const std::size_t count = GENERATE(std::size_t{0}, 1, 1000, 1 << 17);
+  const auto nn = static_cast<std::size_t>(n);
+  CAPTURE(n, count);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    const auto send = tagged_input(r, count * nn);
+    std::vector<float> recv(count * nn, -1.0f);
+    b->all_to_all<float>(send, recv);
+    for (int m = 0; m < n; ++m) {
+      const auto theirs = tagged_input(m, count * nn);
+      const auto block = theirs.begin() + static_cast<long>(static_cast<std::size_t>(r) * count);
+      RANK_REQUIRE(std::equal(block, block + static_cast<long>(count),
+                              recv.begin() + static_cast<long>(static_cast<std::size_t>(m) * count)));
+    }
+  }, kSmallSlots);
+}
+
+TEST_CASE("all_to_all in place gives the same blocks as with separate buffers", "[collectives][mock]") {
+  const int n = GENERATE(2, 3);
+  const std::size_t count = 777;
+  const auto nn = static_cast<std::size_t>(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    auto data = tagged_input(r, count * nn);
+    b->all_to_all<float>(data, data);
+    for (int m = 0; m < n; ++m) {
+      const auto theirs = tagged_input(m, count * nn);
+      const auto block = theirs.begin() + static_cast<long>(static_cast<std::size_t>(r) * count);
+      RANK_REQUIRE(std::equal(block, block + static_cast<long>(count),
+                              data.begin() + static_cast<long>(static_cast<std::size_t>(m) * count)));
+    }
+  });
+}
+
 TEST_CASE("reduce_scatter gives rank r block r of the reduction", "[collectives][mock]") {
   const int n = GENERATE(1, 2, 3, 4, 8);
   const std::size_t count = GENERATE(std::size_t{0}, 1, 7, 1000, 1 << 17);

@@ -27,6 +27,17 @@ TEST_CASE("an invalid root names the op and the valid range", "[errors]") {
   REQUIRE_THROWS_WITH(world[0]->send<float>(data, 0, -3), Contains("invalid tag -3"));
 }
 
+TEST_CASE("all_to_all buffers that do not split into one block per rank name the sizes", "[errors]") {
+  run_ranks(2, [](std::shared_ptr<Backend> b, int r) {
+    std::vector<float> odd(3), four(4), six(6);
+    RANK_REQUIRE(error_of([&] { b->all_to_all<float>(odd, odd); }) ==
+                 "all_to_all on rank " + std::to_string(r) +
+                     " of 2: send has 3 elements, which do not split into 2 equal blocks (one per rank)");
+    RANK_REQUIRE_THAT(error_of([&] { b->all_to_all<float>(four, six); }),
+                      Contains("all_to_all") && Contains("recv has 6 elements but must have 4"));
+  });
+}
+
 TEST_CASE("receive buffers of the wrong size name both sizes", "[errors]") {
   run_ranks(2, [](std::shared_ptr<Backend> b, int r) {
     std::vector<float> send(3), recv(5);

@@ -13,5 +13,6 @@
 #include "axonml/distributed/mock_backend.hpp"
 #include "axonml/distributed/process_group.hpp"
 #include "axonml/distributed/shm_backend.hpp"
+#include "axonml/distributed/store_backend.hpp"
 #include "axonml/distributed/tensor.hpp"
 #include "axonml/distributed/world.hpp"

@@ -13,12 +13,12 @@
 namespace axonml::distributed {
 
 RankState::RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-                     std::chrono::milliseconds timeout)
+                     std::chrono::milliseconds timeout, const std::vector<int>& peer_pids)
     : memory(std::move(memory_owner)),
       base(arena_base),
       header(*reinterpret_cast<shm::ArenaHeader*>(arena_base)),
       world_rank(rank),
-      guard(header, rank, timeout),
+      guard(header, rank, timeout, peer_pids),
       allocator(arena_base, guard),
       p2p(arena_base, rank, guard) {}
 
@@ -43,8 +43,8 @@ ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-    std::chrono::milliseconds timeout) {
-  auto state = std::make_shared<RankState>(std::move(memory_owner), arena_base, rank, timeout);
+    std::chrono::milliseconds timeout, const std::vector<int>& peer_pids) {
+  auto state = std::make_shared<RankState>(std::move(memory_owner), arena_base, rank, timeout, peer_pids);
   std::vector<int> everyone(state->header.world_size);
   for (std::size_t r = 0; r < everyone.size(); ++r) everyone[r] = static_cast<int>(r);
   auto* world = reinterpret_cast<shm::GroupHeader*>(arena_base + state->header.groups_offset);
@@ -157,6 +157,21 @@ void ArenaBackend::do_scatter(ConstBuffer send, MutableBuffer recv, int src) {
 void ArenaBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, ReduceOp op) {
   impl_->channel.begin(reducing(call_of(CollectiveOp::Reduce, send.type, send.count, dst), op));
   collectives::reduce(impl_->channel, send.data, recv.data, send.count, send.type, op, dst);
+}
+
+// `count` in the descriptor is one block's, as for the other collectives.
+// Send and recv may not overlap (the copy out would read blocks already
+// overwritten), so an in-place call goes through a copy of send.
+void ArenaBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
+  const std::size_t block = send.count / static_cast<std::size_t>(impl_->channel.size());
+  const std::size_t bytes = send.count * size_of(send.type);
+  std::vector<std::byte> copy;
+  if (bytes != 0 && send.data < recv.data + bytes && recv.data < send.data + bytes) {
+    copy.assign(send.data, send.data + bytes);
+    send.data = copy.data();
+  }
+  impl_->channel.begin(call_of(CollectiveOp::AllToAll, send.type, block));
+  collectives::all_to_all(impl_->channel, send.data, recv.data, block, send.type);
 }
 
 void ArenaBackend::do_barrier() {

@@ -19,7 +19,7 @@ namespace axonml::distributed {
 // subgroup backend it creates.
 struct RankState {
   RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-            std::chrono::milliseconds timeout);
+            std::chrono::milliseconds timeout, const std::vector<int>& peer_pids);
   RankState(const RankState&) = delete;
   RankState& operator=(const RankState&) = delete;
 
@@ -56,10 +56,12 @@ struct ArenaBackend::Impl {
   Impl(std::shared_ptr<RankState> state, shm::GroupHeader* group, int member,
        std::vector<int> world_ranks, GroupAreaHold area = {});
 
-  // The world endpoint of `rank` in a formatted arena at `arena_base`.
+  // The world endpoint of `rank` in a formatted arena at `arena_base`;
+  // `peer_pids` as for shm::WaitGuard (empty: the peers are not watched).
   static std::unique_ptr<Impl> attach_world(std::shared_ptr<void> memory_owner,
                                             std::byte* arena_base, int rank,
-                                            std::chrono::milliseconds timeout);
+                                            std::chrono::milliseconds timeout,
+                                            const std::vector<int>& peer_pids = {});
 
   // Whether [p, p + bytes) lies in this rank's mapping of the arena.
   bool in_arena(const std::byte* p, std::size_t bytes) const;

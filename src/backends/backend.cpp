@@ -61,6 +61,15 @@ std::size_t Backend::times_world_size(std::string_view op, std::string_view what
   return total;
 }
 
+void Backend::check_blocks(std::string_view op, std::string_view what, std::size_t actual) const {
+  if (actual % static_cast<std::size_t>(world_size()) != 0) {
+    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + " of " +
+                          std::to_string(world_size()) + ": " + std::string(what) + " has " +
+                          std::to_string(actual) + " elements, which do not split into " +
+                          std::to_string(world_size()) + " equal blocks (one per rank)");
+  }
+}
+
 void Backend::barrier() { do_barrier(); }
 
 std::shared_ptr<Backend> Backend::new_group(std::span<const int> ranks) {

@@ -13,6 +13,7 @@ std::string_view to_string(CollectiveOp op) {
     case CollectiveOp::Reduce: return "reduce";
     case CollectiveOp::Barrier: return "barrier";
     case CollectiveOp::NewGroup: return "new_group";
+    case CollectiveOp::AllToAll: return "all_to_all";
   }
   return "unknown-collective";
 }

@@ -20,6 +20,7 @@ enum class CollectiveOp : std::uint32_t {
   Reduce,
   Barrier,
   NewGroup,
+  AllToAll,
 };
 
 // "all_reduce", "new_group", …; "unknown-collective" for a value outside the enum.

@@ -42,6 +42,10 @@ void reduce_scatter(RoundChannel& channel, const std::byte* send, std::byte* rec
                     std::size_t count, DataType type, ReduceOp op);
 void reduce(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
             DataType type, ReduceOp op, int root);
+// Every member's slot carries one piece per member each round, like scatter
+// from every root at once.
+void all_to_all(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+                DataType type);
 void barrier(RoundChannel& channel);
 
 }  // namespace axonml::distributed::collectives

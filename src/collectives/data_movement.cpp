@@ -97,4 +97,28 @@ void scatter(RoundChannel& channel, const std::byte* send, std::byte* recv, std:
   }
 }
 
+// Member m's slot holds n pieces of per_round elements: piece q goes to
+// member q. Each round every member fills its slot, exchanges, and copies
+// piece `me` out of every slot. `count` is elements per block.
+void all_to_all(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
+                DataType type) {
+  const std::size_t es = size_of(type);
+  const auto n = static_cast<std::size_t>(channel.size());
+  const auto me = static_cast<std::size_t>(channel.rank());
+  const std::size_t per_round = std::max<std::size_t>(1, channel.slot_bytes() / es / n);
+  const std::size_t rounds = rounds_for(count, per_round);
+  for (std::size_t k = 0; k < rounds; ++k) {
+    const std::size_t offset = k * per_round;
+    const std::size_t len = std::min(per_round, count - std::min(count, offset));
+    for (std::size_t q = 0; q < n; ++q) {
+      copy_bytes(channel.outbox() + q * per_round * es, send + (q * count + offset) * es, len * es);
+    }
+    channel.exchange();
+    for (std::size_t m = 0; m < n; ++m) {
+      copy_bytes(recv + (m * count + offset) * es, channel.inbox(static_cast<int>(m)) + me * per_round * es,
+                 len * es);
+    }
+  }
+}
+
 }  // namespace axonml::distributed::collectives

@@ -394,6 +394,38 @@ void MpiBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, Reduce
                       impl_->what(), impl_->scratch);
 }
 
+// Flat even with a node hierarchy: every block has its own destination, so
+// there is nothing for a node leader to combine. MPI_Alltoall counts are
+// per block, in bytes.
+void MpiBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
+  impl_->check_usable("all_to_all");
+  const std::size_t es = size_of(send.type);
+  const std::size_t block = send.count / static_cast<std::size_t>(world_size());
+  const std::size_t bytes = block * es;
+  const auto call = mpi::describe_call(CollectiveOp::AllToAll, send.type, block);
+  auto& copy = impl_->copy;
+  if (overlaps(send.data, send.count * es, recv.data, recv.count * es)) {
+    copy.assign(send.data, send.data + send.count * es);
+    send.data = copy.data();
+  }
+  if (impl_->begin(call, bytes <= kInline, [&](int peer) {
+        return std::span<const std::byte>(send.data + static_cast<std::size_t>(peer) * bytes, bytes);
+      })) {
+    if (bytes == 0) return;
+    const auto me = static_cast<std::size_t>(rank());
+    std::memcpy(recv.data + me * bytes, send.data + me * bytes, bytes);
+    for (int q = 0; q < world_size(); ++q) {
+      if (q != rank()) std::memcpy(recv.data + static_cast<std::size_t>(q) * bytes, impl_->exchange->received(q).data(), bytes);
+    }
+    return;
+  }
+  const int n = int_count(bytes, "all_to_all", impl_->world_rank());
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ialltoall(send.data, n, MPI_BYTE, recv.data, n, MPI_BYTE, impl_->coll.get(), &request),
+        "all_to_all", impl_->world_rank(), "MPI_Ialltoall of " + impl_->what());
+  impl_->wait_for(request, "MPI_Ialltoall");
+}
+
 void MpiBackend::do_barrier() {
   impl_->check_usable("barrier");
   // With the check on, the call exchange is the barrier: every member hears

@@ -1,6 +1,7 @@
 #include "shm/wait.hpp"
 
 #include <linux/futex.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -74,11 +75,48 @@ int choose_spin_polls(int ranks) {
 
 }  // namespace
 
-WaitGuard::WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds timeout)
+WaitGuard::WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
+                     const std::vector<int>& peer_pids)
     : header_(header),
       rank_(rank),
       timeout_(timeout),
-      spin_polls_(choose_spin_polls(static_cast<int>(header.world_size))) {}
+      spin_polls_(choose_spin_polls(static_cast<int>(header.world_size))),
+      peer_pids_(peer_pids),
+      pidfds_(peer_pids.size(), -1) {
+  for (std::size_t r = 0; r < peer_pids_.size(); ++r) {
+    if (static_cast<int>(r) == rank_ || peer_pids_[r] <= 0) continue;
+    // A pidfd polls readable once the process has exited, zombie or not,
+    // and cannot be fooled by a reused pid.
+    pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, peer_pids_[r], 0));
+    if (pidfds_[r] < 0 && errno == ESRCH) {
+      throw PeerFailure("rank " + std::to_string(rank_) + ": rank " + std::to_string(r) + " (pid " +
+                        std::to_string(peer_pids_[r]) + ") has already exited");
+    }
+  }
+}
+
+WaitGuard::~WaitGuard() {
+  for (int fd : pidfds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void WaitGuard::check_peers() const {
+  for (std::size_t r = 0; r < pidfds_.size(); ++r) {
+    bool dead = false;
+    if (pidfds_[r] >= 0) {
+      pollfd p{pidfds_[r], POLLIN, 0};
+      dead = ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
+    } else if (static_cast<int>(r) != rank_ && peer_pids_[r] > 0) {
+      dead = ::kill(peer_pids_[r], 0) != 0 && errno == ESRCH;  // no pidfd (old kernel)
+    }
+    if (!dead) continue;
+    const std::string reason = "rank " + std::to_string(r) + " (pid " + std::to_string(peer_pids_[r]) +
+                               ") exited or was killed while its peers still needed it";
+    abort(static_cast<int>(r), reason);
+    throw PeerFailure("rank " + std::to_string(rank_) + ": job aborted: " + reason);
+  }
+}
 
 bool WaitGuard::aborted() const {
   return header_.abort_state.load(std::memory_order_acquire) !=
@@ -96,6 +134,7 @@ void WaitGuard::check_alive() const {
     std::string reason(header_.abort_reason, strnlen(header_.abort_reason, sizeof(header_.abort_reason)));
     throw PeerFailure("rank " + std::to_string(rank_) + ": job aborted: " + reason);
   }
+  check_peers();
   // The launcher is normally our parent; a wrapper in between (sh -c, time,
   // a debugger) makes it a grandparent, so ask the kernel before concluding.
   if (header_.launcher_pid != 0 && getppid() != header_.launcher_pid &&

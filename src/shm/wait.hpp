@@ -64,9 +64,18 @@ inline void ring(Doorbell& bell) {
 // What every wait checks besides its own condition. One per rank.
 class WaitGuard {
  public:
-  WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds timeout);
+  // `peer_pids[r]` is rank r's process id when the ranks were started by a
+  // launcher that does not watch them (empty when one does: axon-launch
+  // aborts the arena when a rank dies). Each peer is then watched through a
+  // pidfd, so that a rank that dies fails every wait within one sleep slice.
+  WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
+            const std::vector<int>& peer_pids = {});
+  ~WaitGuard();
+  WaitGuard(const WaitGuard&) = delete;
+  WaitGuard& operator=(const WaitGuard&) = delete;
 
-  // Throws PeerFailure when the job was aborted or the launcher is gone.
+  // Throws PeerFailure when the job was aborted, the launcher is gone, or a
+  // watched peer has exited (which also aborts the job, naming that rank).
   void check_alive() const;
   // Marks the job aborted (first caller wins) and wakes everyone.
   void abort(int rank, const std::string& reason) const;
@@ -94,9 +103,13 @@ class WaitGuard {
   RankControl& control(int rank) const;
 
   ArenaHeader& header_;
+  void check_peers() const;
+
   int rank_;
   std::chrono::milliseconds timeout_;
   int spin_polls_;
+  std::vector<int> peer_pids_;
+  std::vector<int> pidfds_;  // -1 for this rank and for peers that cannot be watched
 };
 
 // The timeout ranks use unless told otherwise: AXON_TIMEOUT seconds, or 300.

@@ -5,7 +5,7 @@
 //   axon-launch -n N shm_collectives_check
 //
 // Sweeps all_reduce, reduce_scatter and reduce over the five ReduceOps, plus
-// broadcast, all_gather, gather, scatter, barrier, over element counts
+// broadcast, all_gather, gather, scatter, all_to_all, barrier, over element counts
 // {0, 1, 17, 4096, 1<<20, one slot + 1}, on the world, on two disjoint
 // subgroups at once (evens and odds) and on the world in reverse order; then
 // send/recv rings where everyone sends first, with tags received out of
@@ -125,6 +125,7 @@ class Checker {
       all_gather(count, ++salt, "all_gather" + size);
       gather(count, ++salt, "gather" + size);
       scatter(count, ++salt, "scatter" + size);
+      all_to_all(count, ++salt, "all_to_all" + size);
       g_.backend->barrier();
     }
   }
@@ -194,6 +195,18 @@ class Checker {
     g_.backend->scatter<float>(send, recv, root);
     const std::size_t offset = count * static_cast<std::size_t>(me_);
     expect(what, recv, [&](std::size_t i) { return input_value(root_world, offset + i, salt); });
+  }
+
+  // Block q of member m's input goes to member q: member me's block m is
+  // element me * count + i of member m's input.
+  void all_to_all(std::size_t count, int salt, const std::string& what) {
+    const std::size_t total = count * static_cast<std::size_t>(n_);
+    const auto send = inputs(g_.world_rank, total, salt);
+    std::vector<float> recv(total, -99.0f);
+    g_.backend->all_to_all<float>(send, recv);
+    expect(what, recv, [&](std::size_t i) {
+      return input_value(g_.members[i / count], static_cast<std::size_t>(me_) * count + i % count, salt);
+    });
   }
 
   const GroupUnderTest& g_;

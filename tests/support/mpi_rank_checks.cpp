@@ -121,6 +121,19 @@ template <typename T> void check_type(Backend& b, const std::string& label) {
     std::vector<T> gathered(count * static_cast<std::size_t>(n));
     b.all_gather(std::span<const T>(all[static_cast<std::size_t>(r)]), std::span<T>(gathered));
     expect(same_bytes(gathered, concatenated), "all_gather " + at);
+
+    // all_to_all: block q of rank p's wide input goes to rank q.
+    std::vector<std::vector<T>> wide(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) wide[static_cast<std::size_t>(q)] = inputs<T>(q, count * static_cast<std::size_t>(n), 9);
+    std::vector<T> exchanged(count * static_cast<std::size_t>(n));
+    b.all_to_all(std::span<const T>(wide[static_cast<std::size_t>(r)]), std::span<T>(exchanged));
+    std::vector<T> expected_blocks;
+    for (int q = 0; q < n; ++q) {
+      const auto& theirs = wide[static_cast<std::size_t>(q)];
+      const auto begin = theirs.begin() + static_cast<std::ptrdiff_t>(count * static_cast<std::size_t>(r));
+      expected_blocks.insert(expected_blocks.end(), begin, begin + static_cast<std::ptrdiff_t>(count));
+    }
+    expect(same_bytes(exchanged, expected_blocks), "all_to_all " + at);
   }
 }
 

@@ -17,6 +17,8 @@
 //   gather          send: count, recv: n * count on dst (ignored elsewhere)
 //   scatter         send: n * count on src (ignored elsewhere), recv: count
 //   reduce          send: count, recv: count on dst (ignored elsewhere)
+//   all_to_all      send: n * count, recv: n * count (send block m goes to
+//                   rank m; recv block m came from rank m)
 //   send / recv     point to point within this communicator: a recv takes
 //                   only messages sent on the same communicator (never one a
 //                   subgroup's endpoint sent), from src, with its tag; those
@@ -57,6 +59,7 @@ class Backend {
   template <Element T> void gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst);
   template <Element T> void scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int src);
   template <Element T> void reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst, ReduceOp op);
+  template <Element T> void all_to_all(std::span<const std::type_identity_t<T>> send, std::span<T> recv);
   template <Element T> void send(std::span<T> data, int dst, int tag = 0);
   template <Element T> void recv(std::span<T> data, int src, int tag = 0);
   void barrier();
@@ -113,6 +116,7 @@ class Backend {
   virtual void do_gather(ConstBuffer send, MutableBuffer recv, int dst) = 0;
   virtual void do_scatter(ConstBuffer send, MutableBuffer recv, int src) = 0;
   virtual void do_reduce(ConstBuffer send, MutableBuffer recv, int dst, ReduceOp op) = 0;
+  virtual void do_all_to_all(ConstBuffer send, MutableBuffer recv) = 0;
   virtual void do_barrier() = 0;
   virtual void do_send(ConstBuffer data, int dst, int tag) = 0;
   virtual void do_recv(MutableBuffer data, int src, int tag) = 0;
@@ -125,6 +129,8 @@ class Backend {
   void check_size(std::string_view op, std::string_view what, std::size_t actual,
                   std::size_t expected, std::string_view why) const;
   void check_peer(std::string_view op, int peer, std::string_view role) const;
+  // `actual` elements must split into world_size() equal blocks.
+  void check_blocks(std::string_view op, std::string_view what, std::size_t actual) const;
   void check_tag(std::string_view op, int tag) const;
   // Throws when `count` elements of `element_bytes` could not exist (their
   // byte count overflows), naming the op and the count.
@@ -188,6 +194,13 @@ void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T>
   check_count("reduce", "send", send.size(), sizeof(T));
   if (rank() == dst) check_size("reduce", "recv", recv.size(), send.size(), "send count on dst");
   do_reduce(view(send), view(recv), dst, op);
+}
+
+template <Element T>
+void Backend::all_to_all(std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
+  check_blocks("all_to_all", "send", send.size());
+  check_size("all_to_all", "recv", recv.size(), send.size(), "send count");
+  do_all_to_all(view(send), view(recv));
 }
 
 template <Element T> void Backend::send(std::span<T> data, int dst, int tag) {

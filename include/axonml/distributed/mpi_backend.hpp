@@ -91,6 +91,7 @@ class MpiBackend final : public Backend {
   void do_gather(ConstBuffer send, MutableBuffer recv, int dst) override;
   void do_scatter(ConstBuffer send, MutableBuffer recv, int src) override;
   void do_reduce(ConstBuffer send, MutableBuffer recv, int dst, ReduceOp op) override;
+  void do_all_to_all(ConstBuffer send, MutableBuffer recv) override;
   void do_barrier() override;
   void do_send(ConstBuffer data, int dst, int tag) override;
   void do_recv(MutableBuffer data, int src, int tag) override;

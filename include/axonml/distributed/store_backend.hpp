@@ -1,0 +1,61 @@
+// StoreBackend: a world whose ranks find each other through a key-value
+// store, under any launcher.
+//
+// axon-launch hands its ranks a ready arena; other launchers (PyTorch's
+// env:// and tcp:// rendezvous, torch.multiprocessing, SLURM) only give each
+// process its rank, the world size and a shared store. create() builds the
+// arena through that store:
+//   1. every rank publishes its host (hostname and kernel boot id) and pid;
+//      ranks on different machines get InvalidArgument naming the hosts;
+//   2. rank 0 creates the arena as an anonymous memfd (owner-only, no name
+//      in /dev/shm, so nothing can leak it even after kill -9), formats it
+//      and publishes "/proc/<pid>/fd/<fd>";
+//   3. the others open and map that path (same user, same machine) and all
+//      meet in a barrier on the arena, after which rank 0 closes the fd and
+//      the memory lives only in the ranks' mappings.
+// Each rank watches its peers' pids (shm::WaitGuard), so a peer that dies
+// fails every current and later wait within ~50 ms, naming the rank.
+//
+// One store namespace makes one world: callers that build several (one per
+// process group) give each its own prefix.
+//
+// Thread safety: one thread at a time per object; see Backend.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "axonml/distributed/arena_backend.hpp"
+
+namespace axonml::distributed {
+
+// The store create() needs: set and a blocking get.
+class KeyValueStore {
+ public:
+  virtual ~KeyValueStore() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Waits until `key` is set; throws when the store gives up.
+  virtual std::string get(const std::string& key) = 0;
+};
+
+struct StoreOptions {
+  std::chrono::milliseconds timeout{0};  // 0: AXON_TIMEOUT or 300 s
+  std::size_t arena_bytes = 0;           // 0: the default for the world size
+  std::size_t slot_bytes = 0;            // 0: the default
+};
+
+class StoreBackend final : public ArenaBackend {
+ public:
+  // Collective over the `world_size` processes that share `store`. Throws
+  // InvalidArgument for a bad rank or size or ranks on different hosts, and
+  // Error naming the path and errno when the arena cannot be made or opened.
+  static std::shared_ptr<StoreBackend> create(KeyValueStore& store, int rank, int world_size,
+                                              StoreOptions options = {});
+
+ private:
+  using ArenaBackend::ArenaBackend;
+};
+
+}  // namespace axonml::distributed

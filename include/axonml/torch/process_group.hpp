@@ -1,0 +1,97 @@
+// ProcessGroupAxon: the axonml shared-memory runtime as a PyTorch (1.13)
+// c10d process group, the backend "axon" of torch.distributed.
+//
+// Each process group (the default one and every new_group) builds its own
+// arena through the c10d Store PyTorch passes in (StoreBackend: an anonymous
+// memfd, nothing in /dev/shm), so it works under any launcher on one machine.
+// Every op checks its arguments on the calling thread (InvalidArgument, a
+// RuntimeError in Python), then runs on the group's one communication thread
+// in call order and returns a Work whose getFuture() completes with the
+// output tensors; errors from the run (a dead peer, a timeout, ranks that
+// disagree) surface from wait() and the future.
+//
+// Reductions (SUM, AVG, PRODUCT, MIN, MAX) run in the runtime for float32,
+// float64, bfloat16, float16, int32 and int64; other dtypes and the bitwise
+// ops (BAND, BOR, BXOR, integer and bool tensors only) gather every rank's
+// tensor and combine them locally in rank order. Data movement works for
+// every dtype. Non-contiguous tensors go through a contiguous copy. CPU
+// tensors only; recv from any source is not supported.
+//
+// Thread safety: as any c10d::ProcessGroup (ops may be called from any
+// thread; they run in the order they were called).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace axonml::distributed {
+class Backend;
+}
+
+namespace axonml::torch {
+
+class CommThread;
+
+class ProcessGroupAxon final : public c10d::ProcessGroup {
+ public:
+  // Collective over the `size` processes sharing `store`; `timeout` bounds
+  // every wait for a peer (0: AXON_TIMEOUT or 300 s).
+  ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   std::chrono::milliseconds timeout);
+  ~ProcessGroupAxon() override;
+
+  // The creator torch.distributed.Backend.register_backend expects.
+  static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       int rank, int size,
+                                                       std::chrono::milliseconds timeout);
+
+  const std::string getBackendName() const override { return "axon"; }
+
+  using Work = c10d::Work;
+  using Tensors = std::vector<at::Tensor>;
+
+  c10::intrusive_ptr<Work> broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<Work> allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<Work> allreduce_coalesced(Tensors& tensors,
+                                               const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<Work> reduce(Tensors& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<Work> allgather(std::vector<Tensors>& outputs, Tensors& inputs,
+                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<Work> allgather_coalesced(std::vector<Tensors>& outputs, Tensors& inputs,
+                                               const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<Work> gather(std::vector<Tensors>& outputs, Tensors& inputs,
+                                  const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<Work> scatter(Tensors& outputs, std::vector<Tensors>& inputs,
+                                   const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<Work> reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
+                                          const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                         std::vector<int64_t>& output_splits,
+                                         std::vector<int64_t>& input_splits,
+                                         const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<Work> alltoall(Tensors& outputs, Tensors& inputs,
+                                    const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<Work> send(Tensors& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<Work> recv(Tensors& tensors, int src, int tag) override;
+  c10::intrusive_ptr<Work> recvAnysource(Tensors& tensors, int tag) override;
+
+ private:
+  // Queues `run` on the communication thread; the Work completes with
+  // `outputs` once it returns.
+  c10::intrusive_ptr<Work> enqueue(c10d::OpType type, Tensors outputs, std::function<void()> run);
+
+  std::shared_ptr<distributed::Backend> backend_;
+  std::unique_ptr<CommThread> thread_;
+};
+
+}  // namespace axonml::torch

@@ -1,0 +1,149 @@
+#include "axonml/distributed/store_backend.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "axonml/distributed/error.hpp"
+#include "backends/arena_backend_impl.hpp"
+#include "shm/arena_layout.hpp"
+#include "shm/wait.hpp"
+
+namespace axonml::distributed {
+namespace {
+
+// "hostname boot-id": equal on two processes exactly when they run under
+// one kernel, which is what sharing memory needs (hostnames alone collide
+// across containers on different machines).
+std::string host_identity() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  return std::string(name) + " " + boot_id;
+}
+
+std::string host_name(const std::string& identity) { return identity.substr(0, identity.find(' ')); }
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Closes the descriptor on every path out.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::shared_ptr<void> map_shared(int fd, std::size_t bytes, const std::string& who,
+                                 const std::string& what) {
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    throw Error(who + "cannot map the arena " + what + " (" + std::to_string(bytes) +
+                " bytes): " + errno_text());
+  }
+  return std::shared_ptr<void>(base, [bytes](void* p) { ::munmap(p, bytes); });
+}
+
+}  // namespace
+
+std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int rank, int world_size,
+                                                   StoreOptions options) {
+  if (world_size < 1 || world_size > shm::kMaxWorldSize) {
+    throw InvalidArgument("store backend: world size " + std::to_string(world_size) +
+                          " is outside 1.." + std::to_string(shm::kMaxWorldSize));
+  }
+  if (rank < 0 || rank >= world_size) {
+    throw InvalidArgument("store backend: invalid rank " + std::to_string(rank) +
+                          " (rank should be in the 0.." + std::to_string(world_size - 1) + " range)");
+  }
+  const std::string who = "rank " + std::to_string(rank) + ": ";
+  const auto timeout = options.timeout.count() > 0 ? options.timeout : shm::default_timeout();
+
+  // 1. Hosts and pids.
+  const std::string mine = host_identity();
+  store.set("axon/host/" + std::to_string(rank), mine + " " + std::to_string(::getpid()));
+  std::vector<int> pids(static_cast<std::size_t>(world_size));
+  std::string elsewhere;
+  for (int r = 0; r < world_size; ++r) {
+    std::istringstream entry(store.get("axon/host/" + std::to_string(r)));
+    std::string name, boot_id;
+    entry >> name >> boot_id >> pids[static_cast<std::size_t>(r)];
+    if (name + " " + boot_id != mine) {
+      elsewhere += (elsewhere.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on " + name;
+    }
+  }
+  if (!elsewhere.empty()) {
+    throw InvalidArgument(who + "the axon backend needs every rank of a group on one machine, but this rank "
+                          "runs on " + host_name(mine) + " and " + elsewhere +
+                          " (hosts with equal names differ in their boot id)");
+  }
+
+  // 2. Rank 0 makes the arena.
+  shm::ArenaSpec spec;
+  spec.world_size = world_size;
+  spec.arena_bytes = options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size);
+  spec.slot_bytes = options.slot_bytes;
+  const std::size_t bytes = spec.arena_bytes;
+  Fd memfd;
+  std::shared_ptr<void> memory;
+  if (rank == 0) {
+    memfd.fd = ::memfd_create("axon-arena", MFD_CLOEXEC);
+    if (memfd.fd < 0) throw Error(who + "memfd_create for the arena failed: " + errno_text());
+    ::fchmod(memfd.fd, 0600);
+    if (::ftruncate(memfd.fd, static_cast<off_t>(bytes)) != 0) {
+      throw Error(who + "cannot size the arena to " + std::to_string(bytes) + " bytes: " + errno_text());
+    }
+    // Reserve every page now: out of memory fails here, not as SIGBUS later.
+    if (const int err = ::posix_fallocate(memfd.fd, 0, static_cast<off_t>(bytes)); err != 0) {
+      throw Error(who + "cannot reserve " + std::to_string(bytes >> 20) + " MiB for the arena: " +
+                  std::strerror(err));
+    }
+    memory = map_shared(memfd.fd, bytes, who, "(memfd)");
+    shm::format_arena(memory.get(), spec);
+    store.set("axon/arena", std::to_string(::getpid()) + " " + std::to_string(memfd.fd) + " " +
+                                std::to_string(bytes));
+  } else {
+    std::istringstream entry(store.get("axon/arena"));
+    long long pid = 0, fd = 0;
+    std::size_t published = 0;
+    entry >> pid >> fd >> published;
+    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+    Fd opened;
+    opened.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (opened.fd < 0) {
+      throw Error(who + "cannot open rank 0's arena " + path + ": " + errno_text() +
+                  " (every rank must run as the same user in one PID namespace)");
+    }
+    struct stat info {};
+    if (::fstat(opened.fd, &info) != 0 || static_cast<std::size_t>(info.st_size) != published) {
+      throw Error(who + "rank 0's arena " + path + " has " + std::to_string(info.st_size) +
+                  " bytes but rank 0 published " + std::to_string(published));
+    }
+    memory = map_shared(opened.fd, published, who, path);
+    shm::check_arena(memory.get(), published, world_size);
+  }
+
+  auto* base = static_cast<std::byte*>(memory.get());
+  auto& header = *reinterpret_cast<shm::ArenaHeader*>(base);
+  auto* controls = reinterpret_cast<shm::RankControl*>(base + header.rank_controls_offset);
+  controls[rank].joined.store(1, std::memory_order_release);
+  header.attached.fetch_add(1, std::memory_order_acq_rel);
+
+  auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, pids);
+  auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)));
+  // 3. Once everyone has mapped the arena, rank 0's descriptor (closed when
+  // memfd goes out of scope) is no longer needed.
+  backend->barrier();
+  return backend;
+}
+
+}  // namespace axonml::distributed

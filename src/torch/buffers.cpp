@@ -1,0 +1,253 @@
+#include "torch/buffers.hpp"
+
+#include <span>
+
+#include "axonml/distributed/error.hpp"
+
+namespace axonml::torch {
+namespace ad = axonml::distributed;
+
+std::optional<ad::DataType> native_type(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return ad::DataType::F32;
+    case at::kDouble: return ad::DataType::F64;
+    case at::kBFloat16: return ad::DataType::BF16;
+    case at::kHalf: return ad::DataType::F16;
+    case at::kInt: return ad::DataType::I32;
+    case at::kLong: return ad::DataType::I64;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<ad::ReduceOp> native_op(const c10d::ReduceOp& op, const std::string& where) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return ad::ReduceOp::Sum;
+    case c10d::ReduceOp::AVG: return ad::ReduceOp::Average;
+    case c10d::ReduceOp::PRODUCT: return ad::ReduceOp::Product;
+    case c10d::ReduceOp::MIN: return ad::ReduceOp::Min;
+    case c10d::ReduceOp::MAX: return ad::ReduceOp::Max;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR: return std::nullopt;
+    default:
+      throw ad::InvalidArgument(where + ": reduce op " + std::to_string(static_cast<int>(op.op_)) +
+                                " is not supported by the axon backend (SUM, AVG, PRODUCT, MIN, MAX, "
+                                "BAND, BOR, BXOR are)");
+  }
+}
+
+void check_tensor(const at::Tensor& t, const std::string& where) {
+  if (!t.defined()) throw ad::InvalidArgument(where + ": undefined tensor");
+  if (!t.device().is_cpu()) {
+    throw ad::InvalidArgument(where + ": tensor on " + t.device().str() +
+                              ", but the axon backend moves CPU tensors only");
+  }
+  if (t.layout() != at::kStrided) {
+    throw ad::InvalidArgument(where + ": sparse or other non-strided tensors are not supported");
+  }
+}
+
+void check_same_dtype(const at::Tensor& t, at::ScalarType type, const std::string& where) {
+  if (t.scalar_type() != type) {
+    throw ad::InvalidArgument(where + ": tensors of different dtypes (" +
+                              std::string(c10::toString(t.scalar_type())) + " and " +
+                              std::string(c10::toString(type)) + ")");
+  }
+}
+
+void check_fallback(const c10d::ReduceOp& op, at::ScalarType type, const std::string& where) {
+  const bool integral = at::isIntegralType(type, /*includeBool=*/true);
+  if ((op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR ||
+       op.op_ == c10d::ReduceOp::BXOR) && !integral) {
+    throw ad::InvalidArgument(where + ": bitwise reductions need an integer or bool tensor, not " +
+                              std::string(c10::toString(type)));
+  }
+  if (op.op_ == c10d::ReduceOp::AVG && !native_type(type)) {
+    throw ad::InvalidArgument(where + ": AVG is supported for Float, Double, BFloat16, Half, Int and "
+                              "Long tensors, not " + std::string(c10::toString(type)));
+  }
+  if (at::isComplexType(type) && (op.op_ == c10d::ReduceOp::MIN || op.op_ == c10d::ReduceOp::MAX)) {
+    throw ad::InvalidArgument(where + ": MIN and MAX are not defined for complex tensors");
+  }
+}
+
+void combine(const std::vector<at::Tensor>& parts, const c10d::ReduceOp& op, at::Tensor& out) {
+  at::Tensor acc = parts.front().clone();
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const at::Tensor& x = parts[i];
+    switch (op.op_) {
+      case c10d::ReduceOp::SUM: acc.add_(x); break;
+      case c10d::ReduceOp::PRODUCT: acc.mul_(x); break;
+      case c10d::ReduceOp::MIN: acc = at::minimum(acc, x); break;
+      case c10d::ReduceOp::MAX: acc = at::maximum(acc, x); break;
+      case c10d::ReduceOp::BAND: acc.bitwise_and_(x); break;
+      case c10d::ReduceOp::BOR: acc.bitwise_or_(x); break;
+      case c10d::ReduceOp::BXOR: acc.bitwise_xor_(x); break;
+      default: TORCH_INTERNAL_ASSERT(false, "combine: op checked by native_op");
+    }
+  }
+  out.copy_(acc.view(out.sizes()));
+}
+
+namespace {
+
+// The element type data of `t` moves as: its own when the runtime knows it,
+// else the widest integer whose size divides the byte count (bytes of an
+// odd-sized tensor of 1-byte elements go as a padded copy, see Moved).
+struct Words {
+  ad::DataType type;
+  std::size_t count;
+};
+
+template <typename Fn> decltype(auto) typed(ad::DataType type, Fn&& fn) {
+  return ad::visit_element_type(type, std::forward<Fn>(fn));
+}
+
+template <typename T> std::span<T> span_of(const at::Tensor& t, std::size_t count) {
+  return std::span<T>(static_cast<T*>(t.data_ptr()), count);
+}
+
+Words words_of(const at::Tensor& t) {
+  if (auto type = native_type(t.scalar_type())) return {*type, static_cast<std::size_t>(t.numel())};
+  const std::size_t bytes = t.nbytes();
+  if (bytes % 8 == 0) return {ad::DataType::I64, bytes / 8};
+  if (bytes % 4 == 0) return {ad::DataType::I32, bytes / 4};
+  // 16-bit halves move verbatim: data movement never converts.
+  TORCH_INTERNAL_ASSERT(bytes % 2 == 0, "words_of: odd byte count must be padded first");
+  return {ad::DataType::F16, bytes / 2};
+}
+
+// A tensor of `blocks` equal blocks as bytes padded to an even size, for
+// 1-byte dtypes with an odd element count per block.
+at::Tensor padded(const at::Tensor& t, std::int64_t blocks) {
+  auto bytes = t.reshape({blocks, -1}).view(at::kByte);
+  return at::constant_pad_nd(bytes, {0, 1}).contiguous();
+}
+void unpad(const at::Tensor& staged, at::Tensor& out, std::int64_t blocks) {
+  auto view = out.view({blocks, -1}).view(at::kByte);
+  view.copy_(staged.view({blocks, -1}).narrow(1, 0, view.size(1)));
+}
+bool needs_padding(const at::Tensor& t, std::int64_t blocks) {
+  return !native_type(t.scalar_type()) && (t.nbytes() / static_cast<std::size_t>(blocks)) % 2 == 1;
+}
+
+}  // namespace
+
+void all_reduce(ad::Backend& b, at::Tensor& flat, ad::ReduceOp op) {
+  const Words w = words_of(flat);
+  typed(w.type, [&]<typename T>(T) { b.all_reduce(span_of<T>(flat, w.count), op); });
+}
+
+void reduce(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, int root, ad::ReduceOp op) {
+  const Words w = words_of(send);
+  const std::size_t out = b.rank() == root ? w.count : 0;
+  typed(w.type, [&]<typename T>(T) {
+    b.reduce<T>(span_of<const T>(send, w.count), span_of<T>(recv, out), root, op);
+  });
+}
+
+void reduce_scatter(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, ad::ReduceOp op) {
+  const Words w = words_of(recv);
+  const std::size_t n = static_cast<std::size_t>(b.world_size());
+  typed(w.type, [&]<typename T>(T) {
+    b.reduce_scatter<T>(span_of<const T>(send, w.count * n), span_of<T>(recv, w.count), op);
+  });
+}
+
+void broadcast(ad::Backend& b, at::Tensor& flat, int root) {
+  if (needs_padding(flat, 1)) {
+    auto staged = padded(flat, 1);
+    broadcast(b, staged, root);
+    return unpad(staged, flat, 1);
+  }
+  const Words w = words_of(flat);
+  typed(w.type, [&]<typename T>(T) { b.broadcast(span_of<T>(flat, w.count), root); });
+}
+
+void all_gather(ad::Backend& b, const at::Tensor& send, at::Tensor& recv) {
+  const std::int64_t n = b.world_size();
+  if (needs_padding(send, 1)) {
+    auto staged_send = padded(send, 1);
+    auto staged_recv = at::empty({n * staged_send.numel()}, at::kByte);
+    all_gather(b, staged_send, staged_recv);
+    return unpad(staged_recv, recv, n);
+  }
+  const Words w = words_of(send);
+  typed(w.type, [&]<typename T>(T) {
+    b.all_gather<T>(span_of<const T>(send, w.count), span_of<T>(recv, w.count * static_cast<std::size_t>(n)));
+  });
+}
+
+void gather(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, int root) {
+  const std::int64_t n = b.world_size();
+  const bool is_root = b.rank() == root;
+  if (needs_padding(send, 1)) {
+    auto staged_send = padded(send, 1);
+    auto staged_recv = at::empty({is_root ? n * staged_send.numel() : 0}, at::kByte);
+    gather(b, staged_send, staged_recv, root);
+    if (is_root) unpad(staged_recv, recv, n);
+    return;
+  }
+  const Words w = words_of(send);
+  typed(w.type, [&]<typename T>(T) {
+    b.gather<T>(span_of<const T>(send, w.count),
+                span_of<T>(recv, is_root ? w.count * static_cast<std::size_t>(n) : 0), root);
+  });
+}
+
+void scatter(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, int root) {
+  const std::int64_t n = b.world_size();
+  const bool is_root = b.rank() == root;
+  if (needs_padding(recv, 1)) {
+    auto staged_recv = at::empty({static_cast<std::int64_t>(recv.nbytes()) + 1}, at::kByte);
+    auto staged_send = is_root ? padded(send, n) : at::empty({0}, at::kByte);
+    scatter(b, staged_send, staged_recv, root);
+    return unpad(staged_recv, recv, 1);
+  }
+  const Words w = words_of(recv);
+  typed(w.type, [&]<typename T>(T) {
+    b.scatter<T>(span_of<const T>(send, is_root ? w.count * static_cast<std::size_t>(n) : 0),
+                 span_of<T>(recv, w.count), root);
+  });
+}
+
+void all_to_all(ad::Backend& b, const at::Tensor& send, at::Tensor& recv) {
+  const std::int64_t n = b.world_size();
+  if (needs_padding(send, n)) {
+    auto staged_send = padded(send, n);
+    auto staged_recv = at::empty_like(staged_send);
+    all_to_all(b, staged_send, staged_recv);
+    return unpad(staged_recv, recv, n);
+  }
+  // Words of one block decide the type, so that every rank picks the same.
+  const std::size_t block_bytes = send.nbytes() / static_cast<std::size_t>(n);
+  Words w = words_of(send);
+  if (!native_type(send.scalar_type()) && block_bytes % size_of(w.type) != 0) {
+    w = block_bytes % 4 == 0 ? Words{ad::DataType::I32, send.nbytes() / 4}
+                             : Words{ad::DataType::F16, send.nbytes() / 2};
+  }
+  typed(w.type, [&]<typename T>(T) {
+    b.all_to_all<T>(span_of<const T>(send, w.count), span_of<T>(recv, w.count));
+  });
+}
+
+void send(ad::Backend& b, const at::Tensor& flat, int dst, int tag) {
+  if (flat.nbytes() % 2 == 1) {
+    auto staged = padded(flat, 1);
+    return send(b, staged, dst, tag);
+  }
+  const Words w = words_of(flat);
+  typed(w.type, [&]<typename T>(T) { b.send(span_of<T>(flat, w.count), dst, tag); });
+}
+
+void recv(ad::Backend& b, at::Tensor& flat, int src, int tag) {
+  if (flat.nbytes() % 2 == 1) {
+    auto staged = at::empty({static_cast<std::int64_t>(flat.nbytes()) + 1}, at::kByte);
+    recv(b, staged, src, tag);
+    return unpad(staged, flat, 1);
+  }
+  const Words w = words_of(flat);
+  typed(w.type, [&]<typename T>(T) { b.recv(span_of<T>(flat, w.count), src, tag); });
+}
+
+}  // namespace axonml::torch

@@ -1,0 +1,63 @@
+#include "torch/comm_thread.hpp"
+
+#include <ATen/core/ivalue.h>
+
+namespace axonml::torch {
+
+AxonWork::AxonWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+// The future first: DDP's reducer chains its callbacks on it, and wait()
+// callers must find it complete once they return.
+void AxonWork::complete() {
+  future_->markCompleted(c10::IValue(outputs_));
+  finish();
+}
+
+void AxonWork::fail(std::exception_ptr error) {
+  future_->setError(error);
+  finish(error);
+}
+
+CommThread::CommThread() : thread_([this] { loop(); }) {}
+
+CommThread::~CommThread() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  ready_.notify_one();
+  thread_.join();
+}
+
+void CommThread::push(c10::intrusive_ptr<AxonWork> work, std::function<void()> run) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(Task{std::move(work), std::move(run)});
+  }
+  ready_.notify_one();
+}
+
+void CommThread::loop() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    try {
+      task.run();
+    } catch (...) {
+      task.work->fail(std::current_exception());
+      continue;
+    }
+    task.work->complete();
+  }
+}
+
+}  // namespace axonml::torch

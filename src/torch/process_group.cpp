@@ -1,0 +1,495 @@
+#include "axonml/torch/process_group.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "axonml/distributed/error.hpp"
+#include "axonml/distributed/store_backend.hpp"
+#include "torch/buffers.hpp"
+#include "torch/comm_thread.hpp"
+
+namespace axonml::torch {
+namespace ad = axonml::distributed;
+using c10d::OpType;
+
+namespace {
+
+// The c10d store PyTorch passes, as the runtime's KeyValueStore.
+class C10dStore final : public ad::KeyValueStore {
+ public:
+  explicit C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::string& value) override {
+    store_->set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
+  }
+  std::string get(const std::string& key) override {
+    const auto bytes = store_->get(key);
+    return std::string(bytes.begin(), bytes.end());
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+// Runs `fn` on a contiguous tensor with t's values and copies the result
+// back when t itself is not contiguous.
+template <class Fn> void in_place(at::Tensor& t, Fn&& fn) {
+  if (t.is_contiguous()) return fn(t);
+  at::Tensor c = t.contiguous();
+  fn(c);
+  t.copy_(c);
+}
+
+std::string where_of(const char* op, int rank, int size) {
+  return std::string("axon ") + op + " on rank " + std::to_string(rank) + " of " + std::to_string(size);
+}
+
+void check_root(std::int64_t root, int size, const std::string& where, const char* role) {
+  if (root < 0 || root >= size) {
+    throw ad::InvalidArgument(where + ": invalid " + role + " " + std::to_string(root) + " (" + role +
+                              " should be in the 0.." + std::to_string(size - 1) + " range)");
+  }
+}
+
+void check_count(const std::string& where, const std::string& what, std::int64_t actual,
+                 std::int64_t expected, const std::string& why) {
+  if (actual != expected) {
+    throw ad::InvalidArgument(where + ": " + what + " has " + std::to_string(actual) +
+                              " but must have " + std::to_string(expected) + " (" + why + ")");
+  }
+}
+
+// Every tensor valid and of the first one's dtype.
+at::ScalarType check_all(const std::vector<at::Tensor>& tensors, const std::string& where) {
+  if (tensors.empty()) throw ad::InvalidArgument(where + ": no tensors given");
+  for (const auto& t : tensors) check_tensor(t, where);
+  const at::ScalarType type = tensors.front().scalar_type();
+  for (const auto& t : tensors) check_same_dtype(t, type, where);
+  return type;
+}
+
+void check_reducible(const c10d::ReduceOp& op, at::ScalarType type, const std::string& where) {
+  if (!native_op(op, where) || !native_type(type)) check_fallback(op, type, where);
+}
+
+at::Tensor flat_of(const at::Tensor& t) { return t.contiguous().view(-1); }
+
+// t (contiguous) reduced over the group into itself, natively or by
+// gathering every rank's tensor and combining in rank order.
+void all_reduce_tensor(ad::Backend& b, at::Tensor& c, const c10d::ReduceOp& op, const std::string& where) {
+  const auto native = native_op(op, where);
+  if (native && native_type(c.scalar_type())) return axonml::torch::all_reduce(b, c, *native);
+  auto stacked = at::empty({b.world_size(), c.numel()}, c.options());
+  axonml::torch::all_gather(b, c, stacked);
+  combine(stacked.unbind(0), op, c);
+}
+
+}  // namespace
+
+ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size) {
+  C10dStore kv(store);
+  ad::StoreOptions options;
+  options.timeout = timeout;
+  backend_ = ad::StoreBackend::create(kv, rank, size, options);
+  thread_ = std::make_unique<CommThread>();
+}
+
+ProcessGroupAxon::~ProcessGroupAxon() = default;
+
+c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intrusive_ptr<c10d::Store>& store,
+                                                                int rank, int size,
+                                                                std::chrono::milliseconds timeout) {
+  return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::enqueue(OpType type, Tensors outputs, std::function<void()> run) {
+  auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
+  thread_->push(work, std::move(run));
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
+  const std::string where = where_of("broadcast", getRank(), getSize());
+  check_all(tensors, where);
+  check_root(opts.rootRank, getSize(), where, "src");
+  const int root = static_cast<int>(opts.rootRank);
+  return enqueue(OpType::BROADCAST, tensors, [b = backend_, tensors, root]() mutable {
+    for (auto& t : tensors) in_place(t, [&](at::Tensor& c) { axonml::torch::broadcast(*b, c, root); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
+  const std::string where = where_of("allreduce", getRank(), getSize());
+  check_reducible(opts.reduceOp, check_all(tensors, where), where);
+  return enqueue(OpType::ALLREDUCE, tensors, [b = backend_, tensors, op = opts.reduceOp, where]() mutable {
+    for (auto& t : tensors) in_place(t, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& tensors,
+                                                                   const c10d::AllreduceCoalescedOptions& opts) {
+  const std::string where = where_of("allreduce_coalesced", getRank(), getSize());
+  check_reducible(opts.reduceOp, check_all(tensors, where), where);
+  return enqueue(OpType::ALLREDUCE_COALESCED, tensors, [b = backend_, tensors, op = opts.reduceOp, where]() mutable {
+    for (auto& t : tensors) in_place(t, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
+  const std::string where = where_of("reduce", getRank(), getSize());
+  check_reducible(opts.reduceOp, check_all(tensors, where), where);
+  check_root(opts.rootRank, getSize(), where, "dst");
+  const int root = static_cast<int>(opts.rootRank);
+  return enqueue(OpType::REDUCE, tensors, [b = backend_, tensors, op = opts.reduceOp, root, where]() mutable {
+    for (auto& t : tensors) {
+      in_place(t, [&](at::Tensor& c) {
+        const auto native = native_op(op, where);
+        if (native && native_type(c.scalar_type())) {
+          const at::Tensor send = c.clone();
+          return axonml::torch::reduce(*b, send, c, root, *native);
+        }
+        const bool is_root = b->rank() == root;
+        auto stacked = at::empty({is_root ? b->world_size() : 0, c.numel()}, c.options());
+        axonml::torch::gather(*b, c, stacked, root);
+        if (is_root) combine(stacked.unbind(0), op, c);
+      });
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>& outputs, Tensors& inputs,
+                                                         const c10d::AllgatherOptions&) {
+  const std::string where = where_of("allgather", getRank(), getSize());
+  check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
+  check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one list per process");
+  const at::ScalarType type = check_all(inputs, where);
+  check_count(where, "the output list", static_cast<std::int64_t>(outputs[0].size()), getSize(), "one tensor per rank");
+  check_all(outputs[0], where);
+  for (const auto& o : outputs[0]) {
+    check_same_dtype(o, type, where);
+    check_count(where, "an output tensor", o.numel(), inputs[0].numel(), "elements of the input");
+  }
+  return enqueue(OpType::ALLGATHER, outputs[0], [b = backend_, input = inputs[0], outs = outputs[0]]() mutable {
+    const std::int64_t count = input.numel();
+    auto flat = at::empty({b->world_size() * count}, input.options());
+    axonml::torch::all_gather(*b, flat_of(input), flat);
+    for (std::size_t r = 0; r < outs.size(); ++r) {
+      outs[r].copy_(flat.narrow(0, static_cast<std::int64_t>(r) * count, count).view(outs[r].sizes()));
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                               const c10d::AllgatherOptions&) {
+  const std::string where = where_of("_allgather_base", getRank(), getSize());
+  check_all({output, input}, where);
+  check_count(where, "the output tensor", output.numel(), input.numel() * getSize(),
+              "elements of the input x world size");
+  return enqueue(OpType::_ALLGATHER_BASE, {output}, [b = backend_, output, input]() mutable {
+    in_place(output, [&](at::Tensor& c) { axonml::torch::all_gather(*b, flat_of(input), c); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector<Tensors>& outputs, Tensors& inputs,
+                                                                   const c10d::AllgatherOptions&) {
+  const std::string where = where_of("allgather_coalesced", getRank(), getSize());
+  const at::ScalarType type = check_all(inputs, where);
+  check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), getSize(), "one list per rank");
+  Tensors all_outputs;
+  for (auto& list : outputs) {
+    check_count(where, "an output list", static_cast<std::int64_t>(list.size()),
+                static_cast<std::int64_t>(inputs.size()), "one tensor per input");
+    check_all(list, where);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      check_same_dtype(list[i], type, where);
+      check_count(where, "output tensor " + std::to_string(i), list[i].numel(), inputs[i].numel(),
+                  "elements of input " + std::to_string(i));
+      all_outputs.push_back(list[i]);
+    }
+  }
+  return enqueue(OpType::ALLGATHER_COALESCED, all_outputs, [b = backend_, inputs, outputs]() mutable {
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const std::int64_t count = inputs[i].numel();
+      auto flat = at::empty({b->world_size() * count}, inputs[i].options());
+      axonml::torch::all_gather(*b, flat_of(inputs[i]), flat);
+      for (std::size_t r = 0; r < outputs.size(); ++r) {
+        outputs[r][i].copy_(flat.narrow(0, static_cast<std::int64_t>(r) * count, count).view(outputs[r][i].sizes()));
+      }
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& outputs, Tensors& inputs,
+                                                      const c10d::GatherOptions& opts) {
+  const std::string where = where_of("gather", getRank(), getSize());
+  check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
+  const at::ScalarType type = check_all(inputs, where);
+  check_root(opts.rootRank, getSize(), where, "dst");
+  const int root = static_cast<int>(opts.rootRank);
+  Tensors outs;
+  if (getRank() == root) {
+    check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one list on dst");
+    check_count(where, "the output list on dst", static_cast<std::int64_t>(outputs[0].size()), getSize(),
+                "one tensor per rank");
+    check_all(outputs[0], where);
+    for (const auto& o : outputs[0]) {
+      check_same_dtype(o, type, where);
+      check_count(where, "an output tensor", o.numel(), inputs[0].numel(), "elements of the input");
+    }
+    outs = outputs[0];
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    throw ad::InvalidArgument(where + ": only dst (rank " + std::to_string(root) + ") may pass output tensors");
+  }
+  return enqueue(OpType::GATHER, outs, [b = backend_, input = inputs[0], outs, root]() mutable {
+    const std::int64_t count = input.numel();
+    const bool is_root = b->rank() == root;
+    auto flat = at::empty({is_root ? b->world_size() * count : 0}, input.options());
+    axonml::torch::gather(*b, flat_of(input), flat, root);
+    for (std::size_t r = 0; r < outs.size(); ++r) {
+      outs[r].copy_(flat.narrow(0, static_cast<std::int64_t>(r) * count, count).view(outs[r].sizes()));
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
+                                                       const c10d::ScatterOptions& opts) {
+  const std::string where = where_of("scatter", getRank(), getSize());
+  check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
+  const at::ScalarType type = check_all(outputs, where);
+  check_root(opts.rootRank, getSize(), where, "src");
+  const int root = static_cast<int>(opts.rootRank);
+  Tensors ins;
+  if (getRank() == root) {
+    check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one list on src");
+    check_count(where, "the input list on src", static_cast<std::int64_t>(inputs[0].size()), getSize(),
+                "one tensor per rank");
+    check_all(inputs[0], where);
+    for (const auto& i : inputs[0]) {
+      check_same_dtype(i, type, where);
+      check_count(where, "an input tensor", i.numel(), outputs[0].numel(), "elements of the output");
+    }
+    ins = inputs[0];
+  } else if (!inputs.empty() && !inputs[0].empty()) {
+    throw ad::InvalidArgument(where + ": only src (rank " + std::to_string(root) + ") may pass input tensors");
+  }
+  return enqueue(OpType::SCATTER, outputs, [b = backend_, output = outputs[0], ins, root]() mutable {
+    at::Tensor send = ins.empty() ? at::empty({0}, output.options()) : at::cat(
+        [&] { Tensors flat; for (auto& t : ins) flat.push_back(t.reshape(-1)); return flat; }());
+    in_place(output, [&](at::Tensor& c) { axonml::torch::scatter(*b, send, c, root); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
+                                                              const c10d::ReduceScatterOptions& opts) {
+  const std::string where = where_of("reduce_scatter", getRank(), getSize());
+  check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
+  check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one list per process");
+  const at::ScalarType type = check_all(outputs, where);
+  check_reducible(opts.reduceOp, type, where);
+  check_count(where, "the input list", static_cast<std::int64_t>(inputs[0].size()), getSize(), "one tensor per rank");
+  check_all(inputs[0], where);
+  for (const auto& i : inputs[0]) {
+    check_same_dtype(i, type, where);
+    check_count(where, "an input tensor", i.numel(), outputs[0].numel(), "elements of the output");
+  }
+  Tensors ins = inputs[0];
+  return enqueue(OpType::REDUCE_SCATTER, outputs, [b = backend_, output = outputs[0], ins, op = opts.reduceOp, where]() mutable {
+    Tensors flat;
+    for (auto& t : ins) flat.push_back(t.reshape(-1));
+    const at::Tensor send = at::cat(flat);
+    in_place(output, [&](at::Tensor& c) {
+      const auto native = native_op(op, where);
+      if (native && native_type(c.scalar_type())) return axonml::torch::reduce_scatter(*b, send, c, *native);
+      auto blocks = at::empty_like(send);
+      axonml::torch::all_to_all(*b, send, blocks);
+      combine(blocks.view({b->world_size(), -1}).unbind(0), op, c);
+    });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                    const c10d::ReduceScatterOptions& opts) {
+  const std::string where = where_of("_reduce_scatter_base", getRank(), getSize());
+  const at::ScalarType type = check_all({output, input}, where);
+  check_reducible(opts.reduceOp, type, where);
+  check_count(where, "the input tensor", input.numel(), output.numel() * getSize(),
+              "elements of the output x world size");
+  return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [b = backend_, output, input, op = opts.reduceOp, where]() mutable {
+    const at::Tensor send = flat_of(input);
+    in_place(output, [&](at::Tensor& c) {
+      const auto native = native_op(op, where);
+      if (native && native_type(c.scalar_type())) return axonml::torch::reduce_scatter(*b, send, c, *native);
+      auto blocks = at::empty_like(send);
+      axonml::torch::all_to_all(*b, send, blocks);
+      combine(blocks.view({b->world_size(), -1}).unbind(0), op, c);
+    });
+  });
+}
+
+namespace {
+
+// All-to-all of blocks of different sizes: every rank learns every block's
+// byte count (one all_gather), pads each block to the largest, exchanges
+// equal blocks, and unpads. `send_blocks[q]` goes to rank q, `recv_blocks[p]`
+// comes from rank p (both byte views of contiguous memory).
+void uneven_all_to_all(ad::Backend& b, const std::vector<at::Tensor>& send_blocks,
+                       const std::vector<at::Tensor>& recv_blocks, const std::string& where) {
+  const std::int64_t n = b.world_size();
+  const std::int64_t me = b.rank();
+  auto mine = at::empty({n}, at::kLong);
+  for (std::int64_t q = 0; q < n; ++q) mine[q] = static_cast<std::int64_t>(send_blocks[static_cast<std::size_t>(q)].numel());
+  auto all = at::empty({n * n}, at::kLong);
+  axonml::torch::all_gather(b, mine, all);
+  auto sizes = all.view({n, n});
+  const std::int64_t widest = std::max<std::int64_t>(sizes.max().item<std::int64_t>(), 0);
+  for (std::int64_t p = 0; p < n; ++p) {
+    const std::int64_t coming = sizes[p][me].item<std::int64_t>();
+    const std::int64_t expected = recv_blocks[static_cast<std::size_t>(p)].numel();
+    if (coming != expected) {
+      throw ad::InvalidArgument(where + ": rank " + std::to_string(p) + " sends " + std::to_string(coming) +
+                                " bytes to this rank but the output for it has room for " +
+                                std::to_string(expected) + " bytes");
+    }
+  }
+  const std::int64_t stride = widest + (widest % 2);  // whole 16-bit words per block
+  auto send = at::zeros({n * stride}, at::kByte);
+  auto recv = at::empty({n * stride}, at::kByte);
+  for (std::int64_t q = 0; q < n; ++q) {
+    const auto& block = send_blocks[static_cast<std::size_t>(q)];
+    send.narrow(0, q * stride, block.numel()).copy_(block);
+  }
+  axonml::torch::all_to_all(b, send, recv);
+  for (std::int64_t p = 0; p < n; ++p) {
+    auto block = recv_blocks[static_cast<std::size_t>(p)];
+    block.copy_(recv.narrow(0, p * stride, block.numel()));
+  }
+}
+
+std::vector<at::Tensor> split_bytes(const at::Tensor& flat_bytes, const std::vector<std::int64_t>& rows,
+                                    std::int64_t row_bytes) {
+  std::vector<at::Tensor> blocks;
+  std::int64_t offset = 0;
+  for (std::int64_t r : rows) {
+    blocks.push_back(flat_bytes.narrow(0, offset, r * row_bytes));
+    offset += r * row_bytes;
+  }
+  return blocks;
+}
+
+at::Tensor byte_view(const at::Tensor& contiguous) {
+  return at::from_blob(contiguous.data_ptr(), {static_cast<std::int64_t>(contiguous.nbytes())},
+                       at::TensorOptions().dtype(at::kByte));
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                             std::vector<int64_t>& output_splits,
+                                                             std::vector<int64_t>& input_splits,
+                                                             const c10d::AllToAllOptions&) {
+  const std::string where = where_of("alltoall_base", getRank(), getSize());
+  check_all({output, input}, where);
+  const std::int64_t n = getSize();
+  auto check_splits = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* which) {
+    if (splits.empty()) {
+      if (t.dim() == 0 || t.size(0) % n != 0) {
+        throw ad::InvalidArgument(where + ": the " + which + " tensor's first dimension (" +
+                                  (t.dim() ? std::to_string(t.size(0)) : std::string("none")) +
+                                  ") does not split into " + std::to_string(n) + " equal parts");
+      }
+      return;
+    }
+    check_count(where, std::string("the ") + which + " split sizes", static_cast<std::int64_t>(splits.size()), n,
+                "one per rank");
+    std::int64_t total = 0;
+    for (auto s : splits) {
+      if (s < 0) throw ad::InvalidArgument(where + ": negative split size " + std::to_string(s));
+      total += s;
+    }
+    check_count(where, std::string("the ") + which + " tensor's first dimension", t.dim() ? t.size(0) : 0,
+                total, std::string("the sum of the ") + which + " split sizes");
+  };
+  check_splits(input_splits, input, "input");
+  check_splits(output_splits, output, "output");
+  const bool even = input_splits.empty() && output_splits.empty();
+  if (even) check_count(where, "the output tensor", output.numel(), input.numel(), "elements of the input");
+  return enqueue(OpType::ALLTOALL_BASE, {output},
+                 [b = backend_, output, input, in_splits = input_splits, out_splits = output_splits, even, where]() mutable {
+    const at::Tensor send = input.contiguous();
+    in_place(output, [&](at::Tensor& c) {
+      if (even) return axonml::torch::all_to_all(*b, send.view(-1), c);
+      const std::int64_t n = b->world_size();
+      auto splits = [&](const std::vector<int64_t>& given, const at::Tensor& t) {
+        return given.empty() ? std::vector<std::int64_t>(static_cast<std::size_t>(n), t.size(0) / n)
+                             : std::vector<std::int64_t>(given.begin(), given.end());
+      };
+      const std::int64_t row_bytes =
+          send.numel() ? static_cast<std::int64_t>(send.nbytes()) / send.size(0)
+                       : (c.size(0) ? static_cast<std::int64_t>(c.nbytes()) / c.size(0)
+                                    : static_cast<std::int64_t>(c.element_size()));
+      uneven_all_to_all(*b, split_bytes(byte_view(send), splits(in_splits, send), row_bytes),
+                        split_bytes(byte_view(c), splits(out_splits, c), row_bytes), where);
+    });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall(Tensors& outputs, Tensors& inputs,
+                                                        const c10d::AllToAllOptions&) {
+  const std::string where = where_of("alltoall", getRank(), getSize());
+  check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), getSize(), "one tensor per rank");
+  check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), getSize(), "one tensor per rank");
+  const at::ScalarType type = check_all(inputs, where);
+  check_all(outputs, where);
+  for (const auto& o : outputs) check_same_dtype(o, type, where);
+  return enqueue(OpType::ALLTOALL, outputs, [b = backend_, outputs, inputs, where]() mutable {
+    std::vector<at::Tensor> send_blocks, recv_blocks, staged;
+    for (auto& t : inputs) {
+      staged.push_back(t.contiguous());
+      send_blocks.push_back(byte_view(staged.back()));
+    }
+    std::vector<at::Tensor> contiguous_outputs;
+    for (auto& t : outputs) {
+      contiguous_outputs.push_back(t.is_contiguous() ? t : at::empty_like(t, at::MemoryFormat::Contiguous));
+      recv_blocks.push_back(byte_view(contiguous_outputs.back()));
+    }
+    uneven_all_to_all(*b, send_blocks, recv_blocks, where);
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      if (!outputs[i].is_same(contiguous_outputs[i])) outputs[i].copy_(contiguous_outputs[i]);
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::barrier(const c10d::BarrierOptions&) {
+  return enqueue(OpType::BARRIER, {}, [b = backend_] { b->barrier(); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::send(Tensors& tensors, int dst, int tag) {
+  const std::string where = where_of("send", getRank(), getSize());
+  check_count(where, "the tensor list", static_cast<std::int64_t>(tensors.size()), 1, "one tensor");
+  check_all(tensors, where);
+  check_root(dst, getSize(), where, "dst");
+  if (dst == getRank()) throw ad::InvalidArgument(where + ": cannot send to itself");
+  // A copy now: the caller may change the tensor once send() returns.
+  return enqueue(OpType::SEND, tensors, [b = backend_, data = flat_of(tensors[0]).clone(), dst, tag] {
+    axonml::torch::send(*b, data, dst, tag);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src, int tag) {
+  const std::string where = where_of("recv", getRank(), getSize());
+  check_count(where, "the tensor list", static_cast<std::int64_t>(tensors.size()), 1, "one tensor");
+  check_all(tensors, where);
+  check_root(src, getSize(), where, "src");
+  if (src == getRank()) throw ad::InvalidArgument(where + ": cannot receive from itself");
+  return enqueue(OpType::RECV, tensors, [b = backend_, t = tensors[0], src, tag]() mutable {
+    in_place(t, [&](at::Tensor& c) { axonml::torch::recv(*b, c, src, tag); });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recvAnysource(Tensors&, int) {
+  throw ad::InvalidArgument(where_of("recv", getRank(), getSize()) +
+                            ": receiving from any source is not supported by the axon backend; pass src");
+}
+
+}  // namespace axonml::torch

@@ -1,0 +1,45 @@
+# The PyTorch backend (tests/torch/): every op against Gloo, DDP against
+# Gloo, errors and a killed rank, under torch.multiprocessing and under
+# axon-launch. Run with the interpreter that imports torch
+# (AXON_TORCH_PYTHON), the built package on PYTHONPATH, and the stand-in
+# expecttest module from tests/torch.
+if(NOT AXON_WITH_TORCH)
+  message(STATUS "PyTorch tests skipped: built without the torch backend (AXON_WITH_TORCH=OFF or torch not found)")
+  return()
+endif()
+
+set(AXON_TORCH_TEST_ENV
+  "PYTHONPATH=${PROJECT_BINARY_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}/torch"
+  "PYTHONWARNINGS=ignore"
+  "OMP_NUM_THREADS=1")
+function(axon_torch_test name)
+  add_test(NAME "torch: ${name}" COMMAND ${AXON_TORCH_PYTHON} ${ARGN}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+  set_tests_properties("torch: ${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
+endfunction()
+
+axon_torch_test("bad input names the op and sizes, a rank killed with SIGKILL is named by the others within a second" test_errors.py)
+
+foreach(n 2 4)
+  axon_torch_test("every op equals Gloo or the reference on ${n} ranks, every dtype" test_ops.py ${n})
+  axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync" test_ddp.py ${n})
+endforeach()
+
+add_test(NAME "torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as one process does"
+         COMMAND ${AXON_TORCH_PYTHON} test_launch.py $<TARGET_FILE:axon-launch>
+                 ${PROJECT_SOURCE_DIR}/examples/torch_ddp.py 4
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+set_tests_properties("torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as one process does"
+                     PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
+
+# A subset of PyTorch's own suite in `make test` (each test spawns its ranks:
+# ~5-15 s a test on a loaded 2-core machine); `make test-torch-suite` runs all
+# of it. The subset: every op family the backend implements.
+set(AXON_TORCH_SUITE_SUBSET -k test_all_reduce_sum -k test_all_reduce_max -k test_broadcast
+    -k test_all_gather -k test_barrier -k test_all_to_all -k test_scatter -k test_gather
+    -k test_reduce_sum -k test_send_recv)
+add_test(NAME "torch: PyTorch's distributed_test.py, a subset (all_reduce, broadcast, all_gather, barrier, all_to_all, scatter, gather, reduce, send/recv) passes on axon"
+         COMMAND ${AXON_TORCH_PYTHON} run_distributed_test.py ${AXON_TORCH_SUITE_SUBSET}
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+set_tests_properties("torch: PyTorch's distributed_test.py, a subset (all_reduce, broadcast, all_gather, barrier, all_to_all, scatter, gather, reduce, send/recv) passes on axon"
+                     PROPERTIES TIMEOUT 1800 ENVIRONMENT "${AXON_TORCH_TEST_ENV};WORLD_SIZE=2")

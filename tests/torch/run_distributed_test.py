@@ -1,0 +1,49 @@
+"""PyTorch's own distributed test suite (torch/testing/_internal/distributed/
+distributed_test.py, shipped in python3-torch) against the axon backend, the
+way PyTorch's test_distributed_spawn.py drives it for Gloo: each test spawns
+WORLD_SIZE processes that init the backend named by BACKEND.
+
+    PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 run_distributed_test.py [unittest args]
+
+The suite gates many tests on DistTestCases.backend_feature sets; axon joins
+"plugin", "ddp" and "subgroup" here (it is a CPU backend: "gpu"/"cuda" stay
+Gloo's and NCCL's). Tests skipped for axon through the suite's own
+DistTestCases.skip_collective sets, with the reason:
+  "sendrecv anysource" (test_send_recv_any_source*): the backend has no
+      receive from any source (recv names its src; the error says so).
+The suite itself skips its CUDA/NCCL-only tests, and those gated on Gloo by
+name (timeouts, monitored_barrier, Gloo-specific options).
+"""
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("BACKEND", "axon")
+os.environ.setdefault("WORLD_SIZE", "2")
+os.environ.setdefault("INIT_METHOD", "env://")
+if "TEMP_DIR" not in os.environ:
+    os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="axon-dist-test-")
+    os.mkdir(os.path.join(os.environ["TEMP_DIR"], "barrier"))
+    os.mkdir(os.path.join(os.environ["TEMP_DIR"], "test_dir"))
+
+import torch  # noqa: E402
+import axonml_torch  # noqa: E402,F401  (registers "axon", in the spawned ranks too)
+from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
+for feature in ("plugin", "ddp", "subgroup"):
+    DistTestCases.backend_feature[feature].add("axon")
+DistTestCases.skip_collective["sendrecv anysource"].add("axon")
+
+from torch.testing._internal.common_utils import run_tests  # noqa: E402
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+    DistributedTest, TestDistBackend)
+
+
+class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,75 @@
+"""Bad input gives clear errors; a rank killed with SIGKILL makes the others'
+pending and next wait() raise naming it within about a second; nothing is
+left in /dev/shm.
+
+    PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 tests/torch/test_errors.py
+"""
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+from harness import run_ranks
+
+
+def raises(fn, *words):
+    try:
+        fn()
+    except RuntimeError as e:
+        text = str(e)
+        missing = [w for w in words if w not in text]
+        assert not missing, f"error lacks {missing}: {text}"
+        return text
+    raise AssertionError(f"no error; expected one naming {words}")
+
+
+def bad_inputs(rank, n):
+    dist.init_process_group("axon")
+    t = torch.ones(4)
+    # Local mistakes: raised by the call itself, on every rank.
+    raises(lambda: dist.all_gather([torch.ones(4)] * (n + 1), t), "allgather", "output list", str(n + 1))
+    raises(lambda: dist.all_gather([torch.ones(3)] * n, t), "allgather", "3", "4")
+    raises(lambda: dist.broadcast(t, src=n + 5), "broadcast", f"invalid src {n + 5}")
+    raises(lambda: dist._all_gather_base(torch.empty(4 * n + 1), t), "_allgather_base", str(4 * n + 1))
+    raises(lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND), "bitwise", "Float")
+    raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.uint8), op=dist.ReduceOp.AVG), "AVG", "Byte")
+    raises(lambda: dist.all_to_all_single(torch.empty(n + 1), torch.ones(n + 1)), "alltoall_base", "equal parts")
+    raises(lambda: dist.recv(torch.ones(1)), "any source")
+    # Shapes that differ between ranks: every rank's wait() names both sides.
+    w = dist.all_reduce(torch.ones(4 + rank), async_op=True)
+    raises(w.wait, "collective mismatch", "all_reduce", "f32, 4", "f32, 5")
+    dist.destroy_process_group()
+    return True
+
+
+def killed_rank(rank, n):
+    dist.init_process_group("axon")
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    if rank == n - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    pending = dist.all_reduce(t, async_op=True)  # the victim never joins
+    start = time.monotonic()
+    text = raises(pending.wait, f"rank {n - 1}")
+    waited = time.monotonic() - start
+    assert waited < 5, f"noticed the dead rank only after {waited:.1f} s"
+    raises(lambda: dist.all_reduce(torch.ones(3)), f"rank {n - 1}")  # and every later op
+    return text
+
+
+def shm_names():
+    # Only this project's names: other programs (Open MPI) share /dev/shm.
+    return {name for name in os.listdir("/dev/shm") if name.startswith("axon")}
+
+
+if __name__ == "__main__":
+    import axonml_torch  # noqa: F401
+    before = shm_names()
+    run_ranks(2, bad_inputs)
+    print("test_errors: bad inputs give errors naming the op and the sizes")
+    texts = run_ranks(3, killed_rank, dead={2})
+    print(f"test_errors: kill -9 of rank 2 raised on the others: {texts[0].splitlines()[0]}")
+    left = shm_names() - before
+    assert not left, f"left in /dev/shm: {left}"

@@ -1,0 +1,232 @@
+"""Every op of the axon backend against Gloo's result (or, where Gloo 1.13 has
+no such op or dtype, against a reference every rank computes from every
+rank's deterministic input), on random data of every dtype, contiguous and
+not.
+
+    PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 tests/torch/test_ops.py N
+"""
+import sys
+
+import torch
+import torch.distributed as dist
+
+from harness import run_ranks
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+INTS = [torch.int32, torch.int64, torch.uint8, torch.int8, torch.int16]
+DTYPES = FLOATS + INTS + [torch.bool]
+COUNTS = [0, 1, 7, 1000, 70001]
+R = dist.ReduceOp
+
+
+def data(rank, count, dtype, salt, shape=None):
+    g = torch.Generator().manual_seed(rank * 7919 + salt * 104729 + count)
+    shape = shape or (count,)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    low, high = (1, 4) if dtype in (torch.uint8, torch.int8) else (-50, 50)
+    return torch.randint(low, high, shape, generator=g).to(dtype)
+
+
+HALVES = (torch.bfloat16, torch.float16)
+
+
+def combine(parts, op):
+    """Rank-order reduction. bf16 and f16 in float64, rounded once at the
+    end, as the runtime does (it widens to f32 and rounds once)."""
+    if parts[0].dtype in HALVES:
+        return combine([p.double() for p in parts], op).to(parts[0].dtype)
+    acc = parts[0].clone()
+    for x in parts[1:]:
+        if op in (R.SUM, R.AVG):
+            acc.add_(x)
+        elif op == R.PRODUCT:
+            acc.mul_(x)
+        elif op == R.MIN:
+            acc = torch.minimum(acc, x)
+        elif op == R.MAX:
+            acc = torch.maximum(acc, x)
+        elif op == R.BAND:
+            acc.bitwise_and_(x)
+        elif op == R.BOR:
+            acc.bitwise_or_(x)
+        elif op == R.BXOR:
+            acc.bitwise_xor_(x)
+    if op == R.AVG:
+        acc = acc / len(parts) if acc.dtype.is_floating_point else acc
+    return acc
+
+
+def ops_for(dtype):
+    ops = [R.SUM, R.PRODUCT, R.MIN, R.MAX]
+    if dtype.is_floating_point:
+        ops.append(R.AVG)
+    if not dtype.is_floating_point:
+        ops += [R.BAND, R.BOR, R.BXOR]
+    if dtype == torch.bool:
+        ops = [R.MIN, R.MAX, R.BAND, R.BOR, R.BXOR]
+    return ops
+
+
+def same(got, want, what, loose=False):
+    """Exact for integers; dtype tolerances for floats. `loose` for results
+    of Gloo, which rounds bf16 and f16 after every step of a reduction: an
+    error of a few units in the last place of the inputs' size."""
+    try:
+        if got.dtype.is_floating_point:
+            tol = 3e-2 if loose and got.dtype in HALVES else None
+            torch.testing.assert_close(got, want.to(got.dtype), rtol=tol, atol=tol, equal_nan=True)
+        else:
+            assert torch.equal(got, want.to(got.dtype)), f"{got} != {want}"
+    except AssertionError as e:
+        raise AssertionError(f"{what}: {e}") from None
+
+
+def with_gloo(fn, gloo, count=1):
+    """fn(group) under Gloo, or None when Gloo rejects the op or dtype.
+    Gloo 1.13 dies of SIGFPE on empty all_gather inputs: none for count 0."""
+    if count == 0:
+        return None
+    try:
+        return fn(gloo)
+    except RuntimeError:
+        return None
+
+
+def noncontiguous(t):
+    wide = torch.zeros((t.numel(), 2), dtype=t.dtype)
+    wide[:, 0] = t
+    return wide[:, 0]
+
+
+def check(rank, n):
+    dist.init_process_group("axon")
+    gloo = dist.new_group(backend="gloo")
+    stats = {"gloo": 0, "reference": 0}
+    salt = 0
+    for dtype in DTYPES:
+        for count in COUNTS:
+            salt += 1
+            at = f"{dtype} count {count} rank {rank}"
+            inputs = [data(r, count, dtype, salt) for r in range(n)]
+            mine = inputs[rank]
+            for op in ops_for(dtype):
+                for layout in ("contiguous", "strided"):
+                    t = mine.clone() if layout == "contiguous" else noncontiguous(mine)
+                    dist.all_reduce(t, op=op)
+                    g_op = R.SUM if op == R.AVG else op
+                    g = with_gloo(lambda grp: (lambda x: (dist.all_reduce(x, op=g_op, group=grp), x)[1])(mine.clone()), gloo, count)
+                    if g is not None and dtype.is_floating_point and op == R.AVG:
+                        g = g / n
+                    if g is not None and dtype != torch.bool:
+                        stats["gloo"] += 1
+                        same(t, g, f"all_reduce {op} {layout} {at} vs gloo", loose=True)
+                    else:
+                        stats["reference"] += 1
+                    same(t, combine(inputs, op), f"all_reduce {op} {layout} {at} vs reference")
+            # reduce to the last rank
+            for op in (R.SUM, R.MAX):
+                if dtype == torch.bool and op == R.SUM:
+                    continue
+                t = mine.clone()
+                dist.reduce(t, dst=n - 1, op=op)
+                if rank == n - 1:
+                    same(t, combine(inputs, op), f"reduce {op} {at}")
+                else:
+                    same(t, mine, f"reduce {op} {at}: non-dst tensor changed")
+            # all_reduce_coalesced
+            if dtype != torch.bool:
+                ts = [mine.clone(), (mine * 2 if dtype != torch.bool else mine).clone()]
+                dist.all_reduce_coalesced(ts, op=R.MAX)
+                same(ts[0], combine(inputs, R.MAX), f"all_reduce_coalesced {at}")
+            # broadcast from rank 1 % n
+            src = 1 % n
+            t = mine.clone()
+            dist.broadcast(t, src=src)
+            g = with_gloo(lambda grp: (lambda x: (dist.broadcast(x, src=src, group=grp), x)[1])(mine.clone()), gloo, count)
+            if g is not None:
+                same(t, g, f"broadcast {at} vs gloo")
+            same(t, inputs[src], f"broadcast {at}")
+            t = noncontiguous(mine)
+            dist.broadcast(t, src=src)
+            same(t, inputs[src], f"broadcast strided {at}")
+            # all_gather, _all_gather_base, all_gather_coalesced
+            outs = [torch.empty_like(mine) for _ in range(n)]
+            dist.all_gather(outs, mine)
+            for r in range(n):
+                same(outs[r], inputs[r], f"all_gather block {r} {at}")
+            g_outs = [torch.empty_like(mine) for _ in range(n)]
+            if with_gloo(lambda grp: dist.all_gather(g_outs, mine, group=grp) or True, gloo, count):
+                for r in range(n):
+                    same(outs[r], g_outs[r], f"all_gather block {r} {at} vs gloo")
+            flat = torch.empty(n * count, dtype=dtype)
+            dist._all_gather_base(flat, mine)
+            same(flat, torch.cat(inputs), f"_all_gather_base {at}")
+            lists = [[torch.empty_like(mine), torch.empty(3, dtype=dtype)] for _ in range(n)]
+            dist.all_gather_coalesced(lists, [mine, inputs[rank][:3].clone() if count >= 3 else torch.zeros(3, dtype=dtype)])
+            for r in range(n):
+                same(lists[r][0], inputs[r], f"all_gather_coalesced {at}")
+            # gather to rank n-1, scatter from rank 0
+            outs = [torch.empty_like(mine) for _ in range(n)] if rank == n - 1 else None
+            dist.gather(mine, outs, dst=n - 1)
+            if rank == n - 1:
+                for r in range(n):
+                    same(outs[r], inputs[r], f"gather block {r} {at}")
+            pieces = [data(100 + r, count, dtype, salt) for r in range(n)]
+            t = torch.empty_like(mine)
+            dist.scatter(t, pieces if rank == 0 else None, src=0)
+            same(t, pieces[rank], f"scatter {at}")
+            # reduce_scatter, _reduce_scatter_base (Gloo 1.13 has neither)
+            if dtype != torch.bool:
+                wide = [data(r, count * n, dtype, salt + 1) for r in range(n)]
+                for op in (R.SUM, R.MIN):
+                    want = combine(wide, op)[rank * count:(rank + 1) * count]
+                    t = torch.empty_like(mine)
+                    dist.reduce_scatter(t, list(wide[rank].chunk(n)) if count else [torch.empty(0, dtype=dtype)] * n, op=op)
+                    same(t, want, f"reduce_scatter {op} {at}")
+                    t = torch.empty_like(mine)
+                    dist._reduce_scatter_base(t, wide[rank].clone(), op=op)
+                    same(t, want, f"_reduce_scatter_base {op} {at}")
+            # all_to_all_single, even and uneven; all_to_all of a list
+            wide = [data(r, count * n, dtype, salt + 2) for r in range(n)]
+            out = torch.empty(count * n, dtype=dtype)
+            dist.all_to_all_single(out, wide[rank])
+            same(out, torch.cat([w[rank * count:(rank + 1) * count] for w in wide]), f"all_to_all_single {at}")
+            g_out = torch.empty(count * n, dtype=dtype)
+            if with_gloo(lambda grp: dist.all_to_all_single(g_out, wide[rank], group=grp) or True, gloo, count):
+                same(out, g_out, f"all_to_all_single {at} vs gloo")
+            splits = lambda p: [(p + q) % 3 + (count % 5) for q in range(n)]  # rank p sends splits(p)[q] to q
+            send = data(rank, sum(splits(rank)), dtype, salt + 3)
+            recv_sizes = [splits(p)[rank] for p in range(n)]
+            out = torch.empty(sum(recv_sizes), dtype=dtype)
+            dist.all_to_all_single(out, send, output_split_sizes=recv_sizes, input_split_sizes=splits(rank))
+            want = []
+            for p in range(n):
+                theirs = data(p, sum(splits(p)), dtype, salt + 3)
+                start = sum(splits(p)[:rank])
+                want.append(theirs[start:start + splits(p)[rank]])
+            same(out, torch.cat(want), f"all_to_all_single uneven {at}")
+            outs = [torch.empty(splits(p)[rank], dtype=dtype) for p in range(n)]
+            dist.all_to_all(outs, list(send.split(splits(rank))))
+            same(torch.cat(outs), torch.cat(want), f"all_to_all {at}")
+            # send / recv around a ring
+            nxt, prv = (rank + 1) % n, (rank - 1) % n
+            if n > 1:
+                got = torch.empty_like(mine)
+                reqs = [dist.isend(mine, nxt, tag=5), dist.irecv(got, prv, tag=5)]
+                for req in reqs:
+                    req.wait()
+                same(got, inputs[prv], f"send/recv ring {at}")
+            dist.barrier()
+    dist.destroy_process_group()
+    return stats
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    import axonml_torch  # noqa: F401  (checks the import before spawning)
+    results = run_ranks(n, check, timeout=900)
+    print(f"test_ops: every op matched on {n} ranks "
+          f"({results[0]['gloo']} all_reduce cases against Gloo, {results[0]['reference']} against the reference)")
