@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "shm/arena_view.hpp"
 #include "shm/wait.hpp"
 
 namespace axon_launch {
@@ -39,10 +40,7 @@ JobArena::~JobArena() { shm::destroy_arena_memfd(arena_); }
 shm::ArenaHeader& JobArena::header() const { return *static_cast<shm::ArenaHeader*>(arena_.base); }
 
 shm::RankControl& JobArena::control(int rank) const {
-  auto& h = header();
-  auto* controls = reinterpret_cast<shm::RankControl*>(reinterpret_cast<std::byte*>(&h) +
-                                                       h.rank_controls_offset);
-  return controls[rank];
+  return shm::ArenaView(header()).rank_control(rank);
 }
 
 unsigned JobArena::attached() const {
@@ -63,7 +61,7 @@ void JobArena::mark_ended(int rank, int status) {
 void JobArena::wake_sleepers() {
   auto& h = header();
   for (std::uint32_t r = 0; r < h.world_size; ++r) shm::ring(control(static_cast<int>(r)).doorbell);
-  shm::ring(reinterpret_cast<shm::GroupHeader*>(reinterpret_cast<std::byte*>(&h) + h.groups_offset)->bell);
+  shm::ring(shm::ArenaView(h).world_group().bell);
 }
 
 }  // namespace axon_launch

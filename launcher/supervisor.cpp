@@ -187,10 +187,7 @@ int Supervisor::exit_code(const Failure& failure) const {
 
 void Supervisor::start_abort(const Failure& failure) {
   const std::string reason = describe(failure);
-  // The launcher is no rank; the guard only needs the header (and -1 marks
-  // the launcher as the aborter).
-  shm::WaitGuard guard(arena_.header(), -1, std::chrono::milliseconds(0));
-  guard.abort(failure.rank, reason);
+  shm::abort_job(arena_.header(), failure.rank, reason);
   arena_.wake_sleepers();
   phase_ = Phase::Aborting;
   phase_deadline_ = Clock::now() + times_.abort_grace;

@@ -8,6 +8,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
+#include "shm/arena_view.hpp"
 #include "collectives/algorithms.hpp"
 
 namespace axonml::distributed {
@@ -16,7 +17,7 @@ RankState::RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, 
                      std::chrono::milliseconds timeout, const std::vector<int>& peer_pids)
     : memory(std::move(memory_owner)),
       base(arena_base),
-      header(*reinterpret_cast<shm::ArenaHeader*>(arena_base)),
+      header(shm::ArenaView(arena_base).header()),
       world_rank(rank),
       guard(header, rank, timeout, peer_pids),
       allocator(arena_base, guard),
@@ -27,9 +28,9 @@ RankState::RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, 
 // before its decrement (acq_rel), so the area is nobody's any more.
 GroupAreaHold::~GroupAreaHold() {
   if (offset_ == 0) return;
-  auto* group = reinterpret_cast<shm::GroupHeader*>(state_->base + offset_);
-  const std::size_t bytes = shm::group_layout(group->size, state_->header.slot_bytes).total_bytes;
-  if (group->holders.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+  shm::GroupHeader& group = shm::ArenaView(state_->base).group_at(offset_);
+  const std::size_t bytes = shm::group_layout(group.size, state_->header.slot_bytes).total_bytes;
+  if (group.holders.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     state_->allocator.release(offset_, bytes);
   }
 }
@@ -47,8 +48,8 @@ std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
   auto state = std::make_shared<RankState>(std::move(memory_owner), arena_base, rank, timeout, peer_pids);
   std::vector<int> everyone(state->header.world_size);
   for (std::size_t r = 0; r < everyone.size(); ++r) everyone[r] = static_cast<int>(r);
-  auto* world = reinterpret_cast<shm::GroupHeader*>(arena_base + state->header.groups_offset);
-  return std::make_unique<Impl>(std::move(state), world, rank, std::move(everyone));
+  shm::GroupHeader& world = shm::ArenaView(arena_base).world_group();
+  return std::make_unique<Impl>(std::move(state), &world, rank, std::move(everyone));
 }
 
 ArenaBackend::ArenaBackend(std::string name, std::unique_ptr<Impl> impl)
@@ -245,7 +246,7 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
   if (position == ranks.end()) return nullptr;
   // Held from here on, so that the area goes back even if what follows throws.
   GroupAreaHold area(impl_->state, reply.offset);
-  auto* group = reinterpret_cast<shm::GroupHeader*>(state.base + reply.offset);
+  auto* group = &shm::ArenaView(state.base).group_at(reply.offset);
   auto impl = std::make_unique<Impl>(impl_->state, group, static_cast<int>(position - ranks.begin()),
                                      std::move(world_ranks), std::move(area));
   return std::shared_ptr<Backend>(new ArenaBackend(name_, std::move(impl)));

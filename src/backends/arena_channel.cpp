@@ -8,6 +8,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/text.hpp"
+#include "shm/arena_view.hpp"
 
 namespace axonml::distributed {
 
@@ -49,10 +50,9 @@ ArenaChannel::ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::
       world_ranks_(std::move(world_ranks)),
       guard_(guard),
       p2p_(p2p) {
-  const auto layout = shm::group_layout(world_ranks_.size(), slot_bytes_);
-  auto* base = reinterpret_cast<std::byte*>(group_);
-  controls_ = reinterpret_cast<shm::MemberControl*>(base + layout.controls_offset);
-  data_ = base + layout.data_offset;
+  check::equal(std::size_t{group_->size}, world_ranks_.size(), "ArenaChannel: group size");
+  controls_ = shm::member_controls(*group_, slot_bytes_);
+  data_ = shm::group_slots(*group_, slot_bytes_);
 }
 
 void ArenaChannel::begin(const CollectiveCall& call) {

@@ -12,8 +12,8 @@ namespace axonml::distributed {
 using collectives::copy_bytes;
 
 PointToPoint::PointToPoint(std::byte* arena_base, int world_rank, const shm::WaitGuard& guard)
-    : base_(arena_base),
-      header_(*reinterpret_cast<const shm::ArenaHeader*>(arena_base)),
+    : arena_(arena_base),
+      header_(arena_.header()),
       me_(world_rank),
       world_size_(static_cast<int>(header_.world_size)),
       guard_(guard),
@@ -21,26 +21,15 @@ PointToPoint::PointToPoint(std::byte* arena_base, int world_rank, const shm::Wai
       incoming_(static_cast<std::size_t>(world_size_)),
       sending_(static_cast<std::size_t>(world_size_), 0) {}
 
-shm::MailboxControl& PointToPoint::mailbox(int src, int dst) const {
-  const std::size_t index = static_cast<std::size_t>(src) * static_cast<std::size_t>(world_size_) +
-                            static_cast<std::size_t>(dst);
-  return *reinterpret_cast<shm::MailboxControl*>(base_ + header_.mailboxes_offset +
-                                                 index * header_.mailbox_stride);
-}
+shm::MailboxControl& PointToPoint::mailbox(int src, int dst) const { return arena_.mailbox(src, dst); }
 
 shm::CellHeader& PointToPoint::cell(int src, int dst, std::uint64_t index) const {
-  auto* first = reinterpret_cast<std::byte*>(&mailbox(src, dst)) + sizeof(shm::MailboxControl);
-  const std::size_t cell_stride = sizeof(shm::CellHeader) + header_.cell_bytes;
-  return *reinterpret_cast<shm::CellHeader*>(first + (index % header_.mailbox_cells) * cell_stride);
+  return arena_.cell(src, dst, index);
 }
 
-std::byte* PointToPoint::payload(shm::CellHeader& c) const {
-  return reinterpret_cast<std::byte*>(&c) + sizeof(shm::CellHeader);
-}
+std::byte* PointToPoint::payload(shm::CellHeader& c) const { return shm::ArenaView::payload(c); }
 
-shm::Doorbell& PointToPoint::doorbell(int rank) const {
-  return reinterpret_cast<shm::RankControl*>(base_ + header_.rank_controls_offset)[rank].doorbell;
-}
+shm::Doorbell& PointToPoint::doorbell(int rank) const { return arena_.rank_control(rank).doorbell; }
 
 // Step by step:
 //   1. Claim the producer end of mailbox (me, dst) for the whole message

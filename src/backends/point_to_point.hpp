@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "shm/arena_layout.hpp"
+#include "shm/arena_view.hpp"
 #include "shm/wait.hpp"
 
 namespace axonml::distributed {
@@ -101,7 +102,7 @@ class PointToPoint {
   bool take_stashed(const PostedReceive& want);
   void unpost(PostedReceive& want);
 
-  std::byte* base_;
+  shm::ArenaView arena_;
   const shm::ArenaHeader& header_;
   int me_;
   int world_size_;

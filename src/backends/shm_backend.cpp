@@ -16,6 +16,7 @@
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
 #include "shm/arena_layout.hpp"
+#include "shm/arena_view.hpp"
 #include "shm/wait.hpp"
 
 namespace axonml::distributed {
@@ -111,8 +112,7 @@ std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
   // Register: first this rank's joined flag (the launcher reads it when a
   // rank exits, to tell a rank that never joined from one that finished),
   // then the count.
-  auto* controls = reinterpret_cast<shm::RankControl*>(base + header.rank_controls_offset);
-  controls[rank].joined.store(1, std::memory_order_release);
+  shm::ArenaView(base).rank_control(rank).joined.store(1, std::memory_order_release);
   const std::uint32_t before = header.attached.fetch_add(1, std::memory_order_acq_rel);
   if (before >= static_cast<std::uint32_t>(world_size)) {
     throw Error(who + "more than WORLD_SIZE=" + std::to_string(world_size) +

@@ -16,6 +16,7 @@
 #include "backends/arena_backend_impl.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/wait.hpp"
+#include "shm/arena_view.hpp"
 
 namespace axonml::distributed {
 namespace {
@@ -133,9 +134,9 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   }
 
   auto* base = static_cast<std::byte*>(memory.get());
-  auto& header = *reinterpret_cast<shm::ArenaHeader*>(base);
-  auto* controls = reinterpret_cast<shm::RankControl*>(base + header.rank_controls_offset);
-  controls[rank].joined.store(1, std::memory_order_release);
+  const shm::ArenaView arena(base);
+  auto& header = arena.header();
+  arena.rank_control(rank).joined.store(1, std::memory_order_release);
   header.attached.fetch_add(1, std::memory_order_acq_rel);
 
   auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, pids);

@@ -13,6 +13,7 @@
 #include "backends/arena_backend_impl.hpp"
 #include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
+#include "shm/arena_view.hpp"
 #include "shm/wait.hpp"
 
 namespace axonml::distributed::mpi {
@@ -84,7 +85,7 @@ std::shared_ptr<ArenaBackend> attach_node_arena(const Comm& node, int world_rank
   }
 
   auto* base = static_cast<std::byte*>(region->get_address());
-  reinterpret_cast<shm::ArenaHeader*>(base)->attached.fetch_add(1, std::memory_order_acq_rel);
+  shm::ArenaView(base).header().attached.fetch_add(1, std::memory_order_acq_rel);
   std::shared_ptr<void> owner = region;
   auto impl = ArenaBackend::Impl::attach_world(std::move(owner), base, node.rank(),
                                                shm::default_timeout());

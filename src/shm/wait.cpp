@@ -1,4 +1,5 @@
 #include "shm/wait.hpp"
+#include "shm/arena_view.hpp"
 
 #include <linux/futex.h>
 #include <poll.h>
@@ -145,8 +146,7 @@ void WaitGuard::check_alive() const {
 }
 
 RankControl& WaitGuard::control(int rank) const {
-  auto* base = reinterpret_cast<std::byte*>(&header_);
-  return reinterpret_cast<RankControl*>(base + header_.rank_controls_offset)[rank];
+  return ArenaView(header_).rank_control(rank);
 }
 
 int WaitGuard::first_ended(const std::vector<int>& ranks) const {
@@ -183,19 +183,21 @@ void WaitGuard::peer_ended(int peer, const std::string& what) const {
                     " while this rank still waited for it: " + what);
 }
 
-void WaitGuard::abort(int rank, const std::string& reason) const {
+void WaitGuard::abort(int rank, const std::string& reason) const { abort_job(header_, rank, reason); }
+
+void abort_job(ArenaHeader& header, int rank, const std::string& reason) {
   std::uint32_t expected = static_cast<std::uint32_t>(AbortState::None);
-  if (header_.abort_state.compare_exchange_strong(expected,
-                                                  static_cast<std::uint32_t>(AbortState::Writing),
-                                                  std::memory_order_acq_rel)) {
-    header_.abort_rank = rank;
-    const std::size_t len = std::min(reason.size(), sizeof(header_.abort_reason) - 1);
-    std::memcpy(header_.abort_reason, reason.data(), len);
-    header_.abort_reason[len] = '\0';
-    header_.abort_state.store(static_cast<std::uint32_t>(AbortState::Set), std::memory_order_release);
+  if (header.abort_state.compare_exchange_strong(expected,
+                                                 static_cast<std::uint32_t>(AbortState::Writing),
+                                                 std::memory_order_acq_rel)) {
+    header.abort_rank = rank;
+    const std::size_t len = std::min(reason.size(), sizeof(header.abort_reason) - 1);
+    std::memcpy(header.abort_reason, reason.data(), len);
+    header.abort_reason[len] = '\0';
+    header.abort_state.store(static_cast<std::uint32_t>(AbortState::Set), std::memory_order_release);
   }
-  header_.abort_bell.word.fetch_add(1, std::memory_order_seq_cst);
-  futex_wake_all(header_.abort_bell.word);
+  header.abort_bell.word.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(header.abort_bell.word);
 }
 
 std::chrono::milliseconds default_timeout() {

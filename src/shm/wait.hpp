@@ -112,6 +112,12 @@ class WaitGuard {
   std::vector<int> pidfds_;  // -1 for this rank and for peers that cannot be watched
 };
 
+// Marks the job aborted (the first caller wins; later reasons are dropped),
+// blaming `rank` (-1: nobody in particular) with `reason`, and wakes the
+// sleepers of the abort bell. Every rank's next wait check throws
+// PeerFailure with the reason. The launcher calls it when a rank dies.
+void abort_job(ArenaHeader& header, int rank, const std::string& reason);
+
 // The timeout ranks use unless told otherwise: AXON_TIMEOUT seconds, or 300.
 std::chrono::milliseconds default_timeout();
 
