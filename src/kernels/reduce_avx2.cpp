@@ -87,7 +87,7 @@ __m128i pack_u16(__m256i v) {
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
 }
 
-// bf16: widen by shifting; narrow as bfloat16(float): NaN -> top half | quiet
+// bf16: widen by shifting; round to storage as bfloat16(float): NaN -> top half | quiet
 // bit, else round to nearest even.
 struct BF16Lanes : F32Acc {
   using T = bfloat16;
@@ -96,7 +96,7 @@ struct BF16Lanes : F32Acc {
     const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
   }
-  static __m128i narrow(Reg r) {
+  static __m128i round_to_storage(Reg r) {
     const __m256i u = _mm256_castps_si256(r);
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     const __m256i rounding = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd);
@@ -105,8 +105,8 @@ struct BF16Lanes : F32Acc {
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(r, r, _CMP_UNORD_Q));
     return pack_u16(_mm256_blendv_epi8(rounded, quiet, nan));
   }
-  static void store(bfloat16* p, Reg r) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow(r)); }
-  static void stream(bfloat16* p, Reg r) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), narrow(r)); }
+  static void store(bfloat16* p, Reg r) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), round_to_storage(r)); }
+  static void stream(bfloat16* p, Reg r) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), round_to_storage(r)); }
 };
 
 // f16 converts in hardware; only NaN differs: float16(float) stores the
@@ -117,7 +117,7 @@ struct F16Lanes : F32Acc {
   static Reg load(const float16* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  static __m128i narrow(Reg r) {
+  static __m128i round_to_storage(Reg r) {
     const __m128i half = _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256i u = _mm256_castps_si256(r);
     const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000));
@@ -125,8 +125,8 @@ struct F16Lanes : F32Acc {
     const __m128i nan = pack_16(_mm256_castps_si256(_mm256_cmp_ps(r, r, _CMP_UNORD_Q)));
     return _mm_blendv_epi8(half, nan_bits, nan);
   }
-  static void store(float16* p, Reg r) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow(r)); }
-  static void stream(float16* p, Reg r) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), narrow(r)); }
+  static void store(float16* p, Reg r) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), round_to_storage(r)); }
+  static void stream(float16* p, Reg r) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), round_to_storage(r)); }
 };
 
 // Integers: adds and multiplies wrap, as the scalar kernel's unsigned math.

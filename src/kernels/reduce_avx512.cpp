@@ -80,7 +80,7 @@ struct F64Lanes {
   static void fence() { _mm_sfence(); }
 };
 
-// bf16 is the top half of an f32: widen by shifting; narrow as
+// bf16 is the top half of an f32: widen by shifting; round to storage as
 // bfloat16(float) does: NaN -> top half | quiet bit, else round to nearest even.
 struct BF16Lanes : F32Acc {
   using T = bfloat16;
@@ -89,7 +89,7 @@ struct BF16Lanes : F32Acc {
     const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
   }
-  static __m256i narrow(Reg r) {
+  static __m256i round_to_storage(Reg r) {
     const __m512i u = _mm512_castps_si512(r);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     const __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd);
@@ -98,8 +98,8 @@ struct BF16Lanes : F32Acc {
     const __mmask16 nan = _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q);
     return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
   }
-  static void store(bfloat16* p, Reg r) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(r)); }
-  static void stream(bfloat16* p, Reg r) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), narrow(r)); }
+  static void store(bfloat16* p, Reg r) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), round_to_storage(r)); }
+  static void stream(bfloat16* p, Reg r) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), round_to_storage(r)); }
 };
 
 // f16 converts in hardware (nearest even, subnormals, overflow to infinity);
@@ -110,7 +110,7 @@ struct F16Lanes : F32Acc {
   static Reg load(const float16* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static __m256i narrow(Reg r) {
+  static __m256i round_to_storage(Reg r) {
     const __m256i half = _mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512i u = _mm512_castps_si512(r);
     const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x8000));
@@ -118,8 +118,8 @@ struct F16Lanes : F32Acc {
     const __mmask16 nan = _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q);
     return _mm256_mask_blend_epi16(nan, half, nan_bits);
   }
-  static void store(float16* p, Reg r) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(r)); }
-  static void stream(float16* p, Reg r) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), narrow(r)); }
+  static void store(float16* p, Reg r) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), round_to_storage(r)); }
+  static void stream(float16* p, Reg r) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), round_to_storage(r)); }
 };
 
 // Integers: adds and multiplies wrap, as the scalar kernel's unsigned math.

@@ -59,10 +59,14 @@ template <class L> const typename L::T* source_at(std::span<const std::byte* con
   return reinterpret_cast<const typename L::T*>(sources[s]) + index;
 }
 
+// Where a pass starts from, and where its result goes.
+enum class PassInput { FirstSource, Scratch };
+enum class PassOutput { Scratch, Dest, DestStreaming };  // Streaming: non-temporal stores
+
 // One pass over `len` elements (a multiple of kUnroll * kLanes) starting at
 // element `base`: head (sources[0] or the scratch) combined with sources
 // [first, last), written to dest (rounded, scaled) or to the scratch.
-template <class L, ReduceOp kOp, bool kFromScratch, bool kToDest, bool kStream>
+template <class L, ReduceOp kOp, PassInput kInput, PassOutput kOutput>
 void pass(std::span<const std::byte* const> sources, std::size_t first, std::size_t last,
           typename L::Acc* scratch, typename L::T* dest, std::size_t base, std::size_t len,
           typename L::Acc scale) {
@@ -70,7 +74,7 @@ void pass(std::span<const std::byte* const> sources, std::size_t first, std::siz
   constexpr std::size_t kStep = kUnroll * L::kLanes;
   for (std::size_t i = 0; i < len; i += kStep) {
     Reg r[kUnroll];
-    if constexpr (kFromScratch) {
+    if constexpr (kInput == PassInput::Scratch) {
       for (std::size_t u = 0; u < kUnroll; ++u) r[u] = L::load_acc(scratch + i + u * L::kLanes);
     } else {
       const typename L::T* head = source_at<L>(sources, 0, base + i);
@@ -81,7 +85,7 @@ void pass(std::span<const std::byte* const> sources, std::size_t first, std::siz
       for (std::size_t u = 0; u < kUnroll; ++u)
         r[u] = L::template combine<kOp>(r[u], L::load(src + u * L::kLanes));
     }
-    if constexpr (kToDest) {
+    if constexpr (kOutput != PassOutput::Scratch) {
       if constexpr (kOp == ReduceOp::Average && !std::is_integral_v<typename L::Acc>) {
         for (std::size_t u = 0; u < kUnroll; ++u) r[u] = L::scale(r[u], scale);
       }
@@ -91,7 +95,7 @@ void pass(std::span<const std::byte* const> sources, std::size_t first, std::siz
       }
       typename L::T* out = dest + base + i;
       for (std::size_t u = 0; u < kUnroll; ++u) {
-        if constexpr (kStream) {
+        if constexpr (kOutput == PassOutput::DestStreaming) {
           L::stream(out + u * L::kLanes, r[u]);
         } else {
           L::store(out + u * L::kLanes, r[u]);
@@ -103,7 +107,7 @@ void pass(std::span<const std::byte* const> sources, std::size_t first, std::siz
   }
 }
 
-template <class L, ReduceOp kOp, bool kStream>
+template <class L, ReduceOp kOp, PassOutput kToDest>
 void vector_body(std::span<const std::byte* const> sources, typename L::T* dest,
                  std::size_t begin, std::size_t end) {
   using Acc = typename L::Acc;
@@ -116,13 +120,15 @@ void vector_body(std::span<const std::byte* const> sources, typename L::T* dest,
   for (std::size_t base = begin; base < end; base += kBlock) {
     const std::size_t len = std::min(kBlock, end - base);
     if (n <= kGroup) {
-      pass<L, kOp, false, true, kStream>(sources, 1, n, scratch, dest, base, len, scale);
+      pass<L, kOp, PassInput::FirstSource, kToDest>(sources, 1, n, scratch, dest, base, len, scale);
     } else {
-      pass<L, kOp, false, false, false>(sources, 1, kGroup, scratch, dest, base, len, scale);
+      pass<L, kOp, PassInput::FirstSource, PassOutput::Scratch>(sources, 1, kGroup, scratch, dest,
+                                                                base, len, scale);
       std::size_t s = kGroup;
       for (; n - s > kGroup; s += kGroup)
-        pass<L, kOp, true, false, false>(sources, s, s + kGroup, scratch, dest, base, len, scale);
-      pass<L, kOp, true, true, kStream>(sources, s, n, scratch, dest, base, len, scale);
+        pass<L, kOp, PassInput::Scratch, PassOutput::Scratch>(sources, s, s + kGroup, scratch, dest,
+                                                              base, len, scale);
+      pass<L, kOp, PassInput::Scratch, kToDest>(sources, s, n, scratch, dest, base, len, scale);
     }
     if constexpr (kOp == ReduceOp::Average && std::is_integral_v<Acc>) {
       for (std::size_t i = base; i < base + len; ++i) dest[i] = dest[i] / static_cast<Acc>(n);
@@ -149,10 +155,10 @@ void reduce_op(std::span<const std::byte* const> sources, std::byte* dest_bytes,
   const std::size_t body_end = head + (end - head) / kStep * kStep;
   if (head > begin) reduce_scalar(L::kType, kOp, sources, dest_bytes, begin, head);
   if (stream) {
-    vector_body<L, kOp, true>(sources, dest, head, body_end);
+    vector_body<L, kOp, PassOutput::DestStreaming>(sources, dest, head, body_end);
     L::fence();
   } else {
-    vector_body<L, kOp, false>(sources, dest, head, body_end);
+    vector_body<L, kOp, PassOutput::Dest>(sources, dest, head, body_end);
   }
   if (body_end < end) reduce_scalar(L::kType, kOp, sources, dest_bytes, body_end, end);
 }
