@@ -67,6 +67,32 @@ at::ScalarType check_all(const std::vector<at::Tensor>& tensors, const std::stri
   return type;
 }
 
+// The list of one tensor per rank that only the root passes (gather's
+// outputs on dst, scatter's inputs on src), checked against the local
+// tensor; empty on every other rank, where passing one is an error.
+std::vector<at::Tensor> root_tensor_list(const std::vector<std::vector<at::Tensor>>& lists, int root, int rank, int size,
+                         const at::Tensor& local, const std::string& where, const std::string& what,
+                         const char* role) {
+  if (rank != root) {
+    if (!lists.empty() && !lists[0].empty()) {
+      throw ad::InvalidArgument(where + ": only " + role + " (rank " + std::to_string(root) +
+                                ") may pass " + what + " tensors");
+    }
+    return {};
+  }
+  check_count(where, "the " + what + " list", static_cast<std::int64_t>(lists.size()), 1,
+              std::string("one list on ") + role);
+  check_count(where, "the " + what + " list on " + role, static_cast<std::int64_t>(lists[0].size()),
+              size, "one tensor per rank");
+  check_all(lists[0], where);
+  for (const auto& t : lists[0]) {
+    check_same_dtype(t, local.scalar_type(), where);
+    check_count(where, "an " + what + " tensor", t.numel(), local.numel(),
+                std::string("elements of the ") + (what == "output" ? "input" : "output"));
+  }
+  return lists[0];
+}
+
 void check_reducible(const c10d::ReduceOp& op, at::ScalarType type, const std::string& where) {
   if (!native_op(op, where) || !native_type(type)) check_fallback(op, type, where);
 }
@@ -224,23 +250,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& ou
                                                       const c10d::GatherOptions& opts) {
   const std::string where = where_of("gather", getRank(), getSize());
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
-  const at::ScalarType type = check_all(inputs, where);
+  check_all(inputs, where);
   check_root(opts.rootRank, getSize(), where, "dst");
   const int root = static_cast<int>(opts.rootRank);
-  Tensors outs;
-  if (getRank() == root) {
-    check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one list on dst");
-    check_count(where, "the output list on dst", static_cast<std::int64_t>(outputs[0].size()), getSize(),
-                "one tensor per rank");
-    check_all(outputs[0], where);
-    for (const auto& o : outputs[0]) {
-      check_same_dtype(o, type, where);
-      check_count(where, "an output tensor", o.numel(), inputs[0].numel(), "elements of the input");
-    }
-    outs = outputs[0];
-  } else if (!outputs.empty() && !outputs[0].empty()) {
-    throw ad::InvalidArgument(where + ": only dst (rank " + std::to_string(root) + ") may pass output tensors");
-  }
+  Tensors outs = root_tensor_list(outputs, root, getRank(), getSize(), inputs[0], where, "output", "dst");
   return enqueue(OpType::GATHER, outs, [b = backend_, input = inputs[0], outs, root]() mutable {
     const std::int64_t count = input.numel();
     const bool is_root = b->rank() == root;
@@ -256,23 +269,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::
                                                        const c10d::ScatterOptions& opts) {
   const std::string where = where_of("scatter", getRank(), getSize());
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
-  const at::ScalarType type = check_all(outputs, where);
+  check_all(outputs, where);
   check_root(opts.rootRank, getSize(), where, "src");
   const int root = static_cast<int>(opts.rootRank);
-  Tensors ins;
-  if (getRank() == root) {
-    check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one list on src");
-    check_count(where, "the input list on src", static_cast<std::int64_t>(inputs[0].size()), getSize(),
-                "one tensor per rank");
-    check_all(inputs[0], where);
-    for (const auto& i : inputs[0]) {
-      check_same_dtype(i, type, where);
-      check_count(where, "an input tensor", i.numel(), outputs[0].numel(), "elements of the output");
-    }
-    ins = inputs[0];
-  } else if (!inputs.empty() && !inputs[0].empty()) {
-    throw ad::InvalidArgument(where + ": only src (rank " + std::to_string(root) + ") may pass input tensors");
-  }
+  Tensors ins = root_tensor_list(inputs, root, getRank(), getSize(), outputs[0], where, "input", "src");
   return enqueue(OpType::SCATTER, outputs, [b = backend_, output = outputs[0], ins, root]() mutable {
     at::Tensor send = ins.empty() ? at::empty({0}, output.options()) : at::cat(
         [&] { Tensors flat; for (auto& t : ins) flat.push_back(t.reshape(-1)); return flat; }());
