@@ -54,3 +54,14 @@ if(TARGET torch_allreduce)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 300
     PASS_REGULAR_EXPRESSION "rank 1 of 2: allreduce sum of 1048576 floats, 0 wrong.*every rank's result checked: 0 wrong|every rank's result checked: 0 wrong.*rank 1 of 2: allreduce sum of 1048576 floats, 0 wrong")
 endif()
+
+# benchmarks/torch_compare.py --quick: the gloo-vs-axon benchmark keeps
+# working (n=2, three sizes, two DDP steps); it exits non-zero on any wrong
+# all_reduce element or when the gloo and axon DDP replicas end apart.
+set(name "torch: benchmarks/torch_compare.py --quick checks every all_reduce and DDP against gloo")
+add_test(NAME "${name}"
+         COMMAND ${AXON_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_compare.py --quick
+                 --json ${CMAKE_CURRENT_BINARY_DIR}/torch_compare_quick.json
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties("${name}" PROPERTIES TIMEOUT 600 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
+                     PASS_REGULAR_EXPRESSION "torch_compare: every result checked")
