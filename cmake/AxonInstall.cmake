@@ -12,9 +12,14 @@ include(CMakePackageConfigHelpers)
 
 set(AXON_PACKAGE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/axonml_distributed)
 
+# include/axonml/torch/ only with the library that implements it.
+set(AXON_HEADER_EXCLUDES "")
+if(NOT AXON_WITH_TORCH)
+  set(AXON_HEADER_EXCLUDES PATTERN "torch" EXCLUDE)
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  FILES_MATCHING PATTERN "*.hpp")
+  FILES_MATCHING PATTERN "*.hpp" ${AXON_HEADER_EXCLUDES})
 
 # The tools other parts of the project define, when they are part of this build.
 set(AXON_TOOLS "")
@@ -89,3 +94,28 @@ configure_file(${CMAKE_CURRENT_LIST_DIR}/axonml_distributed.pc.in
   ${PROJECT_BINARY_DIR}/package/axonml_distributed.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/package/axonml_distributed.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The PyTorch backend, when built: libaxonml_torch in its own export set
+# (find_package(axonml_distributed COMPONENTS torch) -> axonml::torch, which
+# finds Torch; without the component nothing needs Torch), and the Python
+# package axonml_torch in the interpreter's site directory for this prefix
+# (AXON_PYTHON_INSTALL_DIR, cmake/AxonTorch.cmake).
+if(AXON_WITH_TORCH)
+  install(TARGETS axonml_torch
+    EXPORT axonml_torchTargets
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(EXPORT axonml_torchTargets
+    NAMESPACE axonml::
+    DESTINATION ${AXON_PACKAGE_DIR})
+
+  set(AXON_PYTHON_PACKAGE_DIR ${AXON_PYTHON_INSTALL_DIR}/axonml_torch)
+  # _C finds a shared libaxonml_torch in the prefix's libdir, wherever the
+  # tree was installed.
+  file(RELATIVE_PATH AXON_PYTHON_TO_LIB ${CMAKE_INSTALL_PREFIX}/${AXON_PYTHON_PACKAGE_DIR}
+       ${CMAKE_INSTALL_FULL_LIBDIR})
+  set_target_properties(axonml_torch_python PROPERTIES INSTALL_RPATH "$ORIGIN/${AXON_PYTHON_TO_LIB}")
+  install(TARGETS axonml_torch_python LIBRARY DESTINATION ${AXON_PYTHON_PACKAGE_DIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/python/axonml_torch/__init__.py DESTINATION ${AXON_PYTHON_PACKAGE_DIR})
+endif()

@@ -24,3 +24,24 @@ if(AXON_WITH_TORCH)
 else()
   message(STATUS "PyTorch not found: the torch backend is not built and its tests are skipped")
 endif()
+
+# Where `cmake --install` puts the Python package, relative to the install
+# prefix: the interpreter's own site directory for a prefix, with the prefix
+# cut off. Debian's interpreter names its system scheme "deb_system"
+# (PREFIX/lib/python3/dist-packages, on its path for PREFIX=/usr); any other
+# uses "posix_prefix" (PREFIX/lib/python3.X/site-packages). Another prefix
+# needs PYTHONPATH=PREFIX/<this>.
+if(AXON_WITH_TORCH AND NOT DEFINED AXON_PYTHON_INSTALL_DIR)
+  execute_process(
+    COMMAND ${AXON_TORCH_PYTHON} -c [[
+import sysconfig
+scheme = "deb_system" if "deb_system" in sysconfig.get_scheme_names() else "posix_prefix"
+print(sysconfig.get_path("platlib", scheme, vars={"base": "/@PREFIX@", "platbase": "/@PREFIX@"})[len("/@PREFIX@/"):])
+]]
+    OUTPUT_VARIABLE axon_python_dir OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE axon_python_dir_rc)
+  if(NOT axon_python_dir_rc EQUAL 0 OR axon_python_dir STREQUAL "")
+    message(FATAL_ERROR "could not ask ${AXON_TORCH_PYTHON} for its site directory; set AXON_PYTHON_INSTALL_DIR")
+  endif()
+  set(AXON_PYTHON_INSTALL_DIR ${axon_python_dir} CACHE STRING
+      "Where make install puts the Python package axonml_torch, relative to the prefix")
+endif()

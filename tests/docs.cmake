@@ -34,6 +34,9 @@ set(AXON_README_SHELL_ARGS)
 if(AXON_WITH_MPI)
   list(APPEND AXON_README_SHELL_ARGS --mpi)
 endif()
+if(AXON_WITH_TORCH)
+  list(APPEND AXON_README_SHELL_ARGS --torch)
+endif()
 add_test(NAME "docs: README's shell commands run in this build tree"
   COMMAND ${Python3_EXECUTABLE} ${AXON_README_SNIPPETS} shell ${AXON_README}
           --source-dir ${PROJECT_SOURCE_DIR} --build-dir ${PROJECT_BINARY_DIR} ${AXON_README_SHELL_ARGS})

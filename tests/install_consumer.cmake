@@ -1,7 +1,9 @@
 # The installed package works for someone else's project: install this build
 # into a temporary prefix, build examples/consumer against it with CMake
 # (find_package) and with pkg-config, and run both, under axon-launch -n 2
-# when this build has the launcher.
+# when this build has the launcher. With the PyTorch backend, also: the
+# installed Python package imports and runs with PYTHONPATH naming only the
+# installed tree, and find_package(... COMPONENTS torch) gives axonml::torch.
 include(GNUInstallDirs)
 find_program(AXON_PKG_CONFIG pkg-config REQUIRED)
 
@@ -25,6 +27,8 @@ add_test(NAME "install: examples/consumer builds and runs against the installed 
     "-DLINKER_FLAGS=${CMAKE_EXE_LINKER_FLAGS}"
     -DPKG_CONFIG=${AXON_PKG_CONFIG}
     -DRANKS=${AXON_CONSUMER_RANKS}
+    -DTORCH_PYTHON=$<$<BOOL:${AXON_WITH_TORCH}>:${AXON_TORCH_PYTHON}>
+    -DPYTHON_DIR=$<$<BOOL:${AXON_WITH_TORCH}>:${AXON_PYTHON_INSTALL_DIR}>
     -P ${CMAKE_CURRENT_SOURCE_DIR}/support/install_consumer.cmake)
 set_tests_properties("install: examples/consumer builds and runs against the installed package"
   PROPERTIES TIMEOUT 600 LABELS install)

@@ -43,3 +43,25 @@ add_test(NAME "torch: PyTorch's distributed_test.py, a subset (all_reduce, broad
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
 set_tests_properties("torch: PyTorch's distributed_test.py, a subset (all_reduce, broadcast, all_gather, barrier, all_to_all, scatter, gather, reduce, send/recv) passes on axon"
                      PROPERTIES TIMEOUT 1800 ENVIRONMENT "${AXON_TORCH_TEST_ENV};WORLD_SIZE=2")
+
+# examples/torch_allreduce.cpp: the libtorch C++ side, ProcessGroupAxon over a
+# TCPStore from axon-launch's MASTER_ADDR/MASTER_PORT. Every rank counts its
+# wrong elements and the counts are summed over the group: rank 0's line says
+# 0 only when both ranks got every element right.
+if(TARGET torch_allreduce)
+  set(name "torch: examples/torch_allreduce (libtorch C++, TCPStore) sums correctly on every rank under axon-launch -n 2")
+  add_test(NAME "${name}" COMMAND axon-launch -n 2 $<TARGET_FILE:torch_allreduce>)
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "rank 1 of 2: allreduce sum of 1048576 floats, 0 wrong.*every rank's result checked: 0 wrong|every rank's result checked: 0 wrong.*rank 1 of 2: allreduce sum of 1048576 floats, 0 wrong")
+endif()
+
+# benchmarks/torch_compare.py --quick: the gloo-vs-axon benchmark keeps
+# working (n=2, three sizes, two DDP steps); it exits non-zero on any wrong
+# all_reduce element or when the gloo and axon DDP replicas end apart.
+set(name "torch: benchmarks/torch_compare.py --quick checks every all_reduce and DDP against gloo")
+add_test(NAME "${name}"
+         COMMAND ${AXON_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_compare.py --quick
+                 --json ${CMAKE_CURRENT_BINARY_DIR}/torch_compare_quick.json
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties("${name}" PROPERTIES TIMEOUT 600 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
+                     PASS_REGULAR_EXPRESSION "torch_compare: every result checked")

@@ -10,7 +10,7 @@
       pairs for nn::Linear(10, 5)) in scope. #line directives make compiler
       errors point at README's lines.
 
-  readme_snippets.py shell README --source-dir S --build-dir B [--mpi]
+  readme_snippets.py shell README --source-dir S --build-dir B [--mpi] [--torch]
       Runs every ```sh block with bash (-e -o pipefail) from the repository
       root S, with HOME set to a scratch directory, "build/release" in the
       commands standing for the build tree B under test. Prints each block's
@@ -21,6 +21,8 @@ treat it; anything else there is an error, so a typo cannot skip a block.
   <!-- readme-test: skip: REASON -->          neither compiled nor run
   <!-- readme-test: compile only: REASON -->  (cpp) compiled, not called
   <!-- readme-test: needs mpi -->             (sh) run only in a build with MPI
+  <!-- readme-test: needs torch -->           (sh) run only in a build with the
+                                              PyTorch backend (AXON_WITH_TORCH)
 """
 import argparse
 import os
@@ -50,9 +52,10 @@ def parse_marker(text, path, line):
         return ("skip", text[5:].strip())
     if text.startswith("compile only:") and text[13:].strip():
         return ("compile only", text[13:].strip())
-    if text == "needs mpi":
-        return ("needs mpi", "")
-    sys.exit(f"{path}:{line}: unknown readme-test marker '{text}' (skip: REASON | compile only: REASON | needs mpi)")
+    if text in ("needs mpi", "needs torch"):
+        return (text, "")
+    sys.exit(f"{path}:{line}: unknown readme-test marker '{text}' "
+             "(skip: REASON | compile only: REASON | needs mpi | needs torch)")
 
 
 def blocks(path):
@@ -136,7 +139,7 @@ def generate(readme, out):
             f.write(text)
 
 
-def shell(readme, source_dir, build_dir, have_mpi):
+def shell(readme, source_dir, build_dir, have_mpi, have_torch):
     source_dir = os.path.abspath(source_dir)
     build_dir = os.path.abspath(build_dir)
     rel = os.path.relpath(build_dir, source_dir)
@@ -151,6 +154,9 @@ def shell(readme, source_dir, build_dir, have_mpi):
             continue
         if b.marker and b.marker[0] == "needs mpi" and not have_mpi:
             print(f"{where}: skipped (this build has no MPI)")
+            continue
+        if b.marker and b.marker[0] == "needs torch" and not have_torch:
+            print(f"{where}: skipped (this build has no PyTorch backend)")
             continue
         script = b.text.replace("build/release", build_ref)
         with tempfile.TemporaryDirectory(prefix="readme-home-") as home:
@@ -184,11 +190,12 @@ def main():
     s.add_argument("--source-dir", required=True)
     s.add_argument("--build-dir", required=True)
     s.add_argument("--mpi", action="store_true")
+    s.add_argument("--torch", action="store_true")
     a = p.parse_args()
     if a.mode == "generate":
         generate(a.readme, a.out)
     else:
-        shell(a.readme, a.source_dir, a.build_dir, a.mpi)
+        shell(a.readme, a.source_dir, a.build_dir, a.mpi, a.torch)
 
 
 if __name__ == "__main__":

@@ -81,3 +81,56 @@ step("compile examples/consumer with pkg-config flags" ${CXX} ${cxx_flags} -std=
   # path needs one (CMake adds it itself for the other build).
   -Wl,-rpath,${prefix}/${LIBDIR})
 run_consumer("examples/consumer (pkg-config)" ${WORK_DIR}/consumer-pkg-config)
+
+# 3. The PyTorch backend (when built, TORCH_PYTHON is the interpreter that
+# imports torch): the Python package sits in that interpreter's site
+# directory for the prefix, and imports and runs from there with PYTHONPATH
+# naming nothing else (not the build tree), from a directory outside it.
+if(NOT "${TORCH_PYTHON}" STREQUAL "")
+  set(site ${prefix}/${PYTHON_DIR})
+  file(GLOB installed_module ${site}/axonml_torch/_C*.so)
+  if(NOT EXISTS ${site}/axonml_torch/__init__.py OR NOT installed_module)
+    message(FATAL_ERROR "cmake --install did not install the Python package axonml_torch in ${site}")
+  endif()
+  if(NOT EXISTS ${prefix}/include/axonml/torch/process_group.hpp)
+    message(FATAL_ERROR "cmake --install did not install include/axonml/torch/process_group.hpp")
+  endif()
+  set(check_import [[
+import sys, torch, torch.distributed as dist
+import axonml_torch
+site = sys.argv[1]
+assert axonml_torch.__file__.startswith(site + "/"), f"imported {axonml_torch.__file__}, not from {site}"
+dist.init_process_group("axon", store=dist.HashStore(), rank=0, world_size=1)
+t = torch.arange(5, dtype=torch.float32)
+dist.all_reduce(t)
+assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0], t
+dist.destroy_process_group()
+print(f"axonml_torch from {axonml_torch.__file__}: init_process_group('axon') and all_reduce ok")
+]])
+  file(WRITE ${WORK_DIR}/check_import.py "${check_import}")
+  step("import the installed axonml_torch" ${CMAKE_COMMAND} -E chdir ${WORK_DIR}
+    ${CMAKE_COMMAND} -E env --unset=PYTHONPATH PYTHONPATH=${site}
+    ${TORCH_PYTHON} check_import.py ${site})
+  message(STATUS "installed Python package: ${step_output}")
+
+  # find_package(axonml_distributed COMPONENTS torch) from the prefix gives
+  # axonml::torch (configured only: compiling against libtorch takes minutes).
+  set(torch_consumer ${WORK_DIR}/torch-consumer)
+  file(MAKE_DIRECTORY ${torch_consumer})
+  file(WRITE ${torch_consumer}/CMakeLists.txt [[
+cmake_minimum_required(VERSION 3.25)
+project(torch_consumer CXX)
+find_package(axonml_distributed 0.1 REQUIRED COMPONENTS torch)
+if(NOT TARGET axonml::torch)
+  message(FATAL_ERROR "COMPONENTS torch gave no axonml::torch")
+endif()
+message(STATUS "axonml::torch found in ${axonml_distributed_DIR}")
+]])
+  step("configure a project with find_package(axonml_distributed COMPONENTS torch)"
+    ${CMAKE_COMMAND} -S ${torch_consumer} -B ${torch_consumer}/build -G ${GENERATOR}
+    -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+  string(FIND "${step_output}" "axonml::torch found in ${prefix}/" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "axonml::torch was not found in ${prefix}:\n${step_output}")
+  endif()
+endif()

@@ -1,0 +1,364 @@
+#!/usr/bin/python3
+"""torch.distributed all_reduce and DDP step time: backend "axon" against "gloo".
+
+    PYTHONPATH=build/release/python /usr/bin/python3 benchmarks/torch_compare.py [--json out.json]
+    PYTHONPATH=build/release/python /usr/bin/python3 benchmarks/torch_compare.py --quick
+
+For each world size (--ranks, default 2 and 8) one job of that many processes
+(torch.multiprocessing, env:// rendezvous) holds a gloo group and an axon group
+side by side and measures, interleaved (the order alternates every repeat):
+
+  all_reduce  float32 SUM of 4 B to 256 MiB (x4 steps; --min/--max/--factor):
+              per iteration the slowest rank's time, the median of a repeat's
+              iterations, the median over --repeats repeats (axon-bench's
+              statistic). Every size's result is checked on every rank, for
+              both backends; a wrong element fails the run.
+  DDP step    an MLP 1024-2048-2048-10 (6.3M parameters), batch 32 per rank,
+              torch.set_num_threads(1), SGD: forward, backward, step, with
+              and without no_sync(); communication = step - no_sync step. The
+              gloo and axon replicas see the same data and must end with the
+              same parameters (1e-5 of the largest, relative).
+
+Prints the tables (µs and ms, ratio axon/gloo) and, with --json, writes every
+figure. Beside all_reduce it prints the runtime's own axon-bench time at the
+same size and ranks when build/release has axon-bench (--build-dir;
+--no-axon-bench skips it). --quick is the smoke test ctest runs: n=2, three
+sizes, a few iterations, two DDP steps, every result still checked.
+
+Long (a full run takes tens of minutes) and sensitive to other load: run it on
+a quiet machine.
+"""
+import argparse
+import copy
+import json
+import os
+import queue as queue_module
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+BACKENDS = ("gloo", "axon")
+MLP_WIDTHS = (1024, 2048, 2048, 10)
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B")
+    return int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
+
+
+def human(nbytes):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+# ---------------------------------------------------------------- one rank
+
+def slowest(values, ctl):
+    """Element-wise maximum over the ranks (on the control group)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctl)
+    return t.tolist()
+
+
+def pattern(count):
+    """1..7 repeating: every sum of it over up to 8 ranks is exact in f32."""
+    return torch.arange(1, 8, dtype=torch.float32).repeat((count + 6) // 7)[:count]
+
+
+def all_reduce_times(group, t, iterations, ctl):
+    """Per-iteration µs of `iterations` all_reduces, the slowest rank's each."""
+    dist.barrier(group=group)
+    times = []
+    last = time.perf_counter_ns()
+    for _ in range(iterations):
+        dist.all_reduce(t, group=group)
+        now = time.perf_counter_ns()
+        times.append((now - last) / 1e3)
+        last = now
+    return slowest(times, ctl)
+
+
+def sweep(rank, n, cfg, groups, ctl):
+    rows = []
+    for nbytes in cfg["sizes"]:
+        count = max(1, nbytes // 4)
+        row = {"bytes": count * 4, "count": count}
+        tensors = {b: torch.zeros(count) for b in BACKENDS}  # sums of zeros stay zero while timed
+        iterations = {}
+        for b in BACKENDS:  # warm up and size the repeat to about --seconds
+            dist.barrier(group=groups[b])
+            start = time.perf_counter()
+            dist.all_reduce(tensors[b], group=groups[b])
+            warm = slowest([time.perf_counter() - start], ctl)[0]
+            iterations[b] = int(min(cfg["max_iterations"], max(3, cfg["seconds"] / max(warm, 1e-9))))
+        medians = {b: [] for b in BACKENDS}
+        for repeat in range(cfg["repeats"]):
+            for b in (BACKENDS if repeat % 2 == 0 else BACKENDS[::-1]):
+                medians[b].append(statistics.median(all_reduce_times(groups[b], tensors[b], iterations[b], ctl)))
+        for b in BACKENDS:
+            # Check: the timed tensor is still zero, and a known pattern sums right.
+            wrong = int(torch.count_nonzero(tensors[b]))
+            check = pattern(count) * (rank + 1)
+            dist.all_reduce(check, group=groups[b])
+            wrong += int(torch.count_nonzero(check != pattern(count) * (n * (n + 1) // 2)))
+            total = torch.tensor([wrong])
+            dist.all_reduce(total, group=ctl)
+            row[b] = {"us": statistics.median(medians[b]), "repeats_us": medians[b],
+                      "iterations": iterations[b], "wrong": int(total)}
+        rows.append(row)
+        del tensors
+    return rows
+
+
+def mlp():
+    layers = []
+    for i in range(len(MLP_WIDTHS) - 1):
+        layers.append(torch.nn.Linear(MLP_WIDTHS[i], MLP_WIDTHS[i + 1]))
+        if i + 2 < len(MLP_WIDTHS):
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def ddp_steps(rank, n, cfg, groups, ctl):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    model = mlp()
+    ddps = {b: DDP(copy.deepcopy(model), process_group=groups[b]) for b in BACKENDS}
+    opts = {b: torch.optim.SGD(ddps[b].parameters(), lr=0.01) for b in BACKENDS}
+    g = torch.Generator().manual_seed(1000 + rank)
+    x = torch.randn(cfg["batch"], MLP_WIDTHS[0], generator=g)
+    y = torch.randint(0, MLP_WIDTHS[-1], (cfg["batch"],), generator=g)
+
+    def step(b, sync):
+        ddp, opt = ddps[b], opts[b]
+        opt.zero_grad()
+        if sync:
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        else:
+            with ddp.no_sync():
+                torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+    def timed(b, sync, steps):
+        dist.barrier(group=groups[b])
+        start = time.perf_counter()
+        for _ in range(steps):
+            step(b, sync)
+        return slowest([(time.perf_counter() - start) / steps * 1e3], ctl)[0]
+
+    for b in BACKENDS:
+        for sync in (True, False):
+            timed(b, sync, cfg["ddp_warmup"])
+    ms = {(b, sync): [] for b in BACKENDS for sync in (True, False)}
+    for repeat in range(cfg["ddp_repeats"]):
+        for b in (BACKENDS if repeat % 2 == 0 else BACKENDS[::-1]):
+            for sync in (True, False):
+                ms[(b, sync)].append(timed(b, sync, cfg["ddp_steps"]))
+
+    # Both replicas took the same steps on the same data: same parameters.
+    biggest, diff = 0.0, 0.0
+    for p, q in zip(ddps["gloo"].module.parameters(), ddps["axon"].module.parameters()):
+        biggest = max(biggest, float(p.detach().abs().max()))
+        diff = max(diff, float((p.detach() - q.detach()).abs().max()))
+    relative = slowest([diff / max(biggest, 1e-30)], ctl)[0]
+    result = {"parameters": sum(p.numel() for p in model.parameters()), "batch_per_rank": cfg["batch"],
+              "steps": cfg["ddp_steps"], "repeats": cfg["ddp_repeats"], "max_relative_difference": relative,
+              "parameters_match": relative <= 1e-5}
+    for b in BACKENDS:
+        step_ms = statistics.median(ms[(b, True)])
+        no_sync_ms = statistics.median(ms[(b, False)])
+        result[b] = {"step_ms": step_ms, "no_sync_ms": no_sync_ms, "comm_ms": step_ms - no_sync_ms,
+                     "step_repeats_ms": ms[(b, True)], "no_sync_repeats_ms": ms[(b, False)]}
+    return result
+
+
+def rank_main(rank, n, port, cfg, queue):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import axonml_torch  # noqa: F401  (registers "axon" in this process)
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=n)
+        ctl = dist.group.WORLD  # the measurements' own groups carry nothing else
+        groups = {b: dist.new_group(backend=b) for b in BACKENDS}
+        result = {"ranks": n, "all_reduce": sweep(rank, n, cfg, groups, ctl)}
+        if cfg["ddp_steps"] > 0:
+            result["ddp"] = ddp_steps(rank, n, cfg, groups, ctl)
+        dist.barrier(group=ctl)
+        if rank == 0:
+            queue.put(result)
+        dist.destroy_process_group()
+    except BaseException as e:
+        queue.put({"error": f"rank {rank}: {type(e).__name__}: {e}"})
+        raise
+
+
+def run_job(n, cfg):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    context = mp.start_processes(rank_main, args=(n, port, cfg, queue), nprocs=n, join=False, start_method="spawn")
+    result = None
+    try:
+        # Read while waiting, so that rank 0 never blocks on a full queue;
+        # join() ends every rank once one has failed.
+        while True:
+            if result is None:
+                try:
+                    result = queue.get(timeout=1)
+                except queue_module.Empty:
+                    pass
+            if context.join(timeout=0 if result is None else 1):
+                break
+    except mp.ProcessException as e:
+        raise SystemExit(f"torch_compare: the job on {n} ranks failed:\n{e}")
+    if result is None:
+        result = queue.get(timeout=10)
+    if "error" in result:
+        raise SystemExit(f"torch_compare: {result['error']}")
+    return result
+
+
+# ---------------------------------------------------------------- axon-bench
+
+def axon_bench_times(build_dir, n, sizes, seconds):
+    """The runtime's own all_reduce time (µs, its median of the slowest rank) per size."""
+    launcher = os.path.join(build_dir, "launcher", "axon-launch")
+    bench = os.path.join(build_dir, "benchmarks", "axon-bench")
+    if not (os.access(launcher, os.X_OK) and os.access(bench, os.X_OK)):
+        return {}
+    times = {}
+    with tempfile.TemporaryDirectory(prefix="torch-compare-") as tmp:
+        for nbytes in sizes:
+            out = os.path.join(tmp, "bench.json")
+            cmd = [launcher, "-n", str(n), "--no-tag-output", bench, "-c", "all_reduce", "-b", str(nbytes),
+                   "-e", str(nbytes), "--seconds-per-size", str(seconds), "--json", out]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                print(f"axon-bench at {human(nbytes)} on {n} ranks failed ({done.returncode}), column left out:\n"
+                      f"{done.stdout[-2000:]}{done.stderr[-2000:]}", file=sys.stderr)
+                return {}
+            with open(out) as f:
+                for row in json.load(f)["rows"]:
+                    if row["wrong"]:
+                        raise SystemExit(f"axon-bench: {row['wrong']} wrong elements at {row['bytes']} B on {n} ranks")
+                    times[row["bytes"]] = row["time_us"]
+    return times
+
+
+# ---------------------------------------------------------------- report
+
+def fmt(us):
+    return f"{us:,.1f}".replace(",", " ") if us < 100 else f"{us:,.0f}".replace(",", " ")
+
+
+def report(results):
+    failed = []
+    for res in results:
+        n = res["ranks"]
+        bench = res.get("axon_bench_us", {})
+        print(f"\nall_reduce float32 SUM on {n} ranks, µs (median of the slowest rank; every result checked)")
+        head = f"{'size':>9} {'gloo':>11} {'axon':>11} {'axon/gloo':>10}"
+        if bench:
+            head += f" {'axon-bench':>11} {'axon/bench':>10}"
+        print(head + f" {'wrong':>6}")
+        for row in res["all_reduce"]:
+            g, a = row["gloo"]["us"], row["axon"]["us"]
+            line = f"{human(row['bytes']):>9} {fmt(g):>11} {fmt(a):>11} {a / g:>10.3f}"
+            if bench:
+                ab = bench.get(row["bytes"]) or bench.get(str(row["bytes"]))
+                line += f" {fmt(ab):>11} {a / ab:>10.2f}" if ab else f" {'-':>11} {'-':>10}"
+            wrong = row["gloo"]["wrong"] + row["axon"]["wrong"]
+            print(line + f" {wrong:>6}")
+            if wrong:
+                failed.append(f"all_reduce of {human(row['bytes'])} on {n} ranks: gloo {row['gloo']['wrong']}, "
+                              f"axon {row['axon']['wrong']} wrong elements")
+        if "ddp" in res:
+            d = res["ddp"]
+            print(f"\nDDP step on {n} ranks: MLP {'-'.join(map(str, MLP_WIDTHS))} ({d['parameters'] / 1e6:.1f}M "
+                  f"parameters), batch {d['batch_per_rank']} per rank, 1 thread per rank, ms")
+            print(f"{'backend':>8} {'step':>9} {'no_sync':>9} {'comm':>9}")
+            for b in BACKENDS:
+                print(f"{b:>8} {d[b]['step_ms']:>9.2f} {d[b]['no_sync_ms']:>9.2f} {d[b]['comm_ms']:>9.2f}")
+            if d["gloo"]["comm_ms"] > 0:
+                print(f"communication axon/gloo: {d['axon']['comm_ms'] / d['gloo']['comm_ms']:.3f}")
+            print(f"parameters gloo vs axon: largest difference {d['max_relative_difference']:.2e} of the largest "
+                  f"parameter ({'match' if d['parameters_match'] else 'DIFFER'})")
+            if not d["parameters_match"]:
+                failed.append(f"DDP on {n} ranks: gloo and axon parameters differ by "
+                              f"{d['max_relative_difference']:.2e} relative")
+    return failed
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ranks", default="2,8", help="world sizes, comma-separated (default 2,8)")
+    p.add_argument("--min", default="4", help="smallest all_reduce size in bytes (K, M suffixes; default 4)")
+    p.add_argument("--max", default="256M", help="largest size (default 256M)")
+    p.add_argument("--factor", type=int, default=4, help="size step (default 4)")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved repeats per size (default 5)")
+    p.add_argument("--seconds", type=float, default=0.25, help="about this long per backend, size and repeat")
+    p.add_argument("--max-iterations", type=int, default=2000, help="at most this many iterations per repeat")
+    p.add_argument("--ddp-steps", type=int, default=10, help="DDP steps per repeat (0: no DDP part)")
+    p.add_argument("--ddp-repeats", type=int, default=5)
+    p.add_argument("--ddp-warmup", type=int, default=2)
+    p.add_argument("--batch", type=int, default=32, help="DDP batch per rank (default 32)")
+    p.add_argument("--build-dir", default="build/release", help="for axon-bench (default build/release)")
+    p.add_argument("--no-axon-bench", action="store_true", help="leave out the axon-bench column")
+    p.add_argument("--json", help="write every figure here")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: n=2, 4 B, 64 KiB and 1 MiB, a few iterations, 2 DDP steps; no axon-bench")
+    a = p.parse_args()
+
+    if a.quick:
+        ranks, sizes = [2], [4, 64 << 10, 1 << 20]
+        cfg = dict(repeats=2, seconds=0.01, max_iterations=20, ddp_steps=2, ddp_repeats=1, ddp_warmup=1)
+        use_bench = False
+    else:
+        ranks = [int(r) for r in a.ranks.split(",")]
+        lo, hi = parse_size(a.min), parse_size(a.max)
+        if lo < 4 or hi < lo or a.factor < 2:
+            p.error(f"sizes {lo}..{hi} with factor {a.factor}: need 4 <= min <= max and factor >= 2")
+        sizes, s = [], lo
+        while s <= hi:
+            sizes.append(s)
+            s *= a.factor
+        cfg = dict(repeats=a.repeats, seconds=a.seconds, max_iterations=a.max_iterations, ddp_steps=a.ddp_steps,
+                   ddp_repeats=a.ddp_repeats, ddp_warmup=a.ddp_warmup)
+        use_bench = not a.no_axon_bench
+    if any(r < 1 for r in ranks) or cfg["repeats"] < 1 or cfg["ddp_repeats"] < 1:
+        p.error("--ranks, --repeats and --ddp-repeats must be at least 1")
+    cfg.update(sizes=sizes, batch=a.batch)
+
+    started = time.time()
+    results = []
+    for n in ranks:
+        print(f"running on {n} ranks ...", flush=True)
+        res = run_job(n, cfg)
+        if use_bench:
+            res["axon_bench_us"] = axon_bench_times(a.build_dir, n, sizes, min(a.seconds, 1.0))
+        results.append(res)
+    failed = report(results)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "torch": torch.__version__,
+                       "cpus": os.cpu_count(), "command": sys.argv, "config": cfg, "results": results}, f, indent=1)
+        print(f"\nwrote {a.json}")
+    if failed:
+        raise SystemExit("torch_compare: wrong results:\n  " + "\n  ".join(failed))
+    print(f"\ntorch_compare: every result checked, done in {time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
