@@ -13,7 +13,14 @@ if(Torch_FOUND AND pybind11_FOUND AND EXISTS ${AXON_TORCH_PYTHON})
     set(AXON_TORCH_FOUND ON)
   endif()
 endif()
-option(AXON_WITH_TORCH "Build the PyTorch backend (needs libtorch, pybind11, python3-torch)" ${AXON_TORCH_FOUND})
+# A sanitizer-instrumented extension cannot be loaded into the uninstrumented
+# python3 (the ASan runtime must come first), so sanitizer builds leave the
+# backend out unless asked; the release build tests it.
+set(AXON_TORCH_DEFAULT ${AXON_TORCH_FOUND})
+if(CMAKE_CXX_FLAGS MATCHES "-fsanitize=")
+  set(AXON_TORCH_DEFAULT OFF)
+endif()
+option(AXON_WITH_TORCH "Build the PyTorch backend (needs libtorch, pybind11, python3-torch)" ${AXON_TORCH_DEFAULT})
 if(AXON_WITH_TORCH AND NOT AXON_TORCH_FOUND)
   message(FATAL_ERROR "AXON_WITH_TORCH=ON but libtorch, pybind11 or a Python (AXON_TORCH_PYTHON="
                       "${AXON_TORCH_PYTHON}) that imports torch was not found "
@@ -21,6 +28,8 @@ if(AXON_WITH_TORCH AND NOT AXON_TORCH_FOUND)
 endif()
 if(AXON_WITH_TORCH)
   message(STATUS "PyTorch backend: libtorch ${Torch_VERSION}, ${AXON_TORCH_PYTHON} with torch ${AXON_PYTHON_TORCH_VERSION}")
+elseif(AXON_TORCH_FOUND)
+  message(STATUS "PyTorch backend left out of this sanitizer build (-DAXON_WITH_TORCH=ON to force it); its tests are skipped")
 else()
   message(STATUS "PyTorch not found: the torch backend is not built and its tests are skipped")
 endif()
