@@ -222,6 +222,13 @@ TEST_CASE("buffer sizes whose byte or total counts overflow are refused before a
                       Contains("reduce_scatter on rank") && Contains("overflows"));
     RANK_REQUIRE_THAT(error_of([&] { b->send<float>(std::span<float>(small.data(), SIZE_MAX / 4), 1 - r); }),
                       Contains("send on rank") && Contains("more than can exist"));
+    // Divisible into 2 blocks, but 4 bytes each overflows size_t.
+    const std::size_t blocks = (SIZE_MAX / 4 / 2 + 1) * 2;
+    RANK_REQUIRE_THAT(error_of([&] {
+                        b->all_to_all<float>(std::span<const float>(small.data(), blocks),
+                                             std::span<float>(small.data(), blocks));
+                      }),
+                      Contains("all_to_all on rank") && Contains("more than can exist"));
     b->barrier();  // nothing above reached the arena: the ranks still agree
   });
   REQUIRE_THAT(errors[0], Contains("all_gather on rank 0 of 2: send has 9223372036854775810 elements"));

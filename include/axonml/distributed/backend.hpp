@@ -198,6 +198,7 @@ void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T>
 
 template <Element T>
 void Backend::all_to_all(std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
+  check_count("all_to_all", "send", send.size(), sizeof(T));
   check_blocks("all_to_all", "send", send.size());
   check_size("all_to_all", "recv", recv.size(), send.size(), "send count");
   do_all_to_all(view(send), view(recv));
