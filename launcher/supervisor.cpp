@@ -266,10 +266,26 @@ Outcome Supervisor::run() {
   if (first_failure_) {
     outcome.exit_code = exit_code(*first_failure_);
     outcome.summary = describe(*first_failure_);
+  } else if (const auto reason = abort_reason()) {
+    // Every rank exited 0, but one of them had aborted the job (for
+    // example a peer that left mid-collective, whose survivors caught the
+    // PeerFailure): the job did not succeed, and the summary says why.
+    outcome.exit_code = 1;
+    outcome.summary = "every rank exited 0, but the job was aborted: " + *reason;
+    std::cerr << "axon-launch: " << outcome.summary << " (exit status 1)" << std::endl;
   } else {
     outcome.summary = "every rank exited 0";
   }
   return outcome;
+}
+
+std::optional<std::string> Supervisor::abort_reason() const {
+  const auto& header = arena_.header();
+  if (header.abort_state.load(std::memory_order_acquire) !=
+      static_cast<std::uint32_t>(shm::AbortState::Set)) {
+    return std::nullopt;
+  }
+  return std::string(header.abort_reason, strnlen(header.abort_reason, sizeof(header.abort_reason)));
 }
 
 void Supervisor::print_summary() const {

@@ -82,6 +82,8 @@ class Supervisor {
     Blame blame = Blame::Failed;
   };
 
+  // The reason a rank gave when it aborted the job, if one did.
+  std::optional<std::string> abort_reason() const;
   void handle_signals();
   void reap();
   void record_failures(const std::vector<int>& failed_ranks);

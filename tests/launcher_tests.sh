@@ -249,6 +249,14 @@ case "$case_name" in
       fi
       echo "rank 2 exit $code -> launcher exit in ${took} s"
     done
+    # Survivors that catch the PeerFailure and exit 0 do not make the job a
+    # success: the launcher reads the abort from the arena.
+    export PROBE_CAUGHT_EXIT=0
+    run -n 4 --timeout 120 "$probe" leave-needed 2 0
+    unset PROBE_CAUGHT_EXIT
+    expect_status 1
+    [[ "$err" == *"axon-launch: every rank exited 0, but the job was aborted: "*"rank 2 exited"* ]] ||
+      fail "survivors exiting 0 hid the abort: $err"
     ;;
   start-timeout)
     # Start-up has its own deadline: 3 s of setup before World::init() under

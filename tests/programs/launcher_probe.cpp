@@ -36,7 +36,9 @@
 //                                         N restart-env=<TORCHELASTIC_RESTART_COUNT>"
 //                                         after a barrier and exits 0
 //
-// A rank whose wait fails prints "probe rank K caught <what>" and exits 1.
+// A rank whose wait fails prints "probe rank K caught <what>" and exits 1
+// (or PROBE_CAUGHT_EXIT, to play a program that handles the error and ends
+// normally).
 #include <signal.h>
 #include <unistd.h>
 
@@ -208,7 +210,8 @@ int main(int argc, char** argv) {
     return 64;
   } catch (const PeerFailure& e) {
     std::fprintf(stderr, "probe rank %d caught PeerFailure: %s\n", rank, e.what());
-    return 1;
+    const char* code = std::getenv("PROBE_CAUGHT_EXIT");
+    return code ? std::atoi(code) : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "probe rank %d caught %s\n", rank, e.what());
     return 1;
