@@ -20,6 +20,8 @@ endfunction()
 
 axon_torch_test("bad input names the op and sizes, a rank killed with SIGKILL is named by the others within a second" test_errors.py)
 
+axon_torch_test("an irecv posted before its send, batch_isend_irecv and an irecv before a collective complete on 3 ranks" test_p2p.py 3)
+
 foreach(n 2 4)
   axon_torch_test("every op equals Gloo or the reference on ${n} ranks, every dtype" test_ops.py ${n})
   axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync" test_ddp.py ${n})

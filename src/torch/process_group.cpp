@@ -119,6 +119,8 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   options.timeout = timeout;
   backend_ = ad::StoreBackend::create(kv, rank, size, options);
   thread_ = std::make_unique<CommThread>();
+  send_thread_ = std::make_unique<CommThread>();
+  recv_thread_ = std::make_unique<CommThread>();
 }
 
 ProcessGroupAxon::~ProcessGroupAxon() = default;
@@ -129,9 +131,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intru
   return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::enqueue(OpType type, Tensors outputs, std::function<void()> run) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::enqueue(OpType type, Tensors outputs, std::function<void()> run,
+                                                       CommThread* thread) {
   auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
-  thread_->push(work, std::move(run));
+  (thread ? thread : thread_.get())->push(work, std::move(run));
   return work;
 }
 
@@ -473,7 +476,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::send(Tensors& tensors, int dst,
   // A copy now: the caller may change the tensor once send() returns.
   return enqueue(OpType::SEND, tensors, [b = backend_, data = flat_of(tensors[0]).clone(), dst, tag] {
     axonml::torch::send(*b, data, dst, tag);
-  });
+  }, send_thread_.get());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src, int tag) {
@@ -484,7 +487,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src,
   if (src == getRank()) throw ad::InvalidArgument(where + ": cannot receive from itself");
   return enqueue(OpType::RECV, tensors, [b = backend_, t = tensors[0], src, tag]() mutable {
     in_place(t, [&](at::Tensor& c) { axonml::torch::recv(*b, c, src, tag); });
-  });
+  }, recv_thread_.get());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recvAnysource(Tensors&, int) {

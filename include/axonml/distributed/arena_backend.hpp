@@ -6,7 +6,12 @@
 // one process sharing a heap arena, and ShmBackend, whose ranks are the
 // processes axon-launch starts, sharing a /dev/shm arena.
 //
-// Thread safety: one thread at a time per object; see Backend.
+// Thread safety: one thread at a time per object for collectives; see
+// Backend. send() and recv() may also be called from other threads while the
+// object runs a collective or other sends and receives: they touch only the
+// rank's point-to-point layer, which every endpoint of the rank shares and
+// which locks what it shares (the PyTorch backend sends and receives on
+// threads of their own).
 #pragma once
 
 #include <memory>

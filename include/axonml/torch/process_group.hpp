@@ -5,8 +5,9 @@
 // arena through the c10d Store PyTorch passes in (StoreBackend: an anonymous
 // memfd, nothing in /dev/shm), so it works under any launcher on one machine.
 // Every op checks its arguments on the calling thread (InvalidArgument, a
-// RuntimeError in Python), then runs on the group's one communication thread
-// in call order and returns a Work whose getFuture() completes with the
+// RuntimeError in Python), then runs on a communication thread of the group
+// in call order (collectives on one; sends and receives each on their own,
+// so a posted irecv holds up neither) and returns a Work whose getFuture() completes with the
 // output tensors; errors from the run (a dead peer, a timeout, ranks that
 // disagree) surface from wait() and the future.
 //
@@ -86,12 +87,20 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   c10::intrusive_ptr<Work> recvAnysource(Tensors& tensors, int tag) override;
 
  private:
-  // Queues `run` on the communication thread; the Work completes with
-  // `outputs` once it returns.
-  c10::intrusive_ptr<Work> enqueue(c10d::OpType type, Tensors outputs, std::function<void()> run);
+  // Queues `run` on `thread` (collectives: thread_; sends and receives:
+  // their own threads); the Work completes with `outputs` once it returns.
+  c10::intrusive_ptr<Work> enqueue(c10d::OpType type, Tensors outputs, std::function<void()> run,
+                                   CommThread* thread = nullptr);
 
   std::shared_ptr<distributed::Backend> backend_;
   std::unique_ptr<CommThread> thread_;
+  // Point-to-point runs beside the collectives, sends and receives each in
+  // call order on a thread of their own, so that a posted irecv never holds
+  // up a collective or a send (batch_isend_irecv rings, irecv before a
+  // collective). The arena's point-to-point layer is shared by a rank's
+  // threads and locks what it shares.
+  std::unique_ptr<CommThread> send_thread_;
+  std::unique_ptr<CommThread> recv_thread_;
 };
 
 }  // namespace axonml::torch
