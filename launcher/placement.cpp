@@ -181,6 +181,7 @@ Placement plan_placement(std::optional<BindPolicy> requested, int world_size) {
         rank.cpu_list = plan.allowed;
         rank.numa_nodes = nodes_of(m, allowed.get());
         rank.threads = static_cast<int>(std::max<std::size_t>(1, cores / n));
+        rank.shares_cores = n > cores;
         break;
       }
       case BindPolicy::Core: {
@@ -205,6 +206,7 @@ Placement plan_placement(std::optional<BindPolicy> requested, int world_size) {
         }
         bind_to(rank, m, node_cpus.get());
         rank.threads = static_cast<int>(std::max<std::size_t>(1, node_cores / std::max<std::size_t>(1, node_ranks)));
+        rank.shares_cores = node_ranks > node_cores;
         break;
       }
     }
@@ -230,6 +232,7 @@ bool apply_placement(const RankPlacement& rank) {
   // A value the user set wins (overwrite = 0).
   ::setenv("AXON_THREADS_PER_RANK", threads.c_str(), 0);
   ::setenv("OMP_NUM_THREADS", threads.c_str(), /*overwrite=*/0);
+  ::setenv("AXON_OVERSUBSCRIBED", rank.shares_cores ? "1" : "0", 0);
   if (rank.bound) return ::sched_setaffinity(0, sizeof(rank.cpus), &rank.cpus) == 0;
   return true;
 }

@@ -20,7 +20,10 @@
 // Each rank also gets its share of compute threads: AXON_THREADS_PER_RANK
 // (read by nn::ComputeThreads::fair_share) and OMP_NUM_THREADS, the number of
 // whole cores it is bound to (for `none`: usable cores / N, at least 1).
-// Either variable is left alone when the user set it.
+// Either variable is left alone when the user set it. AXON_OVERSUBSCRIBED
+// tells the ranks' waiting (shm/wait.hpp) whether they share cores: 0 for
+// `core`, for `numa` when the node has a core per rank, for `none` when N <=
+// usable cores.
 //
 // Thread safety: single-threaded (the launcher, before and between forks).
 #pragma once
@@ -45,6 +48,7 @@ struct RankPlacement {
   std::string cpu_list;         // "0-3,8-11": the CPUs it will run on
   std::string numa_nodes;       // "0", "0-1", or "?" when the topology has none
   int threads = 1;              // AXON_THREADS_PER_RANK / OMP_NUM_THREADS
+  bool shares_cores = false;    // AXON_OVERSUBSCRIBED: other ranks run on its cores too
 };
 
 struct Placement {
