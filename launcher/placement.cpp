@@ -233,6 +233,10 @@ bool apply_placement(const RankPlacement& rank) {
   ::setenv("AXON_THREADS_PER_RANK", threads.c_str(), 0);
   ::setenv("OMP_NUM_THREADS", threads.c_str(), /*overwrite=*/0);
   ::setenv("AXON_OVERSUBSCRIBED", rank.shares_cores ? "1" : "0", 0);
+  // One node: the rank moves the arena pages only it writes there (shm/numa_place.hpp).
+  if (rank.bound && rank.numa_nodes.find_first_not_of("0123456789") == std::string::npos) {
+    ::setenv("AXON_NUMA_NODE", rank.numa_nodes.c_str(), 0);
+  }
   if (rank.bound) return ::sched_setaffinity(0, sizeof(rank.cpus), &rank.cpus) == 0;
   return true;
 }

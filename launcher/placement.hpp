@@ -23,7 +23,8 @@
 // Either variable is left alone when the user set it. AXON_OVERSUBSCRIBED
 // tells the ranks' waiting (shm/wait.hpp) whether they share cores: 0 for
 // `core`, for `numa` when the node has a core per rank, for `none` when N <=
-// usable cores.
+// usable cores. AXON_NUMA_NODE names the node of a rank bound within one
+// node; the rank moves the arena pages only it writes there (shm/numa_place.hpp).
 //
 // Thread safety: single-threaded (the launcher, before and between forks).
 #pragma once

@@ -56,6 +56,7 @@ case "$case_name" in
       [ -n "$planned" ] || fail "--verbose printed no cpus for rank $r: $err"
       [ "$planned" = "$got" ] || fail "rank $r: planned cpus $planned, runs on $got"
       case ",$seen," in *",$got,"*) fail "rank $r shares cpus $got with another rank";; esac
+      [ "$(probe_field $r over)" = 0 ] || fail "rank $r has its own core but AXON_OVERSUBSCRIBED=$(probe_field $r over)"
       seen="$seen,$got"
       [ -n "$(planned_node $r)" ] || fail "--verbose printed no NUMA node for rank $r: $err"
     done
@@ -81,6 +82,8 @@ case "$case_name" in
     echo "$err" | grep -q -- "--bind none" || fail "the warning does not say what it does instead: $err"
     for r in 0 1; do
       [ "$(probe_cpus $r)" = "$first" ] || fail "rank $r runs on $(probe_cpus $r), expected the cpuset $first"
+      [ "$(probe_field $r over)" = 1 ] || fail "rank $r: AXON_OVERSUBSCRIBED=$(probe_field $r over), expected 1"
+      [ "$(probe_field $r node)" = unset ] || fail "rank $r: AXON_NUMA_NODE set for an unbound rank"
     done
     # The default falls back the same way, with the same warning.
     run taskset -c "$first" "$launch" -n 2 "$probe"
@@ -107,6 +110,9 @@ case "$case_name" in
       want_node=$((r / 2))
       [ "$(planned_node $r)" = "$want_node" ] || fail "rank $r planned on node $(planned_node $r), expected $want_node: $err"
       [ "$(probe_cpus $r)" = "$want_node" ] || fail "rank $r runs on cpus $(probe_cpus $r), expected $want_node"
+      # Its arena pages go to that node; two ranks share each one-core node.
+      [ "$(probe_field $r node)" = "$want_node" ] || fail "rank $r: AXON_NUMA_NODE=$(probe_field $r node), expected $want_node"
+      [ "$(probe_field $r over)" = 1 ] || fail "rank $r: AXON_OVERSUBSCRIBED=$(probe_field $r over), expected 1"
     done
     ;;
   threads-share)

@@ -8,6 +8,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/text.hpp"
+#include "shm/numa_place.hpp"
 
 namespace axonml::distributed {
 
@@ -54,6 +55,8 @@ ArenaChannel::ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::
   controls_ = reinterpret_cast<shm::MemberControl*>(base + layout.controls_offset);
   data_ = base + layout.data_offset;
   rank_controls_ = reinterpret_cast<shm::RankControl*>(arena_base_ + guard_.header().rank_controls_offset);
+  // Our two slots are written only by us: keep them on our NUMA node.
+  shm::place_on_bound_node(data_ + 2 * static_cast<std::size_t>(member_) * slot_bytes_, 2 * slot_bytes_);
 }
 
 shm::Doorbell& ArenaChannel::doorbell_of(int member) const {

@@ -1,7 +1,8 @@
 // A rank program for the placement tests: reports where it runs.
 //
 //   affinity_probe      init, print one line, barrier, exit 0:
-//     "affinity rank=R cpus=<list> threads=<AXON_THREADS_PER_RANK> omp=<OMP_NUM_THREADS> share=<fair_share()>"
+//     "affinity rank=R cpus=<list> threads=<AXON_THREADS_PER_RANK> omp=<OMP_NUM_THREADS>
+//      share=<fair_share()> node=<AXON_NUMA_NODE> over=<AXON_OVERSUBSCRIBED>"
 //
 // <list> is the rank's own sched_getaffinity mask written the way
 // axon-launch --verbose (hwloc) writes CPU lists: "0-3,8,10-11".
@@ -40,9 +41,10 @@ const char* or_unset(const char* value) { return value ? value : "unset"; }
 
 int main() {
   World world = World::init();
-  std::printf("affinity rank=%d cpus=%s threads=%s omp=%s share=%zu\n", world.rank(), cpu_list().c_str(),
-              or_unset(std::getenv("AXON_THREADS_PER_RANK")), or_unset(std::getenv("OMP_NUM_THREADS")),
-              axonml::nn::ComputeThreads::fair_share());
+  std::printf("affinity rank=%d cpus=%s threads=%s omp=%s share=%zu node=%s over=%s\n", world.rank(),
+              cpu_list().c_str(), or_unset(std::getenv("AXON_THREADS_PER_RANK")),
+              or_unset(std::getenv("OMP_NUM_THREADS")), axonml::nn::ComputeThreads::fair_share(),
+              or_unset(std::getenv("AXON_NUMA_NODE")), or_unset(std::getenv("AXON_OVERSUBSCRIBED")));
   std::fflush(stdout);
   barrier(world.default_group());
   return 0;
