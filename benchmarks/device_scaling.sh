@@ -9,7 +9,7 @@
 #   benchmarks/device_scaling.sh                  # binaries from build/release
 #   BUILD=build/release benchmarks/device_scaling.sh
 #   BUNDLE=.devrun benchmarks/device_scaling.sh   # $BUNDLE/bin, $BUNDLE/lib
-#   NS="8 16" SECONDS_PER_SIZE=0.2 OUT=/tmp/s benchmarks/device_scaling.sh
+#   NS="8 16" SECONDS_PER_SIZE=0.2 MAX_BYTES=16M OUT=/tmp/s benchmarks/device_scaling.sh
 #
 # Every axon-launch run has a timeout; a run that times out or fails is
 # recorded as such and the rest go on.
@@ -45,8 +45,8 @@ fi
 
 cores=$(nproc)
 for n in $NS; do
-  max=256M; limit=240
-  if [ "$n" -gt 16 ]; then max=64M; limit=300; fi
+  max=${MAX_BYTES:-256M}; limit=240
+  if [ "$n" -gt 16 ]; then max=${MAX_BYTES:-64M}; limit=300; fi
   echo "== n=$n ($([ "$n" -le "$cores" ] && echo "one core each" || echo "oversubscribed on $cores cpus")), every collective, 4 B .. $max"
   timeout "$limit" "$launch" -n "$n" --verbose --arena-mb 256 "$bench" -c all -b 4 -e "$max" -f 4 \
     --seconds-per-size "$SECONDS_PER_SIZE" --json "$OUT/axon_n$n.json" >"$OUT/axon_n$n.log" 2>&1

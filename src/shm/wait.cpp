@@ -54,7 +54,14 @@ void futex_wait_either(std::atomic<std::uint32_t>& first, std::uint32_t first_ex
   futex_wait(first, first_expected, timeout);
 }
 
+namespace {
+std::atomic<std::uint64_t> g_wake_calls{0};
+}  // namespace
+
+std::uint64_t futex_wake_calls() { return g_wake_calls.load(std::memory_order_relaxed); }
+
 void futex_wake_all(std::atomic<std::uint32_t>& word) {
+  g_wake_calls.fetch_add(1, std::memory_order_relaxed);
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 

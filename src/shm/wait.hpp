@@ -49,6 +49,9 @@ void futex_wait_either(std::atomic<std::uint32_t>& first, std::uint32_t first_ex
                        std::atomic<std::uint32_t>& second, std::uint32_t second_expected,
                        std::chrono::nanoseconds timeout);
 void futex_wake_all(std::atomic<std::uint32_t>& word);
+// FUTEX_WAKE system calls this process has made (all threads): lets tests
+// check who wakes whom, e.g. that a round wakes its sleepers once.
+std::uint64_t futex_wake_calls();
 
 // ring() when the caller has already issued full_barrier() after making
 // its condition true.
