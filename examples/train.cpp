@@ -19,8 +19,9 @@
 // rank died ends with the parameters of an undisturbed run.
 //
 // The matrix products use oneTBB; each rank limits it to its share of the
-// cores (--threads, default: AXON_THREADS_PER_RANK from axon-launch, else cores / LOCAL_WORLD_SIZE), since n ranks each
-// running a pool the size of the machine oversubscribe it n times over.
+// cores (--threads, default: AXON_THREADS_PER_RANK from axon-launch, else
+// cores / LOCAL_WORLD_SIZE), since n ranks each running a pool the size of
+// the machine oversubscribe it n times over.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>

@@ -168,8 +168,8 @@ Placement plan_placement(std::optional<BindPolicy> requested, int world_size) {
                    "; not binding ranks to cores (--bind none)";
     plan.policy = BindPolicy::None;
   }
-  if (plan.policy == BindPolicy::Numa && m.node_cpus.empty()) {
-    plan.warning = "axon-launch: warning: the topology shows no NUMA node; not binding (--bind none)";
+  if (plan.policy == BindPolicy::Numa && (m.node_cpus.empty() || cores == 0)) {
+    plan.warning = "axon-launch: warning: the topology shows no NUMA node with an allowed CPU; not binding (--bind none)";
     plan.policy = BindPolicy::None;
   }
 

@@ -179,26 +179,34 @@ void ArenaChannel::synchronize() {
     };
     shm::wait_until(
         [&] { return theirs.relay.load(std::memory_order_acquire) >= target || other_collective(); },
-        doorbell_of(member_), guard_,
-        [&] {
-          return describe(pending_) + " call #" + std::to_string(pending_.call) + " in group " +
-                 group_name() + ": waiting for rank " +
-                 std::to_string(world_ranks_[static_cast<std::size_t>(pred)]) + " (barrier step " +
-                 std::to_string(step) + ", round " + std::to_string(next) + ")";
-        });
-    if (other_collective()) throw_mismatch(pred, parity);
-    if (theirs.relay.load(std::memory_order_acquire) == shm::kRelayBroken) {
-      mine.relay.store(shm::kRelayBroken, std::memory_order_release);
-      for (int d = 1; d < n; d *= 2) shm::ring(doorbell_of((member_ + d) % n));
-      broken_ = "collective mismatch in group " + group_name() + " at call #" +
-                std::to_string(pending_.call) + ": rank " +
-                std::to_string(world_ranks_[static_cast<std::size_t>(member_)]) + " is in " +
-                describe(pending_) + "; another member found a mismatch (see its error)";
-      throw CollectiveMismatch(broken_);
+        doorbell_of(member_), guard_, [&] { return describe_wait(next); });
+    if (other_collective() || theirs.relay.load(std::memory_order_acquire) == shm::kRelayBroken ||
+        (check && theirs.digest[parity] != pending_digest_)) {
+      report_barrier_mismatch(next, parity);
     }
-    if (check && theirs.digest[parity] != pending_digest_) throw_mismatch(pred, parity);
   }
   round_ = next;
+}
+
+// A barrier member learned of a mismatch (a predecessor in another
+// collective, or one that found a mismatch itself). It unblocks its own
+// successors first, then reports what the flat check would: once every
+// member has published this round, the first member, in rank order, whose
+// descriptor differs from its own. Nobody can pass this round meanwhile:
+// a barrier completes only through every member's relay.
+void ArenaChannel::report_barrier_mismatch(std::uint64_t round, int parity) {
+  controls_[member_].relay.store(shm::kRelayBroken, std::memory_order_release);
+  for (int d = 1; d < size(); d *= 2) shm::ring(doorbell_of((member_ + d) % size()));
+  if (collective_checks_enabled()) {
+    int first_missing = 0;
+    shm::wait_until([&] { return all_arrived(round, first_missing); }, group_->bell, guard_,
+                    [&] { return describe_wait(round); });
+    check_descriptors(parity);  // throws when a descriptor differs
+  }
+  broken_ = "collective mismatch in group " + group_name() + " at call #" + std::to_string(pending_.call) +
+            ": rank " + std::to_string(world_ranks_[static_cast<std::size_t>(member_)]) + " is in " +
+            describe(pending_) + "; another member found a mismatch (see its error)";
+  throw CollectiveMismatch(broken_);
 }
 
 std::string ArenaChannel::group_name() const { return bracketed(world_ranks_); }

@@ -84,6 +84,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::string describe(const shm::Descriptor& d) const;
   void post_descriptor(int parity);
   [[noreturn]] void throw_mismatch(int member, int parity);
+  [[noreturn]] void report_barrier_mismatch(std::uint64_t round, int parity);
   shm::Doorbell& doorbell_of(int member) const;
 
   std::byte* arena_base_;
