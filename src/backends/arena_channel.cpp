@@ -177,9 +177,20 @@ void ArenaChannel::synchronize() {
       return check && theirs.round.load(std::memory_order_acquire) >= next &&
              theirs.digest[parity] != pending_digest_;
     };
-    shm::wait_until(
-        [&] { return theirs.relay.load(std::memory_order_acquire) >= target || other_collective(); },
-        doorbell_of(member_), guard_, [&] { return describe_wait(next); });
+    // Our doorbell is also our point-to-point bell: drain the mailboxes
+    // while waiting, as exchange() does, so a peer sending to us is never
+    // stuck behind this barrier.
+    const auto relayed = [&] {
+      if (theirs.relay.load(std::memory_order_acquire) >= target || other_collective()) return true;
+      p2p_.progress();
+      return false;
+    };
+    const auto needed = [&] {
+      std::vector<int> missing = missing_ranks(next);
+      if (missing.empty()) missing.push_back(world_ranks_[static_cast<std::size_t>(pred)]);
+      return missing;
+    };
+    shm::wait_until(relayed, doorbell_of(member_), guard_, [&] { return describe_wait(next); }, needed);
     if (other_collective() || theirs.relay.load(std::memory_order_acquire) == shm::kRelayBroken ||
         (check && theirs.digest[parity] != pending_digest_)) {
       report_barrier_mismatch(next, parity);
@@ -199,8 +210,13 @@ void ArenaChannel::report_barrier_mismatch(std::uint64_t round, int parity) {
   for (int d = 1; d < size(); d *= 2) shm::ring(doorbell_of((member_ + d) % size()));
   if (collective_checks_enabled()) {
     int first_missing = 0;
-    shm::wait_until([&] { return all_arrived(round, first_missing); }, group_->bell, guard_,
-                    [&] { return describe_wait(round); });
+    auto arrived = [&] {
+      if (all_arrived(round, first_missing)) return true;
+      p2p_.progress();
+      return false;
+    };
+    shm::wait_until(arrived, group_->bell, guard_, [&] { return describe_wait(round); },
+                    [&] { return missing_ranks(round); }, &p2p_.traffic_bell());
     check_descriptors(parity);  // throws when a descriptor differs
   }
   broken_ = "collective mismatch in group " + group_name() + " at call #" + std::to_string(pending_.call) +

@@ -1,10 +1,10 @@
 // Putting a rank's own part of the arena on its NUMA node.
 //
-// axon-launch reserves every page of the arena with posix_fallocate, so on
-// tmpfs all of them are allocated at start, on the launcher's NUMA node: the
-// ranks' first touch places nothing. On a two-socket server half the ranks
-// would then write their slots across the link and every reader would cross
-// it again. move_to_numa_node() migrates the whole pages of a range that only
+// axon-launch reserves every page of the arena (a memfd, i.e. shmem) with
+// posix_fallocate, so all of them are allocated at start, on the launcher's
+// NUMA node: the ranks' first touch places nothing. On a two-socket server
+// half the ranks would then write their slots across the link and every
+// reader would cross it again. move_to_numa_node() migrates the whole pages of a range that only
 // the caller has touched (its slots, its shared buffers) to `node`, and sets
 // that node as the range's preferred policy, so each slot is written locally
 // and crosses the link at most once, to its readers.
