@@ -1,34 +1,61 @@
 #!/usr/bin/env bash
-# One prepared scaling run of the collectives on a many-core machine: axon-bench
-# at 4, 8 and 16 ranks (and 2 for reference), every collective, 4 B .. 256 MiB,
-# plus the reduce kernels against memcpy. Expects the binaries and their
-# shared libraries in $BUNDLE/bin and $BUNDLE/lib (see the lead's note);
-# writes JSON and logs under $OUT.
+# One prepared scaling run of the collectives on a many-core machine:
+# axon-bench for every collective at n = 2, 4, 8, 16, 32, 64 ranks (those
+# above the core count run oversubscribed, unbound), 4 B .. 256 MiB (64 MiB
+# above 16 ranks, to fit the time), the reduce kernels against memcpy, the
+# placement axon-launch chose, and at the end the targets check
+# (benchmarks/scaling_targets.py). Writes JSON and logs under $OUT.
+#
+#   benchmarks/device_scaling.sh                  # binaries from build/release
+#   BUILD=build/release benchmarks/device_scaling.sh
+#   BUNDLE=.devrun benchmarks/device_scaling.sh   # $BUNDLE/bin, $BUNDLE/lib
+#   NS="8 16" SECONDS_PER_SIZE=0.2 MAX_BYTES=16M OUT=/tmp/s benchmarks/device_scaling.sh
+#
+# Every axon-launch run has a timeout; a run that times out or fails is
+# recorded as such and the rest go on.
 set -uo pipefail
-BUNDLE=${BUNDLE:-.devrun}
+here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/axon-scaling}
+NS=${NS:-"2 4 8 16 32 64"}
+SECONDS_PER_SIZE=${SECONDS_PER_SIZE:-0.3}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-bin="$PWD/$BUNDLE/bin"
+
+if [ -n "${BUNDLE:-}" ]; then
+  BUNDLE=$(cd "$BUNDLE" && pwd)
+  export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  launch=$BUNDLE/bin/axon-launch; bench=$BUNDLE/bin/axon-bench; kernels=$BUNDLE/bin/bench_kernels
+else
+  BUILD=$(cd "${BUILD:-$here/../build/release}" && pwd)
+  launch=$BUILD/launcher/axon-launch; bench=$BUILD/benchmarks/axon-bench; kernels=$BUILD/benchmarks/bench_kernels
+fi
+for b in "$launch" "$bench"; do
+  [ -x "$b" ] || { echo "device_scaling: $b is missing (set BUILD=<build dir> or BUNDLE=<bundle>)" >&2; exit 2; }
+done
+
 {
-  echo "== machine"; nproc; lscpu | grep -E "Model name|^CPU\(s\)|NUMA node|L2|L3"; free -g | head -2; df -h /dev/shm
-  which mpirun || echo "no mpirun"
+  echo "== machine"; nproc; lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|NUMA node|L2|L3"; free -g | head -2; df -h /dev/shm
+  echo "== load"; uptime
 } 2>&1 | tee "$OUT/machine.txt"
 
-"$bin/axon-bench" --memcpy 2>&1 | tee "$OUT/memcpy.txt"
-timeout 90 "$bin/bench_kernels" --benchmark_filter='avx512.*(4096|1048576|16777216|268435456)' \
-  --benchmark_min_time=0.05 --benchmark_counters_tabular=true 2>&1 | tail -20 | tee "$OUT/kernels.txt"
+"$bench" --memcpy -e 256M 2>&1 | tee "$OUT/memcpy.txt"
+if [ -x "$kernels" ]; then
+  timeout 90 "$kernels" --benchmark_filter='(avx512|avx2).*(4096|1048576|16777216|268435456)' \
+    --benchmark_min_time=0.05 --benchmark_counters_tabular=true 2>&1 | tail -20 | tee "$OUT/kernels.txt"
+fi
 
-for n in 2 4 8 16; do
-  echo "== n=$n all collectives"
-  timeout 150 "$bin/axon-launch" -n "$n" --arena-mb 256 "$bin/axon-bench" -c all -b 4 -e 256M -f 4 \
-    --seconds-per-size 0.4 --json "$OUT/axon_n$n.json" 2>&1 | grep -v '^\[rank [1-9]' | tee "$OUT/axon_n$n.txt"
+cores=$(nproc)
+for n in $NS; do
+  max=${MAX_BYTES:-256M}; limit=240
+  if [ "$n" -gt 16 ]; then max=${MAX_BYTES:-64M}; limit=300; fi
+  echo "== n=$n ($([ "$n" -le "$cores" ] && echo "one core each" || echo "oversubscribed on $cores cpus")), every collective, 4 B .. $max"
+  timeout "$limit" "$launch" -n "$n" --verbose --arena-mb 256 "$bench" -c all -b 4 -e "$max" -f 4 \
+    --seconds-per-size "$SECONDS_PER_SIZE" --json "$OUT/axon_n$n.json" >"$OUT/axon_n$n.log" 2>&1
+  status=$?
+  grep -v '^\[rank [1-9]' "$OUT/axon_n$n.log" | grep -v '^axon-launch:   rank' | tee "$OUT/axon_n$n.txt"
+  [ "$status" -eq 0 ] || echo "n=$n: axon-launch exited $status$([ "$status" -eq 124 ] && echo " (timed out after ${limit}s)")" | tee -a "$OUT/failures.txt"
 done
-for slot in 1048576 4194304; do
-  for n in 8 16; do
-    echo "== n=$n all_reduce slot $slot"
-    AXON_SLOT_BYTES=$slot timeout 60 "$bin/axon-launch" -n "$n" --arena-mb 512 "$bin/axon-bench" -c all_reduce \
-      -b 64K -e 256M -f 4 --seconds-per-size 0.4 2>&1 | grep '^\[rank 0\]' | tee "$OUT/slot${slot}_n$n.txt"
-  done
-done
-ls /dev/shm
+
+echo "== targets"
+/usr/bin/env python3 "$here/scaling_targets.py" "$OUT" | tee "$OUT/targets.txt"
+ls /dev/shm | grep '^axon-' && echo "device_scaling: arenas left in /dev/shm" >&2
+exit 0

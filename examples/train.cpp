@@ -19,8 +19,9 @@
 // rank died ends with the parameters of an undisturbed run.
 //
 // The matrix products use oneTBB; each rank limits it to its share of the
-// cores (--threads, default: cores / LOCAL_WORLD_SIZE), since n ranks each
-// running a pool the size of the machine oversubscribe it n times over.
+// cores (--threads, default: AXON_THREADS_PER_RANK from axon-launch, else
+// cores / LOCAL_WORLD_SIZE), since n ranks each running a pool the size of
+// the machine oversubscribe it n times over.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -350,7 +351,7 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", cfg.bucket_mb, "DDP bucket capacity in MiB")->capture_default_str();
   app.add_option("--compress", cfg.compress, "Gradients travel as f32 (none) or bf16 (half the bytes)")
       ->capture_default_str()->check(CLI::IsMember({"none", "bf16"}));
-  app.add_option("--threads", cfg.threads, "Compute threads per rank (0: cores / LOCAL_WORLD_SIZE)")->capture_default_str();
+  app.add_option("--threads", cfg.threads, "Compute threads per rank (0: AXON_THREADS_PER_RANK, else cores / LOCAL_WORLD_SIZE)")->capture_default_str();
   app.add_option("--checksum-file", cfg.checksum_file, "Write every final parameter, one per line, to PATH (rank 0)");
   app.add_option("--checkpoint", cfg.checkpoint,
                  "Save to PATH after every epoch (rank 0, atomically) and resume from PATH when it exists");

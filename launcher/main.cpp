@@ -1,7 +1,8 @@
 // axon-launch: starts the ranks of one job on this machine.
 //
 // 1. parse the command line (options.cpp) and find the program (exit 127 if none);
-// 2. create the job's arena, an anonymous memfd (job_arena.cpp);
+// 2. plan where each rank runs (placement.cpp, once); create the job's arena,
+//    an anonymous memfd (job_arena.cpp);
 // 3. fork one child per rank with its environment (rank_process.cpp);
 // 4. supervise them until all have ended (supervisor.cpp);
 // 5. with --max-restarts K, after a failure start again from 2, up to K times.
@@ -17,6 +18,7 @@
 #include "axonml/distributed/error.hpp"
 #include "job_arena.hpp"
 #include "options.hpp"
+#include "placement.hpp"
 #include "rank_process.hpp"
 #include "shm/arena_layout.hpp"
 #include "supervisor.hpp"
@@ -53,10 +55,12 @@ bool signal_pending(int signal_fd) {
 // One attempt: a fresh arena, every rank started, supervised to the end.
 Outcome run_attempt(const LaunchOptions& options, const std::string& program,
                     std::size_t arena_bytes, std::size_t slot_bytes, int attempt, int signal_fd,
-                    const sigset_t& child_mask, const SupervisorTimes& times) {
+                    const sigset_t& child_mask, const SupervisorTimes& times,
+                    const Placement& placement) {
   JobArena arena(options.world_size, arena_bytes, slot_bytes);
-  const RankEnvironment env{options.world_size, arena.fd(), arena.bytes(), options.timeout_s,
-                            attempt, free_local_port()};
+  RankEnvironment env{options.world_size, arena.fd(), arena.bytes(), options.timeout_s, attempt,
+                      free_local_port()};
+  env.placement = &placement.ranks;
   std::vector<RankProcess> ranks;
   ranks.reserve(static_cast<std::size_t>(options.world_size));
   try {
@@ -103,6 +107,16 @@ int launch(const LaunchOptions& options) {
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor
   raise_fd_limit();
 
+  Placement placement;
+  try {
+    placement = plan_placement(options.bind, options.world_size);
+  } catch (const std::exception& e) {
+    std::cerr << "axon-launch: cannot plan where the ranks run: " << e.what() << "\n";
+    return kExitSetupFailed;
+  }
+  if (!placement.warning.empty()) std::cerr << placement.warning << "\n";
+  if (options.verbose) std::cerr << describe(placement);
+
   SupervisorTimes times;
   times.start_deadline =
       std::chrono::milliseconds(static_cast<long long>(options.start_timeout_s * 1000));
@@ -111,7 +125,7 @@ int launch(const LaunchOptions& options) {
   for (int attempt = 0; attempt < attempts; ++attempt) {
     try {
       outcome = run_attempt(options, *program, arena_bytes, slot_bytes, attempt, signal_fd, original,
-                            times);
+                            times, placement);
     } catch (const axonml::distributed::InvalidArgument& e) {
       std::cerr << "axon-launch: " << e.what() << "\n";
       return kExitBadArguments;

@@ -89,6 +89,11 @@ LaunchOptions parse_options(int argc, char** argv) {
   app.add_flag_callback("--no-tag-output", [&options] { options.tag_output = false; },
                         "pass the ranks' output through unchanged")
       ->excludes(tag);
+  std::string bind;
+  app.add_option("--bind", bind,
+                 "pin each rank: core (its own cores; the default when N <= usable cores), "
+                 "numa (a NUMA node), none");
+  app.add_flag("--verbose", options.verbose, "print where each rank runs (rank -> cpus -> NUMA node)");
   app.footer("Example: axon-launch -n 8 ./examples/train --epochs 2");
 
   try {
@@ -127,6 +132,10 @@ LaunchOptions parse_options(int argc, char** argv) {
   }
   if (options.arena_mb > (std::size_t{1} << 20)) {
     bad_arguments("--arena-mb " + std::to_string(options.arena_mb) + " is above the 1 TiB limit");
+  }
+  if (app.count("--bind") > 0) {
+    options.bind = bind_policy_from(bind);
+    if (!options.bind) bad_arguments("--bind " + bind + " is not one of none, core, numa");
   }
   options.command = app.remaining();
   if (!options.command.empty() && options.command.front() == "--") {

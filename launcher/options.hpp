@@ -1,7 +1,8 @@
 // The launcher's command line.
 //
 //   axon-launch -n N [--arena-mb M] [--timeout S] [--start-timeout S]
-//               [--max-restarts K] [--tag-output | --no-tag-output] PROGRAM [ARGS...]
+//               [--max-restarts K] [--tag-output | --no-tag-output]
+//               [--bind none|core|numa] [--verbose] PROGRAM [ARGS...]
 //
 // Everything from PROGRAM on belongs to the program, flags included.
 #pragma once
@@ -10,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "placement.hpp"
 
 namespace axon_launch {
 
@@ -20,6 +23,8 @@ struct LaunchOptions {
   double start_timeout_s = 300;        // every rank must attach within this
   int max_restarts = 0;                // attempts after the first that a failure may start
   bool tag_output = true;
+  std::optional<BindPolicy> bind;      // unset: core when N fits the allowed cores, else none
+  bool verbose = false;                // print the placement
   std::vector<std::string> command;    // PROGRAM ARGS...
 };
 

@@ -85,6 +85,11 @@ void write_all(int fd, const char* data, std::size_t size) {
     ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 0);
   }
 
+  if (env.placement && !apply_placement((*env.placement)[static_cast<std::size_t>(rank)])) {
+    child_fail("cannot bind rank ", std::to_string(rank) + " to cpus " +
+                                        (*env.placement)[static_cast<std::size_t>(rank)].cpu_list);
+  }
+
   std::vector<char*> argv;
   for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);

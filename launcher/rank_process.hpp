@@ -3,7 +3,8 @@
 // spawn_rank() forks a child that execs the program with the rank's
 // environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA_FD,
 // AXON_ARENA_BYTES, AXON_TIMEOUT, AXON_RESTART_COUNT and torchrun's
-// TORCHELASTIC_RESTART_COUNT), in its own process group, with stdin from
+// TORCHELASTIC_RESTART_COUNT, and from placement.hpp AXON_THREADS_PER_RANK,
+// OMP_NUM_THREADS), bound to its cores, in its own process group, with stdin from
 // /dev/null and PR_SET_PDEATHSIG(SIGKILL) so that it dies with the launcher.
 // The child inherits the arena's descriptor (the only one it inherits).
 // With tagged output its stdout and stderr are pipes that the launcher reads
@@ -20,6 +21,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "placement.hpp"
 
 namespace axon_launch {
 
@@ -57,6 +60,7 @@ struct RankEnvironment {
   int restart_count = 0;  // the attempt: 0, then 1.. after --max-restarts restarts
   // For PyTorch's env:// rendezvous (MASTER_ADDR=127.0.0.1); 0: none found.
   int master_port = 0;
+  const std::vector<RankPlacement>* placement = nullptr;  // per rank; null: leave affinity alone
 };
 
 // A TCP port on 127.0.0.1 that was free a moment ago, or 0.

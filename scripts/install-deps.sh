@@ -9,6 +9,7 @@ packages=(
   cmake g++ make pkg-config
   libboost-dev libtbb-dev catch2 libbenchmark-dev libcli11-dev
   libspdlog-dev libfmt-dev libopenmpi-dev openmpi-bin gnuplot-nox
+  libhwloc-dev  # axon-launch --bind reads the topology
   python3   # the docs tests (tests/docs/), benchmarks/compare.sh and make bench-docs
 )
 packages+=("$@")

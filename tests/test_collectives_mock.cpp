@@ -341,7 +341,7 @@ TEST_CASE("all_reduce of NaNs with different payloads gives every rank the same 
 }
 
 TEST_CASE("barrier holds every rank until all have arrived", "[collectives][mock]") {
-  const int n = GENERATE(2, 3, 8);
+  const int n = GENERATE(2, 3, 5, 8, 13, 16);
   std::atomic<int> arrived{0};
   run_ranks(n, [&](std::shared_ptr<Backend> b, int) {
     for (int round = 1; round <= 20; ++round) {
@@ -349,6 +349,27 @@ TEST_CASE("barrier holds every rank until all have arrived", "[collectives][mock
       b->barrier();
       RANK_REQUIRE(arrived.load() >= round * n);
       b->barrier();
+    }
+  });
+}
+
+TEST_CASE("a barrier between all_reduces lets no rank run ahead, at any group size", "[collectives][mock]") {
+  // The dissemination barrier takes ceil(log2 n) steps through per-member
+  // relays: every size, powers of two or not, must hold each rank until all
+  // arrived, and leave the round parities of the next all_reduce consistent.
+  const int n = GENERATE(1, 2, 3, 5, 6, 7, 8, 9, 16, 17);
+  std::atomic<int> arrived{0};
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    for (int round = 1; round <= 30; ++round) {
+      if ((r + round) % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));  // some sleep
+      arrived.fetch_add(1);
+      b->barrier();
+      // Nobody can count for the next round before this rank joins the
+      // all_reduce below, so the count is exact.
+      RANK_REQUIRE(arrived.load() == round * n);
+      std::vector<float> value{static_cast<float>(r + round)};
+      b->all_reduce(std::span<float>(value), ReduceOp::Sum);
+      RANK_REQUIRE(value[0] == static_cast<float>(n * (n - 1) / 2 + n * round));
     }
   });
 }

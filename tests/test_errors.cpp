@@ -124,6 +124,38 @@ TEST_CASE("a broadcast against an all_gather, or different roots, is reported", 
   REQUIRE_THAT(messages[2], Contains("rank 2: all_gather(f32, 8) vs rank 0: broadcast(f32, 8, root 0)"));
 }
 
+TEST_CASE("a barrier against another collective fails on every rank, not by timeout", "[errors][mismatch]") {
+  // The barrier's members wait on one predecessor at a time: the one beside
+  // the odd rank sees its descriptor, the rest learn it through the relays.
+  const int n = GENERATE(2, 3, 5, 8);
+  const int odd = GENERATE_COPY(0, n - 1, n / 2);
+  std::vector<std::string> messages(static_cast<std::size_t>(n));
+  setenv("AXON_TIMEOUT", "120", 1);  // a hang becomes a Timeout, which fails below
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<float> data(4);
+    b->all_reduce(data, ReduceOp::Sum);  // call #0 matches
+    try {
+      if (r == odd) b->all_reduce(data, ReduceOp::Sum);
+      else b->barrier();
+      RANK_FAIL("no mismatch reported on rank " << r);
+    } catch (const CollectiveMismatch& e) {
+      messages[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  unsetenv("AXON_TIMEOUT");
+  for (int r = 0; r < n; ++r) {
+    const std::string& m = messages[static_cast<std::size_t>(r)];
+    CAPTURE(n, odd, r, m);
+    REQUIRE_THAT(m, Contains("collective mismatch in group") && Contains("at call #1"));
+    if (r == odd) REQUIRE_THAT(m, Contains("all_reduce(f32, 4, sum) vs rank") && Contains(": barrier()"));
+    else REQUIRE_THAT(m, Contains("barrier()"));
+  }
+  // Whoever waits on the odd rank names it.
+  const int next = (odd + 1) % n;
+  REQUIRE_THAT(messages[static_cast<std::size_t>(next)],
+               Contains("barrier() vs rank " + std::to_string(odd) + ": all_reduce(f32, 4, sum)"));
+}
+
 TEST_CASE("a group stays unusable after a mismatch instead of exchanging garbage", "[errors][mismatch]") {
   run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
     std::vector<float> data(static_cast<std::size_t>(r) + 1);

@@ -10,6 +10,7 @@
 #include "backends/arena_backend_impl.hpp"
 #include "shm/arena_view.hpp"
 #include "collectives/algorithms.hpp"
+#include "shm/numa_place.hpp"
 
 namespace axonml::distributed {
 
@@ -94,6 +95,7 @@ std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
   const std::uint64_t start = state->allocator.allocate(bytes);
   if (start == 0) return nullptr;
   std::byte* memory = state->base + start;
+  shm::place_on_bound_node(memory, bytes);  // this rank writes it first: keep it on our node
   // Zeroed, as a fresh arena's pages are: freed space comes back dirty.
   std::memset(memory, 0, bytes);
   return std::shared_ptr<std::byte>(memory, [state, start, bytes](std::byte*) {

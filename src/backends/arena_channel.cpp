@@ -9,6 +9,7 @@
 #include "base/log.hpp"
 #include "base/text.hpp"
 #include "shm/arena_view.hpp"
+#include "shm/numa_place.hpp"
 
 namespace axonml::distributed {
 
@@ -53,6 +54,12 @@ ArenaChannel::ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::
   check::equal(std::size_t{group_->size}, world_ranks_.size(), "ArenaChannel: group size");
   controls_ = shm::member_controls(*group_, slot_bytes_);
   data_ = shm::group_slots(*group_, slot_bytes_);
+  // Our two slots are written only by us: keep them on our NUMA node.
+  shm::place_on_bound_node(data_ + 2 * static_cast<std::size_t>(member_) * slot_bytes_, 2 * slot_bytes_);
+}
+
+shm::Doorbell& ArenaChannel::doorbell_of(int member) const {
+  return shm::ArenaView(arena_base_).rank_control(world_ranks_[static_cast<std::size_t>(member)]).doorbell;
 }
 
 void ArenaChannel::begin(const CollectiveCall& call) {
@@ -91,32 +98,130 @@ bool ArenaChannel::all_arrived(std::uint64_t round, int& first_missing) const {
   return true;
 }
 
+void ArenaChannel::post_descriptor(int parity) {
+  auto& mine = controls_[member_];
+  mine.descriptor[parity] = pending_;
+  mine.digest[parity] = pending_digest_;
+}
+
+// 1. post the descriptor (first round of a collective) and publish the round;
+// 2. ring the group bell only if this publish completed the round: after the
+//    full barrier, of all publishers of a round at least the last sees every
+//    round, so sleepers are woken once per round, not once per member (with
+//    n sleepers that was n futex wakes of n waiters each);
+// 3. wait for the rest; 4. compare descriptors.
 void ArenaChannel::exchange() {
   const std::uint64_t next = round_ + 1;
   const int parity = static_cast<int>(next & 1);
   auto& mine = controls_[member_];
-  if (check_pending_) {
-    mine.descriptor[parity] = pending_;
-    mine.digest[parity] = pending_digest_;
-  }
+  if (check_pending_) post_descriptor(parity);
   mine.round.store(next, std::memory_order_release);
-  shm::ring(group_->bell);
-
-  // The first check is the fast path: peers that are already there cost no
-  // point-to-point polling. Later checks also consume inbound mailboxes.
+  shm::full_barrier();
   int first_missing = 0;
-  auto arrived = [&] {
-    if (all_arrived(next, first_missing)) return true;
-    p2p_.progress();
-    return false;
-  };
-  shm::wait_until(arrived, group_->bell, guard_, [&] { return describe_wait(next); },
-                  [&] { return missing_ranks(next); }, &p2p_.traffic_bell());
+  if (all_arrived(next, first_missing)) {
+    shm::ring_after_barrier(group_->bell);
+  } else {
+    // Later checks also consume inbound mailboxes, so that a peer blocked
+    // sending to us is never stuck behind this wait.
+    auto arrived = [&] {
+      if (all_arrived(next, first_missing)) return true;
+      p2p_.progress();
+      return false;
+    };
+    shm::wait_until(arrived, group_->bell, guard_, [&] { return describe_wait(next); },
+                    [&] { return missing_ranks(next); }, &p2p_.traffic_bell());
+  }
   round_ = next;
   if (check_pending_) {
     check_pending_ = false;
     check_descriptors(parity);
   }
+}
+
+// A dissemination barrier (Hensgen, Finkel and Manber): in step k = 0, 1, ...
+// ceil(log2 n) - 1, member i tells member i + 2^k "I have heard from my first
+// k predecessors" (its relay) and waits for the same word from member i - 2^k.
+// After step k it has heard, through the chain, from members i - 2^(k+1) + 1
+// .. i, so after the last step from all n; each step costs one cache line
+// and wakes at most one sleeper (the successor, on its own doorbell).
+//
+// The round is published first, as exchange() does, so a member that runs
+// another collective in this round sees the barrier's descriptor and reports
+// the mismatch. Each barrier member compares its predecessors' digests: a
+// predecessor that published this round without relaying it runs another
+// collective (mismatch); one that found a mismatch sets its relay to
+// kRelayBroken, which its successors pass on, so every member fails
+// promptly with CollectiveMismatch instead of waiting for the timeout.
+//
+// A predecessor's digest of this round's parity stays put while we read it:
+// it can publish round next + 2 only after we publish next + 1.
+void ArenaChannel::synchronize() {
+  const std::uint64_t next = round_ + 1;
+  const int parity = static_cast<int>(next & 1);
+  auto& mine = controls_[member_];
+  const bool check = check_pending_;
+  check_pending_ = false;
+  if (check) post_descriptor(parity);
+  mine.round.store(next, std::memory_order_release);
+  shm::ring(group_->bell);  // a peer in a mismatched exchange() sees this round at once
+
+  const int n = size();
+  for (unsigned step = 1, distance = 1; static_cast<int>(distance) < n; ++step, distance *= 2) {
+    const std::uint64_t target = shm::relay_value(next, step);
+    mine.relay.store(target, std::memory_order_release);
+    shm::ring(doorbell_of((member_ + static_cast<int>(distance)) % n));
+    const int pred = (member_ - static_cast<int>(distance) % n + n) % n;
+    const auto& theirs = controls_[pred];
+    const auto other_collective = [&] {
+      return check && theirs.round.load(std::memory_order_acquire) >= next &&
+             theirs.digest[parity] != pending_digest_;
+    };
+    // Our doorbell is also our point-to-point bell: drain the mailboxes
+    // while waiting, as exchange() does, so a peer sending to us is never
+    // stuck behind this barrier.
+    const auto relayed = [&] {
+      if (theirs.relay.load(std::memory_order_acquire) >= target || other_collective()) return true;
+      p2p_.progress();
+      return false;
+    };
+    const auto needed = [&] {
+      std::vector<int> missing = missing_ranks(next);
+      if (missing.empty()) missing.push_back(world_ranks_[static_cast<std::size_t>(pred)]);
+      return missing;
+    };
+    shm::wait_until(relayed, doorbell_of(member_), guard_, [&] { return describe_wait(next); }, needed);
+    if (other_collective() || theirs.relay.load(std::memory_order_acquire) == shm::kRelayBroken ||
+        (check && theirs.digest[parity] != pending_digest_)) {
+      report_barrier_mismatch(next, parity);
+    }
+  }
+  round_ = next;
+}
+
+// A barrier member learned of a mismatch (a predecessor in another
+// collective, or one that found a mismatch itself). It unblocks its own
+// successors first, then reports what the flat check would: once every
+// member has published this round, the first member, in rank order, whose
+// descriptor differs from its own. Nobody can pass this round meanwhile:
+// a barrier completes only through every member's relay.
+void ArenaChannel::report_barrier_mismatch(std::uint64_t round, int parity) {
+  controls_[member_].relay.store(shm::kRelayBroken, std::memory_order_release);
+  for (int d = 1; d < size(); d *= 2) shm::ring(doorbell_of((member_ + d) % size()));
+  if (collective_checks_enabled()) {
+    int first_missing = 0;
+    auto arrived = [&] {
+      if (all_arrived(round, first_missing)) return true;
+      p2p_.progress();
+      return false;
+    };
+    shm::wait_until(arrived, group_->bell, guard_, [&] { return describe_wait(round); },
+                    [&] { return missing_ranks(round); }, &p2p_.traffic_bell());
+    check_descriptors(parity);  // throws when a descriptor differs
+  }
+  broken_ = "collective mismatch in group " + group_name() + " at call #" + std::to_string(pending_.call) +
+            ": rank " + std::to_string(world_ranks_[static_cast<std::size_t>(member_)]) + " is in " +
+            describe(pending_) + "; another member found a mismatch (see its error)";
+  throw CollectiveMismatch(broken_);
 }
 
 std::string ArenaChannel::group_name() const { return bracketed(world_ranks_); }
@@ -139,18 +244,8 @@ void ArenaChannel::check_descriptors(int parity) {
   const shm::Descriptor& mine = controls_[member_].descriptor[parity];
   for (int m = 0; m < size(); ++m) {
     if (m == member_ || controls_[m].digest[parity] == pending_digest_) continue;
-    const shm::Descriptor& theirs = controls_[m].descriptor[parity];
-    if (theirs == mine) continue;
-    std::string where = theirs.call == mine.call
-                            ? "at call #" + std::to_string(mine.call)
-                            : "at call #" + std::to_string(mine.call) + " (rank " +
-                                  std::to_string(world_ranks_[static_cast<std::size_t>(m)]) +
-                                  "'s call #" + std::to_string(theirs.call) + ")";
-    broken_ = "collective mismatch in group " + group_name() + " " + where + ": rank " +
-              std::to_string(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
-              describe(mine) + " vs rank " +
-              std::to_string(world_ranks_[static_cast<std::size_t>(m)]) + ": " + describe(theirs);
-    throw CollectiveMismatch(broken_);
+    if (controls_[m].descriptor[parity] == mine) continue;
+    throw_mismatch(m, parity);
   }
 }
 
@@ -162,6 +257,25 @@ std::vector<int> ArenaChannel::missing_ranks(std::uint64_t round) const {
     }
   }
   return missing;
+}
+
+void ArenaChannel::throw_mismatch(int m, int parity) {
+  const shm::Descriptor& mine = controls_[member_].descriptor[parity];
+  const shm::Descriptor& theirs = controls_[m].descriptor[parity];
+  std::string where = theirs.call == mine.call
+                          ? "at call #" + std::to_string(mine.call)
+                          : "at call #" + std::to_string(mine.call) + " (rank " +
+                                std::to_string(world_ranks_[static_cast<std::size_t>(m)]) +
+                                "'s call #" + std::to_string(theirs.call) + ")";
+  broken_ = "collective mismatch in group " + group_name() + " " + where + ": rank " +
+            std::to_string(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
+            describe(mine) + " vs rank " +
+            std::to_string(world_ranks_[static_cast<std::size_t>(m)]) + ": " + describe(theirs);
+  // Members waiting on us in a barrier learn of it from our relay.
+  auto& relay = controls_[member_].relay;
+  relay.store(shm::kRelayBroken, std::memory_order_release);
+  for (int d = 1; d < size(); d *= 2) shm::ring(doorbell_of((member_ + d) % size()));
+  throw CollectiveMismatch(broken_);
 }
 
 std::string ArenaChannel::describe_wait(std::uint64_t round) const {

@@ -61,6 +61,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::byte* outbox() override;
   const std::byte* inbox(int member) const override;
   void exchange() override;
+  void synchronize() override;
   std::uint64_t offset_of(const std::byte* p) const override {
     check::that(p >= arena_base_, "offset_of: p lies in the shared region");
     return static_cast<std::uint64_t>(p - arena_base_);
@@ -81,6 +82,10 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::vector<int> missing_ranks(std::uint64_t round) const;
   void check_descriptors(int parity);
   std::string describe(const shm::Descriptor& d) const;
+  void post_descriptor(int parity);
+  [[noreturn]] void throw_mismatch(int member, int parity);
+  [[noreturn]] void report_barrier_mismatch(std::uint64_t round, int parity);
+  shm::Doorbell& doorbell_of(int member) const;
 
   std::byte* arena_base_;
   shm::GroupHeader* group_;

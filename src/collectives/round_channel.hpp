@@ -36,6 +36,12 @@ class RoundChannel {
   // Publishes outbox() and waits until every member has published the same
   // round. Throws on abort, timeout, or a collective mismatch.
   virtual void exchange() = 0;
+  // Returns once every member has called synchronize() for the same round,
+  // moving no data: a barrier. Counts as one exchange() (the parities of the
+  // slots move on as they would), and checks the collective's descriptor the
+  // same way. Costs O(log n) cache-line transfers on each member's path, where
+  // exchange() reads every member's round.
+  virtual void synchronize() = 0;
 
   // Memory every member can address: a buffer's position in the shared
   // region, and back (each member may map the region at another address).

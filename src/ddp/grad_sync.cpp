@@ -246,14 +246,15 @@ void GradientSynchronizer::launch(std::size_t b) {
   }
   if (strategy_ == GradSyncStrategy::Overlapped) {
     if (!worker_) worker_ = std::make_unique<CommWorker>();
-    worker_->submit([this, b, pg = *group_] { reduce(b, pg); });
+    // The bucket itself, not its index: reading buckets_ on the worker while
+    // this thread appends to it would race.
+    worker_->submit([this, bucket = &buckets_[b], pg = *group_] { reduce(*bucket, pg); });
   } else {
-    reduce(b, *group_);
+    reduce(buckets_[b], *group_);
   }
 }
 
-void GradientSynchronizer::reduce(std::size_t b, const ProcessGroup& pg) {
-  Bucket& bucket = buckets_[b];
+void GradientSynchronizer::reduce(Bucket& bucket, const ProcessGroup& pg) {
   if (compression_ == GradientCompression::BF16) {
     pg.backend().all_reduce(std::span<bfloat16>(bucket.wire.get(), bucket.size), ReduceOp::Average);
     for (std::size_t k = 0; k < bucket.indices.size(); ++k) {

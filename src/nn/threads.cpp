@@ -1,13 +1,13 @@
 #include "axonml/nn/threads.hpp"
 
+#include <sched.h>
 #include <tbb/global_control.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <thread>
 
 #include "axonml/distributed/error.hpp"
+#include "base/env.hpp"
 
 namespace axonml::nn {
 
@@ -25,16 +25,17 @@ ComputeThreads::ComputeThreads(std::size_t threads) : threads_(threads) {
 ComputeThreads::~ComputeThreads() = default;
 
 std::size_t ComputeThreads::fair_share() {
-  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  std::size_t ranks = 1;
-  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) {
-    try {
-      ranks = std::max<long>(1, std::stol(local));
-    } catch (const std::exception&) {
-      ranks = 1;  // not a number: not launched by axon-launch
-    }
+  if (const auto share = distributed::env::integer("AXON_THREADS_PER_RANK", 1, 1 << 16)) {
+    return static_cast<std::size_t>(*share);
   }
-  return std::max<std::size_t>(1, cores / ranks);
+  // The CPUs we may use (taskset, cgroups), not every CPU of the machine.
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const std::size_t cpus = sched_getaffinity(0, sizeof(mask), &mask) == 0
+                               ? static_cast<std::size_t>(CPU_COUNT(&mask))
+                               : std::max(1u, std::thread::hardware_concurrency());
+  const auto ranks = distributed::env::integer("LOCAL_WORLD_SIZE", 1, 1 << 20).value_or(1);
+  return std::max<std::size_t>(1, cpus / static_cast<std::size_t>(ranks));
 }
 
 }  // namespace axonml::nn

@@ -25,7 +25,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 5;
+inline constexpr std::uint32_t kLayoutVersion = 6;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -177,11 +177,22 @@ struct alignas(kCacheLine) MemberControl {
   // they read for `round` anyway; the descriptors themselves sit on the next
   // line and are read only to describe a mismatch.
   std::uint64_t digest[2];
+  // Written by: this member, during a barrier (the dissemination barrier of
+  // ArenaChannel::synchronize): relay_value(round, step) once it has heard
+  // from its first `step` predecessors, kRelayBroken after it found a
+  // mismatch. Read by one successor per step. Only grows, except to broken.
+  std::atomic<std::uint64_t> relay;
   // Written by: this member, indexed by round parity, before publishing.
   alignas(kCacheLine) Descriptor descriptor[2];
 };
 static_assert(sizeof(MemberControl) == 2 * kCacheLine);  // docs/arena.md: 128 bytes each
 static_assert(offsetof(MemberControl, descriptor) == kCacheLine);
+static_assert(offsetof(MemberControl, relay) == 24);  // docs/arena.md
+
+// MemberControl::relay of a member in step `step` (1-based) of the barrier
+// that publishes `round`: monotone over rounds and steps (at most 64 steps).
+inline constexpr std::uint64_t relay_value(std::uint64_t round, unsigned step) { return round << 8 | step; }
+inline constexpr std::uint64_t kRelayBroken = ~std::uint64_t{0};
 
 // A group's shared state. Followed by MemberControl[size] and then the data
 // slots: member m's slot of parity p at data + (2 * m + p) * slot_bytes.

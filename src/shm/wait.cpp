@@ -55,23 +55,39 @@ void futex_wait_either(std::atomic<std::uint32_t>& first, std::uint32_t first_ex
   futex_wait(first, first_expected, timeout);
 }
 
+namespace {
+std::atomic<std::uint64_t> g_wake_calls{0};
+}  // namespace
+
+std::uint64_t futex_wake_calls() { return g_wake_calls.load(std::memory_order_relaxed); }
+
 void futex_wake_all(std::atomic<std::uint32_t>& word) {
+  g_wake_calls.fetch_add(1, std::memory_order_relaxed);
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 namespace {
 
-int choose_spin_polls(int ranks) {
-  static const std::optional<long long> requested = env::integer("AXON_SPIN_POLLS", 0, 1 << 20);
-  if (requested) return static_cast<int>(*requested);
+// AXON_OVERSUBSCRIBED (set by axon-launch, which knows how it bound the
+// ranks: with --bind core each rank's affinity is its own core or two, so
+// counting our own CPUs would say "oversubscribed" for every bound job);
+// without it, more ranks than the CPUs this process may use.
+bool choose_oversubscribed(int ranks) {
+  if (const auto told = env::flag("AXON_OVERSUBSCRIBED")) return *told;
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return ranks > cores;
+}
+
+int choose_spin_polls(bool oversubscribed) {
+  static const std::optional<long long> requested = env::integer("AXON_SPIN_POLLS", 0, 1 << 20);
+  if (requested) return static_cast<int>(*requested);
   // Short even with a core per rank: the scheduler may still put two ranks
   // on one core, and then every poll delays the peer. 1024 polls cost ~31 us
   // per round in such runs (2 ranks, 4 B all-reduce); 64 cost nothing
   // measurable in the others (0.41 us either way).
-  return ranks > cores ? 0 : 64;
+  return oversubscribed ? 0 : 64;
 }
 
 }  // namespace
@@ -81,7 +97,9 @@ WaitGuard::WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds ti
     : header_(header),
       rank_(rank),
       timeout_(timeout),
-      spin_polls_(choose_spin_polls(static_cast<int>(header.world_size))),
+      oversubscribed_(choose_oversubscribed(static_cast<int>(header.world_size))),
+      spin_polls_(choose_spin_polls(oversubscribed_)),
+      yield_phase_(oversubscribed_ ? std::chrono::microseconds(200) : std::chrono::microseconds(2000)),
       peer_pids_(peer_pids),
       pidfds_(peer_pids.size(), -1) {
   for (std::size_t r = 0; r < peer_pids_.size(); ++r) {

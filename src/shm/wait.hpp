@@ -49,16 +49,25 @@ void futex_wait_either(std::atomic<std::uint32_t>& first, std::uint32_t first_ex
                        std::atomic<std::uint32_t>& second, std::uint32_t second_expected,
                        std::chrono::nanoseconds timeout);
 void futex_wake_all(std::atomic<std::uint32_t>& word);
+// FUTEX_WAKE system calls this process has made (all threads): lets tests
+// check who wakes whom, e.g. that a round wakes its sleepers once.
+std::uint64_t futex_wake_calls();
+
+// ring() when the caller has already issued full_barrier() after making
+// its condition true.
+inline void ring_after_barrier(Doorbell& bell) {
+  if (bell.sleepers.load(std::memory_order_relaxed) != 0) {
+    bell.word.fetch_add(1, std::memory_order_relaxed);
+    futex_wake_all(bell.word);
+  }
+}
 
 // Wakes every sleeper of `bell`. Call after making a condition true (the
 // condition's store may be relaxed or release: a fence here orders it before
 // the check for sleepers).
 inline void ring(Doorbell& bell) {
   full_barrier();
-  if (bell.sleepers.load(std::memory_order_relaxed) != 0) {
-    bell.word.fetch_add(1, std::memory_order_relaxed);
-    futex_wake_all(bell.word);
-  }
+  ring_after_barrier(bell);
 }
 
 // What every wait checks besides its own condition. One per rank.
@@ -98,6 +107,17 @@ class WaitGuard {
   // the work), a few microseconds' worth otherwise. AXON_SPIN_POLLS overrides.
   // After the polls, sched_yield: as cheap as a poll when the core is free.
   int spin_polls() const { return spin_polls_; }
+  // How long to keep polling with sched_yield before sleeping on the futex.
+  // Oversubscribed: 200 us (a yield hands the core to a rank with work; the
+  // futex frees it for good). Otherwise 2 ms: each rank has a core of its
+  // own, idle while it waits, and sleeping is what makes ranks slow at
+  // scale: waking a sleeper costs tens to hundreds of microseconds (a futex
+  // wake per sleeper, an idle core leaving its C-state), longer than the
+  // yield phase once the late rank is itself one that slept, so every round
+  // then sleeps again (see docs/scaling.md).
+  std::chrono::microseconds yield_phase() const { return yield_phase_; }
+  // Whether the job's ranks outnumber the cores they may use.
+  bool oversubscribed() const { return oversubscribed_; }
 
  private:
   RankControl& control(int rank) const;
@@ -107,7 +127,9 @@ class WaitGuard {
 
   int rank_;
   std::chrono::milliseconds timeout_;
+  bool oversubscribed_;
   int spin_polls_;
+  std::chrono::microseconds yield_phase_;
   std::vector<int> peer_pids_;
   std::vector<int> pidfds_;  // -1 for this rank and for peers that cannot be watched
 };
@@ -145,7 +167,6 @@ struct NoPeers {
 template <class Ready, class Describe, class Needed = NoPeers>
 void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&& describe,
                 Needed&& needed = Needed{}, Doorbell* second = nullptr) {
-  constexpr auto kYieldPhase = std::chrono::microseconds(200);
   constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 
   if (ready()) return;
@@ -154,7 +175,7 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&
     if (ready()) return;
   }
   auto started = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - started < kYieldPhase) {
+  while (std::chrono::steady_clock::now() - started < guard.yield_phase()) {
     detail::yield_cpu();
     if (ready()) return;
   }

@@ -52,6 +52,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -127,7 +128,7 @@ class GradientSynchronizer {
   void agree_on_shared_buckets();
   void launch_ready(bool force);
   void launch(std::size_t bucket);
-  void reduce(std::size_t bucket, const ProcessGroup& pg);
+  void reduce(Bucket& bucket, const ProcessGroup& pg);
   void wait_for_worker();
   void check_index(const char* op, std::size_t index) const;
 
@@ -141,7 +142,9 @@ class GradientSynchronizer {
   std::vector<std::size_t> bucket_of_;          // fixed layout only
   std::vector<std::size_t> offset_in_bucket_;   // fixed layout only
   std::vector<std::optional<Tensor>> gradients_;
-  std::vector<Bucket> buckets_;
+  // A deque: the owner's thread appends buckets while the communication
+  // thread reduces earlier ones, which must not move.
+  std::deque<Bucket> buckets_;
   std::size_t unplaced_ = 0;     // learned layout: indices below this are not placed yet
   std::size_t next_launch_ = 0;  // buckets launch in index order
   std::optional<ProcessGroup> group_;

@@ -5,8 +5,10 @@
 // machine each have such a pool, so n ranks run n times as many busy workers
 // as there are cores: they preempt one another mid-matmul, and the rank a
 // collective waits on is often the one descheduled. fair_share() gives each
-// rank its slice of the cores instead: hardware_concurrency() divided by
-// LOCAL_WORLD_SIZE (set by axon-launch; 1 when run alone), at least 1.
+// rank its slice of the cores instead: AXON_THREADS_PER_RANK when set
+// (axon-launch sets it to the cores the rank is bound to, see --bind), else
+// the CPUs this process may run on (its affinity mask) divided by
+// LOCAL_WORLD_SIZE (1 when run alone), at least 1.
 //
 //   axonml::nn::ComputeThreads limit(axonml::nn::ComputeThreads::fair_share());
 //
