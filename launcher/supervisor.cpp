@@ -93,7 +93,7 @@ void Supervisor::reap() {
 }
 
 // A peer that waited for a rank that had ended aborts the job naming it
-// (shm::WaitGuard::check_peers). If that rank exited 0, blame it: the
+// (shm::WaitContext::check_peers). If that rank exited 0, blame it: the
 // waiter's own failure is only the consequence.
 std::optional<Supervisor::Failure> Supervisor::left_while_needed() const {
   auto& header = arena_.header();

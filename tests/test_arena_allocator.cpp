@@ -34,8 +34,8 @@ constexpr std::size_t kPage = shm::kPageBytes;
 struct HeapArena {
   explicit HeapArena(std::size_t bytes, std::chrono::milliseconds timeout = std::chrono::seconds(30))
       : memory(static_cast<std::byte*>(std::aligned_alloc(kPage, bytes)), std::free),
-        guard((format(bytes), header()), 0, timeout),
-        allocator(memory.get(), guard) {}
+        waits((format(bytes), header()), 0, timeout),
+        allocator(memory.get(), waits) {}
 
   void format(std::size_t bytes) {
     std::memset(memory.get(), 0, bytes);
@@ -48,7 +48,7 @@ struct HeapArena {
   shm::ArenaHeader& header() { return *reinterpret_cast<shm::ArenaHeader*>(memory.get()); }
 
   std::unique_ptr<std::byte, decltype(&std::free)> memory;
-  shm::WaitGuard guard;
+  shm::WaitContext waits;
   shm::ArenaAllocator allocator;
 };
 
@@ -200,7 +200,7 @@ TEST_CASE("a lock left held by a dead rank fails waiters at the deadline or on a
   const auto started = std::chrono::steady_clock::now();
   arena.allocator.release(a, kPage);  // gives up (the block stays taken) instead of hanging
   REQUIRE(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
-  arena.guard.abort(2, "rank 2 was killed by signal 9 (SIGKILL)");
+  arena.waits.abort(2, "rank 2 was killed by signal 9 (SIGKILL)");
   REQUIRE_THROWS_WITH(arena.allocator.allocate(kPage), Contains("job aborted: rank 2 was killed"));
 }
 

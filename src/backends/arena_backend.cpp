@@ -20,9 +20,9 @@ RankState::RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, 
       base(arena_base),
       header(shm::ArenaView(arena_base).header()),
       world_rank(rank),
-      guard(header, rank, timeout, peer_pids),
-      allocator(arena_base, guard),
-      p2p(arena_base, rank, guard) {}
+      waits(header, rank, timeout, peer_pids),
+      allocator(arena_base, waits),
+      p2p(arena_base, rank, waits) {}
 
 // The member that takes `holders` to 0 is the last: every other member has
 // dropped its endpoint, and each one's last access to the area happened
@@ -41,7 +41,7 @@ ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader
     : state(std::move(rank_state)),
       area(std::move(group_area)),
       channel(state->base, group, state->header.slot_bytes, member, std::move(world_ranks),
-              state->guard, state->p2p) {}
+              state->waits, state->p2p) {}
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
@@ -63,7 +63,7 @@ int ArenaBackend::world_size() const { return impl_->channel.size(); }
 std::size_t ArenaBackend::slot_bytes() const { return impl_->channel.slot_bytes(); }
 
 void ArenaBackend::abort(const std::string& reason) {
-  impl_->state->guard.abort(impl_->state->world_rank,
+  impl_->state->waits.abort(impl_->state->world_rank,
                             "rank " + std::to_string(impl_->state->world_rank) + " aborted: " + reason);
 }
 

@@ -27,7 +27,7 @@ struct RankState {
   std::byte* base;
   shm::ArenaHeader& header;
   int world_rank;
-  shm::WaitGuard guard;
+  shm::WaitContext waits;
   shm::ArenaAllocator allocator;
   PointToPoint p2p;
 };
@@ -57,7 +57,7 @@ struct ArenaBackend::Impl {
        std::vector<int> world_ranks, GroupAreaHold area = {});
 
   // The world endpoint of `rank` in a formatted arena at `arena_base`;
-  // `peer_pids` as for shm::WaitGuard (empty: the peers are not watched).
+  // `peer_pids` as for shm::WaitContext (empty: the peers are not watched).
   static std::unique_ptr<Impl> attach_world(std::shared_ptr<void> memory_owner,
                                             std::byte* arena_base, int rank,
                                             std::chrono::milliseconds timeout,

@@ -42,14 +42,14 @@ std::uint64_t digest_of(const shm::Descriptor& d) {
 }  // namespace
 
 ArenaChannel::ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::size_t slot_bytes,
-                           int member, std::vector<int> world_ranks, const shm::WaitGuard& guard,
+                           int member, std::vector<int> world_ranks, const shm::WaitContext& waits,
                            PointToPoint& p2p)
     : arena_base_(arena_base),
       group_(group),
       slot_bytes_(slot_bytes),
       member_(member),
       world_ranks_(std::move(world_ranks)),
-      guard_(guard),
+      waits_(waits),
       p2p_(p2p) {
   check::equal(std::size_t{group_->size}, world_ranks_.size(), "ArenaChannel: group size");
   controls_ = shm::member_controls(*group_, slot_bytes_);
@@ -128,7 +128,7 @@ void ArenaChannel::exchange() {
       p2p_.progress();
       return false;
     };
-    shm::wait_until(arrived, group_->bell, guard_, [&] { return describe_wait(next); },
+    shm::wait_until(arrived, group_->bell, waits_, [&] { return describe_wait(next); },
                     [&] { return missing_ranks(next); }, &p2p_.traffic_bell());
   }
   round_ = next;
@@ -189,7 +189,7 @@ void ArenaChannel::synchronize() {
       if (missing.empty()) missing.push_back(world_ranks_[static_cast<std::size_t>(pred)]);
       return missing;
     };
-    shm::wait_until(relayed, doorbell_of(member_), guard_, [&] { return describe_wait(next); }, needed);
+    shm::wait_until(relayed, doorbell_of(member_), waits_, [&] { return describe_wait(next); }, needed);
     if (other_collective() || theirs.relay.load(std::memory_order_acquire) == shm::kRelayBroken ||
         (check && theirs.digest[parity] != pending_digest_)) {
       report_barrier_mismatch(next, parity);
@@ -214,7 +214,7 @@ void ArenaChannel::report_barrier_mismatch(std::uint64_t round, int parity) {
       p2p_.progress();
       return false;
     };
-    shm::wait_until(arrived, group_->bell, guard_, [&] { return describe_wait(round); },
+    shm::wait_until(arrived, group_->bell, waits_, [&] { return describe_wait(round); },
                     [&] { return missing_ranks(round); }, &p2p_.traffic_bell());
     check_descriptors(parity);  // throws when a descriptor differs
   }

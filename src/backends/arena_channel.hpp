@@ -50,7 +50,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   // `group` points at the group's GroupHeader; `world_ranks` are its members;
   // `p2p` is the rank's point-to-point endpoint, drained while waiting.
   ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::size_t slot_bytes, int member,
-               std::vector<int> world_ranks, const shm::WaitGuard& guard, PointToPoint& p2p);
+               std::vector<int> world_ranks, const shm::WaitContext& waits, PointToPoint& p2p);
 
   // Starts a collective: its first exchange() posts and checks `call`.
   void begin(const CollectiveCall& call);
@@ -94,7 +94,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::size_t slot_bytes_;
   int member_;
   std::vector<int> world_ranks_;
-  const shm::WaitGuard& guard_;
+  const shm::WaitContext& waits_;
   PointToPoint& p2p_;
 
   std::uint64_t round_ = 0;  // last round this member published

@@ -11,12 +11,12 @@ namespace axonml::distributed {
 
 using collectives::copy_bytes;
 
-PointToPoint::PointToPoint(std::byte* arena_base, int world_rank, const shm::WaitGuard& guard)
+PointToPoint::PointToPoint(std::byte* arena_base, int world_rank, const shm::WaitContext& waits)
     : arena_(arena_base),
       header_(arena_.header()),
       me_(world_rank),
       world_size_(static_cast<int>(header_.world_size)),
-      guard_(guard),
+      waits_(waits),
       stash_(static_cast<std::size_t>(world_size_)),
       incoming_(static_cast<std::size_t>(world_size_)),
       sending_(static_cast<std::size_t>(world_size_), 0) {}
@@ -58,7 +58,7 @@ void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* d
     pull_all();
     return false;
   };
-  shm::wait_until(claim, doorbell(me_), guard_, describe);
+  shm::wait_until(claim, doorbell(me_), waits_, describe);
 
   auto& box = mailbox(me_, dst);
   std::uint64_t tail = box.tail.load(std::memory_order_relaxed);
@@ -72,7 +72,7 @@ void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* d
         pull_all();  // keep peers that send to us moving while we wait
         return false;
       };
-      shm::wait_until(has_space, doorbell(me_), guard_, describe, [&] { return std::vector<int>{dst}; });
+      shm::wait_until(has_space, doorbell(me_), waits_, describe, [&] { return std::vector<int>{dst}; });
       auto& c = cell(me_, dst, tail);
       const std::size_t chunk = std::min<std::size_t>(header_.cell_bytes, bytes - sent);
       c.message_bytes = bytes;
@@ -209,7 +209,7 @@ void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, s
     return want.done || take_stashed(want);
   };
   try {
-    shm::wait_until(arrived, doorbell(me_), guard_, [&] {
+    shm::wait_until(arrived, doorbell(me_), waits_, [&] {
       return "recv of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
              " from rank " + std::to_string(src) + ": waiting for it to send";
     }, [&] { return std::vector<int>{src}; });

@@ -40,7 +40,7 @@ namespace axonml::distributed {
 
 class PointToPoint {
  public:
-  PointToPoint(std::byte* arena_base, int world_rank, const shm::WaitGuard& guard);
+  PointToPoint(std::byte* arena_base, int world_rank, const shm::WaitContext& waits);
   PointToPoint(const PointToPoint&) = delete;
   PointToPoint& operator=(const PointToPoint&) = delete;
 
@@ -106,7 +106,7 @@ class PointToPoint {
   const shm::ArenaHeader& header_;
   int me_;
   int world_size_;
-  const shm::WaitGuard& guard_;
+  const shm::WaitContext& waits_;
 
   std::mutex mutex_;
   std::vector<std::list<StashedMessage>> stash_;  // per src, in arrival order

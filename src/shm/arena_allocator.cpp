@@ -75,8 +75,8 @@ void format_free_space(std::byte* base, ArenaHeader& header, std::uint64_t begin
   }
 }
 
-ArenaAllocator::ArenaAllocator(std::byte* base, const WaitGuard& guard)
-    : base_(base), header_(guard.header()), guard_(guard) {}
+ArenaAllocator::ArenaAllocator(std::byte* base, const WaitContext& waits)
+    : base_(base), header_(waits.header()), waits_(waits) {}
 
 std::size_t ArenaAllocator::footprint(std::size_t bytes) {
   // REQUIRES (callers check): bytes <= arena size, so this cannot overflow.
@@ -85,7 +85,7 @@ std::size_t ArenaAllocator::footprint(std::size_t bytes) {
 
 void ArenaAllocator::lock() {
   ArenaAllocatorControl& control = header_.allocator;
-  const auto me = static_cast<std::uint32_t>(guard_.rank()) + 1;
+  const auto me = static_cast<std::uint32_t>(waits_.rank()) + 1;
   // Test before the CAS, so that waiters spinning on a held lock only read.
   auto taken = [&] {
     std::uint32_t expected = 0;
@@ -93,7 +93,7 @@ void ArenaAllocator::lock() {
            control.lock.compare_exchange_strong(expected, me, std::memory_order_acquire,
                                                 std::memory_order_relaxed);
   };
-  wait_until(taken, control.bell, guard_, [&] {
+  wait_until(taken, control.bell, waits_, [&] {
     const std::uint32_t holder = control.lock.load(std::memory_order_relaxed);
     return "waiting for the arena allocator's lock (held by " +
            (holder == 0 ? std::string("nobody now") : "rank " + std::to_string(holder - 1)) + ")";

@@ -53,8 +53,8 @@ void format_free_space(std::byte* base, ArenaHeader& header, std::uint64_t begin
 
 class ArenaAllocator {
  public:
-  // REQUIRES: guard.header() is the header of the arena mapped at `base`.
-  ArenaAllocator(std::byte* base, const WaitGuard& guard);
+  // REQUIRES: waits.header() is the header of the arena mapped at `base`.
+  ArenaAllocator(std::byte* base, const WaitContext& waits);
 
   // The bytes an allocation of `bytes` takes: whole pages, at least one.
   static std::size_t footprint(std::size_t bytes);
@@ -84,7 +84,7 @@ class ArenaAllocator {
 
   std::byte* base_;
   ArenaHeader& header_;
-  const WaitGuard& guard_;
+  const WaitContext& waits_;
 };
 
 }  // namespace axonml::distributed::shm

@@ -92,7 +92,7 @@ int choose_spin_polls(bool oversubscribed) {
 
 }  // namespace
 
-WaitGuard::WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
+WaitContext::WaitContext(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
                      const std::vector<int>& peer_pids)
     : header_(header),
       rank_(rank),
@@ -114,13 +114,13 @@ WaitGuard::WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds ti
   }
 }
 
-WaitGuard::~WaitGuard() {
+WaitContext::~WaitContext() {
   for (int fd : pidfds_) {
     if (fd >= 0) ::close(fd);
   }
 }
 
-void WaitGuard::check_peers() const {
+void WaitContext::check_peers() const {
   for (std::size_t r = 0; r < pidfds_.size(); ++r) {
     bool dead = false;
     if (pidfds_[r] >= 0) {
@@ -137,12 +137,12 @@ void WaitGuard::check_peers() const {
   }
 }
 
-bool WaitGuard::aborted() const {
+bool WaitContext::aborted() const {
   return header_.abort_state.load(std::memory_order_acquire) !=
          static_cast<std::uint32_t>(AbortState::None);
 }
 
-void WaitGuard::check_alive() const {
+void WaitContext::check_alive() const {
   if (aborted()) {
     // Give a writer that claimed the flag a moment to finish its reason.
     for (int i = 0; i < 1000 && header_.abort_state.load(std::memory_order_acquire) !=
@@ -163,11 +163,11 @@ void WaitGuard::check_alive() const {
   }
 }
 
-RankControl& WaitGuard::control(int rank) const {
+RankControl& WaitContext::control(int rank) const {
   return ArenaView(header_).rank_control(rank);
 }
 
-int WaitGuard::first_ended(const std::vector<int>& ranks) const {
+int WaitContext::first_ended(const std::vector<int>& ranks) const {
   if (header_.launcher_pid == 0) return -1;
   for (int r : ranks) {
     if (control(r).ended.load(std::memory_order_acquire) != 0) return r;
@@ -175,7 +175,7 @@ int WaitGuard::first_ended(const std::vector<int>& ranks) const {
   return -1;
 }
 
-bool WaitGuard::all_joined(const std::vector<int>& ranks) const {
+bool WaitContext::all_joined(const std::vector<int>& ranks) const {
   if (header_.launcher_pid == 0) return true;
   for (int r : ranks) {
     if (control(r).joined.load(std::memory_order_acquire) == 0) return false;
@@ -183,7 +183,7 @@ bool WaitGuard::all_joined(const std::vector<int>& ranks) const {
   return true;
 }
 
-void WaitGuard::peer_ended(int peer, const std::string& what) const {
+void WaitContext::peer_ended(int peer, const std::string& what) const {
   const int status = control(peer).end_status;  // written before `ended` (release)
   std::string how;
   if (WIFEXITED(status)) {
@@ -201,7 +201,7 @@ void WaitGuard::peer_ended(int peer, const std::string& what) const {
                     " while this rank still waited for it: " + what);
 }
 
-void WaitGuard::abort(int rank, const std::string& reason) const { abort_job(header_, rank, reason); }
+void WaitContext::abort(int rank, const std::string& reason) const { abort_job(header_, rank, reason); }
 
 void abort_job(ArenaHeader& header, int rank, const std::string& reason) {
   std::uint32_t expected = static_cast<std::uint32_t>(AbortState::None);
@@ -228,13 +228,13 @@ std::chrono::milliseconds default_timeout() {
 
 namespace detail {
 
-void check_wait(const WaitGuard& guard, std::chrono::steady_clock::time_point started,
+void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point started,
                 const std::function<std::string()>& describe) {
-  guard.check_alive();
+  waits.check_alive();
   const auto waited = std::chrono::steady_clock::now() - started;
-  if (waited >= guard.timeout()) {
-    const double seconds = std::chrono::duration<double>(guard.timeout()).count();
-    throw Timeout("rank " + std::to_string(guard.rank()) + ": timed out after " +
+  if (waited >= waits.timeout()) {
+    const double seconds = std::chrono::duration<double>(waits.timeout()).count();
+    throw Timeout("rank " + std::to_string(waits.rank()) + ": timed out after " +
                   std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 2) +
                   " s (AXON_TIMEOUT): " + describe());
   }

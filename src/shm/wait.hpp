@@ -70,18 +70,22 @@ inline void ring(Doorbell& bell) {
   ring_after_barrier(bell);
 }
 
-// What every wait checks besides its own condition. One per rank.
-class WaitGuard {
+// WaitContext: what every wait of one rank needs besides its own condition:
+// the deadline, how long to spin, and the checks that end a wait early (the
+// job aborted, the launcher gone, a watched peer dead, a needed rank ended).
+// One per rank, shared by its endpoints; not a guard (it owns no wait) and
+// not only waiting (it also aborts the job).
+class WaitContext {
  public:
   // `peer_pids[r]` is rank r's process id when the ranks were started by a
   // launcher that does not watch them (empty when one does: axon-launch
   // aborts the arena when a rank dies). Each peer is then watched through a
   // pidfd, so that a rank that dies fails every wait within one sleep slice.
-  WaitGuard(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
+  WaitContext(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
             const std::vector<int>& peer_pids = {});
-  ~WaitGuard();
-  WaitGuard(const WaitGuard&) = delete;
-  WaitGuard& operator=(const WaitGuard&) = delete;
+  ~WaitContext();
+  WaitContext(const WaitContext&) = delete;
+  WaitContext& operator=(const WaitContext&) = delete;
 
   // Throws PeerFailure when the job was aborted, the launcher is gone, or a
   // watched peer has exited (which also aborts the job, naming that rank).
@@ -146,7 +150,7 @@ std::chrono::milliseconds default_timeout();
 namespace detail {
 // Called between sleeps; throws when the wait must end. `describe` says what
 // is being waited for ("all_reduce call #3 in group [0, 1]: waiting for rank 1").
-void check_wait(const WaitGuard& guard, std::chrono::steady_clock::time_point started,
+void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point started,
                 const std::function<std::string()>& describe);
 void pause_cpu();
 void yield_cpu();
@@ -159,23 +163,23 @@ struct NoPeers {
 
 // Returns once ready() is true. Throws PeerFailure on abort, a vanished
 // launcher or an ended rank among needed() (the world ranks the wait still
-// needs; called only between sleeps), and Timeout after guard.timeout() of
+// needs; called only between sleeps), and Timeout after waits.timeout() of
 // waiting with every needed rank joined, each naming describe().
 // Sleeps on `bell`, and also on `second` when given: a wait whose ready()
 // makes progress on two kinds of traffic (a collective that also drains
 // point-to-point mailboxes) is woken by either.
 template <class Ready, class Describe, class Needed = NoPeers>
-void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&& describe,
+void wait_until(Ready&& ready, Doorbell& bell, const WaitContext& waits, Describe&& describe,
                 Needed&& needed = Needed{}, Doorbell* second = nullptr) {
   constexpr auto kSleepSlice = std::chrono::milliseconds(50);
 
   if (ready()) return;
-  for (int i = 0, polls = guard.spin_polls(); i < polls; ++i) {
+  for (int i = 0, polls = waits.spin_polls(); i < polls; ++i) {
     detail::pause_cpu();
     if (ready()) return;
   }
   auto started = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - started < guard.yield_phase()) {
+  while (std::chrono::steady_clock::now() - started < waits.yield_phase()) {
     detail::yield_cpu();
     if (ready()) return;
   }
@@ -201,17 +205,17 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitGuard& guard, Describe&
     }
     awake();
     if (ready()) return;
-    guard.check_alive();
+    waits.check_alive();
     if constexpr (!std::is_same_v<std::decay_t<Needed>, NoPeers>) {
       const std::vector<int> peers = needed();
-      if (const int peer = guard.first_ended(peers); peer >= 0) {
+      if (const int peer = waits.first_ended(peers); peer >= 0) {
         // Its last publication happened before it ended: look once more.
         if (ready()) return;
-        guard.peer_ended(peer, describe_fn());
+        waits.peer_ended(peer, describe_fn());
       }
-      if (!guard.all_joined(peers)) started = std::chrono::steady_clock::now();
+      if (!waits.all_joined(peers)) started = std::chrono::steady_clock::now();
     }
-    detail::check_wait(guard, started, describe_fn);
+    detail::check_wait(waits, started, describe_fn);
   }
 }
 

@@ -13,7 +13,7 @@
 //   3. the others open and map that path (same user, same machine) and all
 //      meet in a barrier on the arena, after which rank 0 closes the fd and
 //      the memory lives only in the ranks' mappings.
-// Each rank watches its peers' pids (shm::WaitGuard), so a peer that dies
+// Each rank watches its peers' pids (shm::WaitContext), so a peer that dies
 // fails every current and later wait within ~50 ms, naming the rank.
 //
 // One store namespace makes one world: callers that build several (one per
