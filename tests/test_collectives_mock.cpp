@@ -358,6 +358,10 @@ TEST_CASE("a barrier between all_reduces lets no rank run ahead, at any group si
   // relays: every size, powers of two or not, must hold each rank until all
   // arrived, and leave the round parities of the next all_reduce consistent.
   const int n = GENERATE(1, 2, 3, 5, 6, 7, 8, 9, 16, 17);
+  const bool flat = GENERATE(false, true);  // both barrier algorithms
+  CAPTURE(n, flat);
+  MockOptions options;
+  options.flat_barrier = flat;
   std::atomic<int> arrived{0};
   run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
     for (int round = 1; round <= 30; ++round) {
@@ -371,7 +375,7 @@ TEST_CASE("a barrier between all_reduces lets no rank run ahead, at any group si
       b->all_reduce(std::span<float>(value), ReduceOp::Sum);
       RANK_REQUIRE(value[0] == static_cast<float>(n * (n - 1) / 2 + n * round));
     }
-  });
+  }, options);
 }
 
 TEST_CASE("typed all_reduce works for every element type", "[collectives][mock]") {

@@ -129,8 +129,12 @@ TEST_CASE("a barrier against another collective fails on every rank, not by time
   // the odd rank sees its descriptor, the rest learn it through the relays.
   const int n = GENERATE(2, 3, 5, 8);
   const int odd = GENERATE_COPY(0, n - 1, n / 2);
+  const bool flat = GENERATE(false, true);  // both barrier algorithms
+  CAPTURE(flat);
   std::vector<std::string> messages(static_cast<std::size_t>(n));
   setenv("AXON_TIMEOUT", "120", 1);  // a hang becomes a Timeout, which fails below
+  MockOptions options;
+  options.flat_barrier = flat;
   run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
     std::vector<float> data(4);
     b->all_reduce(data, ReduceOp::Sum);  // call #0 matches
@@ -141,7 +145,7 @@ TEST_CASE("a barrier against another collective fails on every rank, not by time
     } catch (const CollectiveMismatch& e) {
       messages[static_cast<std::size_t>(r)] = e.what();
     }
-  });
+  }, options);
   unsetenv("AXON_TIMEOUT");
   for (int r = 0; r < n; ++r) {
     const std::string& m = messages[static_cast<std::size_t>(r)];

@@ -179,7 +179,10 @@ void ArenaBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
 
 void ArenaBackend::do_barrier() {
   impl_->channel.begin(call_of(CollectiveOp::Barrier, DataType::F32, 0));
-  collectives::barrier(impl_->channel);
+  // The arena's creator chose for every rank (ArenaHeader::flat_barrier).
+  collectives::barrier(impl_->channel, impl_->state->header.flat_barrier != 0
+                                           ? collectives::BarrierAlgorithm::Flat
+                                           : collectives::BarrierAlgorithm::Dissemination);
 }
 
 void ArenaBackend::do_send(ConstBuffer data, int dst, int tag) {

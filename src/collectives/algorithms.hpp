@@ -46,6 +46,11 @@ void reduce(RoundChannel& channel, const std::byte* send, std::byte* recv, std::
 // from every root at once.
 void all_to_all(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
                 DataType type);
-void barrier(RoundChannel& channel);
+// Flat: one exchange() (every member reads every member's round; best when
+// ranks share cores, where each hand-off costs a context switch).
+// Dissemination: RoundChannel::synchronize(), log n hand-offs (best when every
+// rank has a core). Every member must pass the same algorithm.
+enum class BarrierAlgorithm { Flat, Dissemination };
+void barrier(RoundChannel& channel, BarrierAlgorithm algorithm);
 
 }  // namespace axonml::distributed::collectives

@@ -16,7 +16,13 @@ std::size_t rounds_for(std::size_t count, std::size_t per_round) {
 
 }  // namespace
 
-void barrier(RoundChannel& channel) { channel.synchronize(); }
+void barrier(RoundChannel& channel, BarrierAlgorithm algorithm) {
+  if (algorithm == BarrierAlgorithm::Flat) {
+    channel.exchange();
+  } else {
+    channel.synchronize();
+  }
+}
 
 // Root streams the message through its slot, one slot per round.
 void broadcast(RoundChannel& channel, std::byte* data, std::size_t count, DataType type, int root) {

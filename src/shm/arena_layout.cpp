@@ -12,6 +12,7 @@
 #include "base/hash.hpp"
 #include "base/text.hpp"
 #include "shm/arena_allocator.hpp"
+#include "shm/wait.hpp"
 
 namespace axonml::distributed::shm {
 namespace {
@@ -118,6 +119,7 @@ void format_arena(void* base, const ArenaSpec& spec) {
   header->mailbox_stride = stride;
   header->groups_offset = groups_offset;
   header->launcher_pid = spec.launcher_pid;
+  header->flat_barrier = spec.flat_barrier.value_or(ranks_outnumber_cores(spec.world_size)) ? 1 : 0;
   header->abort_rank = -1;
   for (std::size_t r = 0; r < n; ++r) new (bytes + rank_controls_offset + r * sizeof(RankControl)) RankControl{};
   for (std::size_t m = 0; m < n * n; ++m) new (bytes + mailboxes_offset + m * stride) MailboxControl{};

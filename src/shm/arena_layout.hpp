@@ -19,13 +19,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 6;
+inline constexpr std::uint32_t kLayoutVersion = 7;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -90,6 +91,12 @@ struct ArenaHeader {
   std::uint64_t mailbox_stride;   // bytes from one Mailbox to the next
   std::uint64_t groups_offset;    // first byte the group allocator hands out
   std::int32_t launcher_pid;      // 0 when no launcher watches the ranks
+  // 1 when the job has more ranks than cores: barriers then take one flat
+  // round (every member publishes, then reads every member) instead of the
+  // dissemination barrier's log n hand-offs, each of which costs a context
+  // switch when ranks share cores. Chosen once, here, so that every rank
+  // runs the same algorithm.
+  std::uint32_t flat_barrier;
 
   // Written by each rank once, when it attaches: more than world_size means
   // a program attached twice.
@@ -240,6 +247,9 @@ struct ArenaSpec {
   std::size_t arena_bytes = 0;  // 0: default_arena_bytes(world_size)
   std::size_t slot_bytes = 0;   // 0: chosen from arena_bytes
   std::int32_t launcher_pid = 0;
+  // ArenaHeader::flat_barrier; unset: shm::ranks_outnumber_cores(world_size)
+  // as the creating process sees it.
+  std::optional<bool> flat_barrier;
 };
 
 std::size_t default_arena_bytes(int world_size);

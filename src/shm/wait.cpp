@@ -66,19 +66,15 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-namespace {
-
-// AXON_OVERSUBSCRIBED (set by axon-launch, which knows how it bound the
-// ranks: with --bind core each rank's affinity is its own core or two, so
-// counting our own CPUs would say "oversubscribed" for every bound job);
-// without it, more ranks than the CPUs this process may use.
-bool choose_oversubscribed(int ranks) {
+bool ranks_outnumber_cores(int ranks) {
   if (const auto told = env::flag("AXON_OVERSUBSCRIBED")) return *told;
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   return ranks > cores;
 }
+
+namespace {
 
 int choose_spin_polls(bool oversubscribed) {
   static const std::optional<long long> requested = env::integer("AXON_SPIN_POLLS", 0, 1 << 20);
@@ -97,7 +93,7 @@ WaitContext::WaitContext(ArenaHeader& header, int rank, std::chrono::millisecond
     : header_(header),
       rank_(rank),
       timeout_(timeout),
-      oversubscribed_(choose_oversubscribed(static_cast<int>(header.world_size))),
+      oversubscribed_(ranks_outnumber_cores(static_cast<int>(header.world_size))),
       spin_polls_(choose_spin_polls(oversubscribed_)),
       yield_phase_(oversubscribed_ ? std::chrono::microseconds(200) : std::chrono::microseconds(2000)),
       peer_pids_(peer_pids),

@@ -138,6 +138,13 @@ class WaitContext {
   std::vector<int> pidfds_;  // -1 for this rank and for peers that cannot be watched
 };
 
+// Whether `ranks` ranks outnumber the cores they run on: AXON_OVERSUBSCRIBED
+// when set (axon-launch sets it, knowing how it bound the ranks: with --bind
+// core each rank's affinity is its own core, so counting our own CPUs would
+// say "oversubscribed" for every bound job), else more ranks than CPUs this
+// process may use.
+bool ranks_outnumber_cores(int ranks);
+
 // Marks the job aborted (the first caller wins; later reasons are dropped),
 // blaming `rank` (-1: nobody in particular) with `reason`, and wakes the
 // sleepers of the abort bell. Every rank's next wait check throws

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "axonml/distributed/arena_backend.hpp"
@@ -22,6 +23,9 @@ namespace axonml::distributed {
 struct MockOptions {
   std::size_t arena_bytes = 0;  // 0: sized for the world and a few subgroups
   std::size_t slot_bytes = 0;   // 0: the default; tests shrink it to reach the chunked paths
+  // The barrier algorithm: flat (true) or dissemination (false); unset: flat
+  // when the world has more ranks than this process has cores, as for processes.
+  std::optional<bool> flat_barrier = std::nullopt;
 };
 
 class MockBackend final : public ArenaBackend {
