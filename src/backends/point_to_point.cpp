@@ -144,16 +144,15 @@ void PointToPoint::pull(int src) {
       }
       if (want && want->bytes == c.message_bytes) {
         want->started = true;
-        in = Incoming{true, want->data, c.message_bytes, 0, want, nullptr};
+        in = Incoming{want->data, c.message_bytes, 0, want, nullptr};
       } else {
         stash.push_back(StashedMessage{c.comm, c.tag, std::vector<std::byte>(c.message_bytes), false});
-        in = Incoming{true, stash.back().bytes.data(), c.message_bytes, 0, nullptr, &stash.back()};
+        in = Incoming{stash.back().bytes.data(), c.message_bytes, 0, nullptr, &stash.back()};
       }
     }
     copy_bytes(in.dest + in.received, payload(c), c.payload_bytes);
     in.received += c.payload_bytes;
     if (in.received == in.total) {
-      in.active = false;
       if (in.posted) in.posted->done = true;
       if (in.stashed) in.stashed->complete = true;
       completed = true;

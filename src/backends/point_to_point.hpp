@@ -79,7 +79,6 @@ class PointToPoint {
   };
   // The message from one src whose cells are still arriving.
   struct Incoming {
-    bool active = false;
     std::byte* dest = nullptr;
     std::size_t total = 0;
     std::size_t received = 0;
