@@ -449,7 +449,7 @@ class Runner {
     }
     b.all_reduce(std::span<T>(data, count), op.reduce_op);
     std::vector<Bits> bits(count);
-    std::memcpy(bits.data(), static_cast<const void*>(data), count * sizeof(T));
+    if (count != 0) std::memcpy(bits.data(), static_cast<const void*>(data), count * sizeof(T));  // no null to memcpy
     for (std::size_t i = 0; i < count; i += 3) {
       if (bits[i] != quiet_nan) {
         throw CheckFailed(describe(op, g) + ": element " + std::to_string(i) + " has bits " +
