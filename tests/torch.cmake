@@ -22,6 +22,10 @@ axon_torch_test("bad input names the op and sizes, a rank killed with SIGKILL is
 
 axon_torch_test("an irecv posted before its send, batch_isend_irecv and an irecv before a collective complete on 3 ranks" test_p2p.py 3)
 
+axon_torch_test("a group destroyed while its op still runs returns once the op ends (the GIL is released while its threads are joined)" test_destroy.py 3)
+axon_torch_test("collectives run in call order on 3 ranks, a short one on the caller's thread when the group is idle, done on return" test_order.py 3)
+axon_torch_test("collectives run in call order on 2 ranks with every one on the communication thread (AXON_TORCH_INLINE_BYTES=0)" test_order.py 2 0)
+
 foreach(n 2 4)
   axon_torch_test("every op equals Gloo or the reference on ${n} ranks, every dtype" test_ops.py ${n})
   axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync" test_ddp.py ${n})

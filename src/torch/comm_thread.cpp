@@ -40,23 +40,51 @@ void CommThread::push(c10::intrusive_ptr<AxonWork> work, std::function<void()> r
   ready_.notify_one();
 }
 
+bool CommThread::run_here_if_idle(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (busy_ || !queue_.empty() || stopping_) return false;
+    busy_ = true;
+  }
+  run_task(work, run);
+  return true;
+}
+
+void CommThread::run_task(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {
+  std::exception_ptr error;
+  try {
+    run();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  bool queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    busy_ = false;
+    queued = !queue_.empty();
+  }
+  // Ops pushed while this one ran (a caller's ran here or on this thread)
+  // wait for the communication thread.
+  if (queued) ready_.notify_one();
+  if (error) {
+    work->fail(error);
+  } else {
+    work->complete();
+  }
+}
+
 void CommThread::loop() {
   for (;;) {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      ready_.wait(lock, [&] { return (stopping_ && !busy_) || (!busy_ && !queue_.empty()); });
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
-    try {
-      task.run();
-    } catch (...) {
-      task.work->fail(std::current_exception());
-      continue;
-    }
-    task.work->complete();
+    run_task(task.work, task.run);
   }
 }
 

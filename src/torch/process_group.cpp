@@ -5,8 +5,10 @@
 
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/store_backend.hpp"
+#include "base/env.hpp"
 #include "torch/buffers.hpp"
 #include "torch/comm_thread.hpp"
+#include "torch/without_gil.hpp"
 
 namespace axonml::torch {
 namespace ad = axonml::distributed;
@@ -97,6 +99,12 @@ void check_reducible(const c10d::ReduceOp& op, at::ScalarType type, const std::s
   if (!native_op(op, where) || !native_type(type)) check_fallback(op, type, where);
 }
 
+std::int64_t total_bytes(const std::vector<at::Tensor>& tensors) {
+  std::int64_t bytes = 0;
+  for (const auto& t : tensors) bytes += static_cast<std::int64_t>(t.nbytes());
+  return bytes;
+}
+
 at::Tensor flat_of(const at::Tensor& t) { return t.contiguous().view(-1); }
 
 // t (contiguous) reduced over the group into itself, natively or by
@@ -119,11 +127,20 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   options.timeout = timeout;
   backend_ = ad::StoreBackend::create(kv, rank, size, options);
   thread_ = std::make_unique<CommThread>();
+  inline_bytes_ = ad::env::integer("AXON_TORCH_INLINE_BYTES", 0, std::int64_t{1} << 50).value_or(kDefaultInlineBytes);
   send_thread_ = std::make_unique<CommThread>();
   recv_thread_ = std::make_unique<CommThread>();
 }
 
-ProcessGroupAxon::~ProcessGroupAxon() = default;
+// The threads finish what is queued, then end; joining them may take as long
+// as those ops, and their tensors may need Python's GIL (torch/without_gil.hpp).
+ProcessGroupAxon::~ProcessGroupAxon() {
+  wait_without_gil([this] {
+    thread_.reset();
+    send_thread_.reset();
+    recv_thread_.reset();
+  });
+}
 
 c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intrusive_ptr<c10d::Store>& store,
                                                                 int rank, int size,
@@ -131,10 +148,18 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intru
   return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::enqueue(OpType type, Tensors outputs, std::function<void()> run,
-                                                       CommThread* thread) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors outputs, std::int64_t bytes,
+                                                          std::function<void()> run) {
   auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
-  (thread ? thread : thread_.get())->push(work, std::move(run));
+  if (bytes <= inline_bytes_ && thread_->run_here_if_idle(work, run)) return work;
+  thread_->push(work, std::move(run));
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::point_to_point(CommThread& thread, OpType type, Tensors outputs,
+                                                              std::function<void()> run) {
+  auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
+  thread.push(work, std::move(run));
   return work;
 }
 
@@ -143,7 +168,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, con
   check_all(tensors, where);
   check_root(opts.rootRank, getSize(), where, "src");
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(OpType::BROADCAST, tensors, [b = backend_, tensors, root]() mutable {
+  return collective(OpType::BROADCAST, tensors, total_bytes(tensors), [b = backend_, tensors, root]() mutable {
     for (auto& t : tensors) in_place(t, [&](at::Tensor& c) { axonml::torch::broadcast(*b, c, root); });
   });
 }
@@ -151,7 +176,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, con
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
   const std::string where = where_of("allreduce", getRank(), getSize());
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
-  return enqueue(OpType::ALLREDUCE, tensors, [b = backend_, tensors, op = opts.reduceOp, where]() mutable {
+  return collective(OpType::ALLREDUCE, tensors, total_bytes(tensors), [b = backend_, tensors, op = opts.reduceOp, where]() mutable {
     for (auto& t : tensors) in_place(t, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
   });
 }
@@ -160,7 +185,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& te
                                                                    const c10d::AllreduceCoalescedOptions& opts) {
   const std::string where = where_of("allreduce_coalesced", getRank(), getSize());
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
-  return enqueue(OpType::ALLREDUCE_COALESCED, tensors, [b = backend_, tensors, op = opts.reduceOp, where]() mutable {
+  return collective(OpType::ALLREDUCE_COALESCED, tensors, total_bytes(tensors), [b = backend_, tensors, op = opts.reduceOp, where]() mutable {
     for (auto& t : tensors) in_place(t, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
   });
 }
@@ -170,7 +195,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const 
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   check_root(opts.rootRank, getSize(), where, "dst");
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(OpType::REDUCE, tensors, [b = backend_, tensors, op = opts.reduceOp, root, where]() mutable {
+  return collective(OpType::REDUCE, tensors, total_bytes(tensors), [b = backend_, tensors, op = opts.reduceOp, root, where]() mutable {
     for (auto& t : tensors) {
       in_place(t, [&](at::Tensor& c) {
         const auto native = native_op(op, where);
@@ -199,7 +224,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>&
     check_same_dtype(o, type, where);
     check_count(where, "an output tensor", o.numel(), inputs[0].numel(), "elements of the input");
   }
-  return enqueue(OpType::ALLGATHER, outputs[0], [b = backend_, input = inputs[0], outs = outputs[0]]() mutable {
+  return collective(OpType::ALLGATHER, outputs[0], total_bytes(outputs[0]), [b = backend_, input = inputs[0], outs = outputs[0]]() mutable {
     const std::int64_t count = input.numel();
     auto flat = at::empty({b->world_size() * count}, input.options());
     axonml::torch::all_gather(*b, flat_of(input), flat);
@@ -215,7 +240,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_allgather_base(at::Tensor& out
   check_all({output, input}, where);
   check_count(where, "the output tensor", output.numel(), input.numel() * getSize(),
               "elements of the input x world size");
-  return enqueue(OpType::_ALLGATHER_BASE, {output}, [b = backend_, output, input]() mutable {
+  return collective(OpType::_ALLGATHER_BASE, {output}, total_bytes({output}), [b = backend_, output, input]() mutable {
     in_place(output, [&](at::Tensor& c) { axonml::torch::all_gather(*b, flat_of(input), c); });
   });
 }
@@ -237,7 +262,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector
       all_outputs.push_back(list[i]);
     }
   }
-  return enqueue(OpType::ALLGATHER_COALESCED, all_outputs, [b = backend_, inputs, outputs]() mutable {
+  return collective(OpType::ALLGATHER_COALESCED, all_outputs, total_bytes(all_outputs), [b = backend_, inputs, outputs]() mutable {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const std::int64_t count = inputs[i].numel();
       auto flat = at::empty({b->world_size() * count}, inputs[i].options());
@@ -257,7 +282,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& ou
   check_root(opts.rootRank, getSize(), where, "dst");
   const int root = static_cast<int>(opts.rootRank);
   Tensors outs = root_tensor_list(outputs, root, getRank(), getSize(), inputs[0], where, "output", "dst");
-  return enqueue(OpType::GATHER, outs, [b = backend_, input = inputs[0], outs, root]() mutable {
+  return collective(OpType::GATHER, outs, std::max(total_bytes(outs), total_bytes(inputs)), [b = backend_, input = inputs[0], outs, root]() mutable {
     const std::int64_t count = input.numel();
     const bool is_root = b->rank() == root;
     auto flat = at::empty({is_root ? b->world_size() * count : 0}, input.options());
@@ -276,7 +301,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::
   check_root(opts.rootRank, getSize(), where, "src");
   const int root = static_cast<int>(opts.rootRank);
   Tensors ins = root_tensor_list(inputs, root, getRank(), getSize(), outputs[0], where, "input", "src");
-  return enqueue(OpType::SCATTER, outputs, [b = backend_, output = outputs[0], ins, root]() mutable {
+  return collective(OpType::SCATTER, outputs, std::max(total_bytes(outputs), total_bytes(ins)), [b = backend_, output = outputs[0], ins, root]() mutable {
     at::Tensor send = ins.empty() ? at::empty({0}, output.options()) : at::cat(
         [&] { Tensors flat; for (auto& t : ins) flat.push_back(t.reshape(-1)); return flat; }());
     in_place(output, [&](at::Tensor& c) { axonml::torch::scatter(*b, send, c, root); });
@@ -297,7 +322,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs
     check_count(where, "an input tensor", i.numel(), outputs[0].numel(), "elements of the output");
   }
   Tensors ins = inputs[0];
-  return enqueue(OpType::REDUCE_SCATTER, outputs, [b = backend_, output = outputs[0], ins, op = opts.reduceOp, where]() mutable {
+  return collective(OpType::REDUCE_SCATTER, outputs, total_bytes(ins), [b = backend_, output = outputs[0], ins, op = opts.reduceOp, where]() mutable {
     Tensors flat;
     for (auto& t : ins) flat.push_back(t.reshape(-1));
     const at::Tensor send = at::cat(flat);
@@ -318,7 +343,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_reduce_scatter_base(at::Tensor
   check_reducible(opts.reduceOp, type, where);
   check_count(where, "the input tensor", input.numel(), output.numel() * getSize(),
               "elements of the output x world size");
-  return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [b = backend_, output, input, op = opts.reduceOp, where]() mutable {
+  return collective(OpType::_REDUCE_SCATTER_BASE, {output}, total_bytes({input}), [b = backend_, output, input, op = opts.reduceOp, where]() mutable {
     const at::Tensor send = flat_of(input);
     in_place(output, [&](at::Tensor& c) {
       const auto native = native_op(op, where);
@@ -417,7 +442,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
   check_splits(output_splits, output, "output");
   const bool even = input_splits.empty() && output_splits.empty();
   if (even) check_count(where, "the output tensor", output.numel(), input.numel(), "elements of the input");
-  return enqueue(OpType::ALLTOALL_BASE, {output},
+  return collective(OpType::ALLTOALL_BASE, {output}, total_bytes({output, input}),
                  [b = backend_, output, input, in_splits = input_splits, out_splits = output_splits, even, where]() mutable {
     const at::Tensor send = input.contiguous();
     in_place(output, [&](at::Tensor& c) {
@@ -445,7 +470,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall(Tensors& outputs, Tens
   const at::ScalarType type = check_all(inputs, where);
   check_all(outputs, where);
   for (const auto& o : outputs) check_same_dtype(o, type, where);
-  return enqueue(OpType::ALLTOALL, outputs, [b = backend_, outputs, inputs, where]() mutable {
+  return collective(OpType::ALLTOALL, outputs, total_bytes(outputs) + total_bytes(inputs), [b = backend_, outputs, inputs, where]() mutable {
     std::vector<at::Tensor> send_blocks, recv_blocks, staged;
     for (auto& t : inputs) {
       staged.push_back(t.contiguous());
@@ -464,7 +489,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall(Tensors& outputs, Tens
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::barrier(const c10d::BarrierOptions&) {
-  return enqueue(OpType::BARRIER, {}, [b = backend_] { b->barrier(); });
+  return collective(OpType::BARRIER, {}, 0, [b = backend_] { b->barrier(); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::send(Tensors& tensors, int dst, int tag) {
@@ -474,9 +499,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::send(Tensors& tensors, int dst,
   check_root(dst, getSize(), where, "dst");
   if (dst == getRank()) throw ad::InvalidArgument(where + ": cannot send to itself");
   // A copy now: the caller may change the tensor once send() returns.
-  return enqueue(OpType::SEND, tensors, [b = backend_, data = flat_of(tensors[0]).clone(), dst, tag] {
+  return point_to_point(*send_thread_, OpType::SEND, tensors, [b = backend_, data = flat_of(tensors[0]).clone(), dst, tag] {
     axonml::torch::send(*b, data, dst, tag);
-  }, send_thread_.get());
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src, int tag) {
@@ -485,9 +510,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src,
   check_all(tensors, where);
   check_root(src, getSize(), where, "src");
   if (src == getRank()) throw ad::InvalidArgument(where + ": cannot receive from itself");
-  return enqueue(OpType::RECV, tensors, [b = backend_, t = tensors[0], src, tag]() mutable {
+  return point_to_point(*recv_thread_, OpType::RECV, tensors, [b = backend_, t = tensors[0], src, tag]() mutable {
     in_place(t, [&](at::Tensor& c) { axonml::torch::recv(*b, c, src, tag); });
-  }, recv_thread_.get());
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recvAnysource(Tensors&, int) {

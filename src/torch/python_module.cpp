@@ -4,8 +4,24 @@
 #include <torch/python.h>
 
 #include "axonml/torch/process_group.hpp"
+#include "torch/without_gil.hpp"
+
+namespace {
+
+// Waits (a process group joining its threads) with the GIL released when
+// this thread holds it: the threads may need the GIL to drop tensors.
+void wait_releasing_gil(void (*wait)(void*), void* context) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release released;
+    return wait(context);
+  }
+  wait(context);
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_C, m) {
+  axonml::torch::install_wait_runner(wait_releasing_gil);
   m.doc() = "The axonml shared-memory runtime as torch.distributed backend 'axon'";
   m.def(
       "create_process_group",

@@ -5,11 +5,19 @@
 // arena through the c10d Store PyTorch passes in (StoreBackend: an anonymous
 // memfd, nothing in /dev/shm), so it works under any launcher on one machine.
 // Every op checks its arguments on the calling thread (InvalidArgument, a
-// RuntimeError in Python), then runs on a communication thread of the group
-// in call order (collectives on one; sends and receives each on their own,
-// so a posted irecv holds up neither) and returns a Work whose getFuture() completes with the
-// output tensors; errors from the run (a dead peer, a timeout, ranks that
-// disagree) surface from wait() and the future.
+// RuntimeError in Python) and returns a Work whose getFuture() completes with
+// the output tensors; errors from the run (a dead peer, a timeout, ranks
+// that disagree) surface from wait() and the future. Ops run in call order:
+//   - a collective of at most AXON_TORCH_INLINE_BYTES bytes (default
+//     kDefaultInlineBytes) runs on the calling thread itself when the group
+//     has nothing queued or running, and its Work is complete when the call
+//     returns: for a short op, handing it to another thread and back costs
+//     more than the op;
+//   - other collectives run on the group's communication thread, so that
+//     async_op=True and DDP's bucket all-reduces overlap with what the caller
+//     does next (AXON_TORCH_INLINE_BYTES=0 sends every collective there);
+//   - sends and receives each run on a thread of their own, so a posted
+//     irecv holds up neither collectives nor sends.
 //
 // Reductions (SUM, AVG, PRODUCT, MIN, MAX) run in the runtime for float32,
 // float64, bfloat16, float16, int32 and int64; other dtypes and the bitwise
@@ -26,6 +34,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +62,10 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
                                                        std::chrono::milliseconds timeout);
 
   const std::string getBackendName() const override { return "axon"; }
+
+  // Collectives up to this many bytes run on the caller's thread when the
+  // group is idle, unless AXON_TORCH_INLINE_BYTES says otherwise.
+  static constexpr std::int64_t kDefaultInlineBytes = 256 << 10;
 
   using Work = c10d::Work;
   using Tensors = std::vector<at::Tensor>;
@@ -87,13 +101,22 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   c10::intrusive_ptr<Work> recvAnysource(Tensors& tensors, int tag) override;
 
  private:
-  // Queues `run` on `thread` (collectives: thread_; sends and receives:
-  // their own threads); the Work completes with `outputs` once it returns.
-  c10::intrusive_ptr<Work> enqueue(c10d::OpType type, Tensors outputs, std::function<void()> run,
-                                   CommThread* thread = nullptr);
+  // A collective whose data is `bytes`: runs on the caller's thread when it
+  // is at most inline_bytes_ and the group has no op queued or running, else
+  // on thread_; the Work completes with `outputs` once `run` returns.
+  c10::intrusive_ptr<Work> collective(c10d::OpType type, Tensors outputs, std::int64_t bytes,
+                                      std::function<void()> run);
+  // A send or receive, always on `thread` (send_thread_ or recv_thread_):
+  // run on the caller's thread, a receive whose send comes later would
+  // block the caller that is to post it.
+  c10::intrusive_ptr<Work> point_to_point(CommThread& thread, c10d::OpType type, Tensors outputs,
+                                          std::function<void()> run);
 
   std::shared_ptr<distributed::Backend> backend_;
   std::unique_ptr<CommThread> thread_;
+  // Collectives up to this many bytes run on the caller's thread when the
+  // group is idle (AXON_TORCH_INLINE_BYTES; default kDefaultInlineBytes).
+  std::int64_t inline_bytes_;
   // Point-to-point runs beside the collectives, sends and receives each in
   // call order on a thread of their own, so that a posted irecv never holds
   // up a collective or a send (batch_isend_irecv rings, irecv before a
