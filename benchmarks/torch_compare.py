@@ -14,13 +14,18 @@ side by side and measures, interleaved (the order alternates every repeat):
               statistic). Every size's result is checked on every rank, for
               both backends; a wrong element fails the run.
   DDP step    an MLP 1024-2048-2048-10 (6.3M parameters), batch 32 per rank,
-              torch.set_num_threads(1), SGD: forward, backward, step, with
-              and without no_sync(); communication = step - no_sync step. The
-              gloo and axon replicas see the same data and must end with the
-              same parameters (1e-5 of the largest, relative).
+              torch.set_num_threads(1), SGD: forward, backward, step; steps
+              with and without no_sync() in turn (the slowest rank's time of
+              each); communication = the median over those pairs of step -
+              no_sync step (a pair sees one moment of the machine). Then
+              the gloo and axon replicas restart from the same parameters,
+              take 3 synchronised steps on the same data and must agree
+              (1e-5 of the largest parameter, relative).
 
 Prints the tables (µs and ms, ratio axon/gloo) and, with --json, writes every
-figure. Beside all_reduce it prints the runtime's own axon-bench time at the
+figure. Above each table: PyTorch's call path alone, dist.all_reduce of 4 B on
+a one-rank axon group (no peer to meet): what any backend pays a call and
+axon-bench does not. Beside all_reduce it prints the runtime's own axon-bench time at the
 same size and ranks when build/release has axon-bench (--build-dir;
 --no-axon-bench skips it). --quick is the smoke test ctest runs: n=2, three
 sizes, a few iterations, two DDP steps, every result still checked.
@@ -88,6 +93,22 @@ def all_reduce_times(group, t, iterations, ctl):
     return slowest(times, ctl)
 
 
+def call_floor(alone, cfg, ctl):
+    """µs of dist.all_reduce of 4 B on a one-rank axon group: PyTorch's own
+    call path (Python wrapper, c10d, Work and future) plus the binding's
+    checks, with no peer to meet. Every backend pays PyTorch's part;
+    axon-bench pays none of it. The slowest rank's median of 5 repeats."""
+    t = torch.zeros(1)
+    calls = max(50, cfg["max_iterations"])
+    medians = []
+    for _ in range(5):
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            dist.all_reduce(t, group=alone)
+        medians.append((time.perf_counter_ns() - start) / calls / 1e3)
+    return slowest([statistics.median(medians)], ctl)[0]
+
+
 def sweep(rank, n, cfg, groups, ctl):
     rows = []
     for nbytes in cfg["sizes"]:
@@ -149,23 +170,46 @@ def ddp_steps(rank, n, cfg, groups, ctl):
                 torch.nn.functional.cross_entropy(ddp(x), y).backward()
         opt.step()
 
-    def timed(b, sync, steps):
+    def timed_step(b, sync):
         dist.barrier(group=groups[b])
         start = time.perf_counter()
-        for _ in range(steps):
-            step(b, sync)
-        return slowest([(time.perf_counter() - start) / steps * 1e3], ctl)[0]
+        step(b, sync)
+        return (time.perf_counter() - start) * 1e3
 
     for b in BACKENDS:
-        for sync in (True, False):
-            timed(b, sync, cfg["ddp_warmup"])
+        for _ in range(cfg["ddp_warmup"]):
+            for sync in (True, False):
+                timed_step(b, sync)
+    # A step with and one without no_sync() in turn, so that both see the
+    # same moment of the machine (its speed drifts by tens of percent over
+    # seconds here); the backends take turns by repeat.
     ms = {(b, sync): [] for b in BACKENDS for sync in (True, False)}
+    diffs = {b: [] for b in BACKENDS}
     for repeat in range(cfg["ddp_repeats"]):
         for b in (BACKENDS if repeat % 2 == 0 else BACKENDS[::-1]):
-            for sync in (True, False):
-                ms[(b, sync)].append(timed(b, sync, cfg["ddp_steps"]))
+            times = []
+            for i in range(cfg["ddp_steps"]):
+                order = (True, False) if i % 2 == 0 else (False, True)
+                times += [(sync, timed_step(b, sync)) for sync in order]
+            slowest_ms = slowest([t for _, t in times], ctl)
+            for (sync, _), t in zip(times, slowest_ms):
+                ms[(b, sync)].append(t)
+            for i in range(0, len(times), 2):  # each pair: step - no_sync step
+                first_sync = times[i][0]
+                pair = (slowest_ms[i], slowest_ms[i + 1]) if first_sync else (slowest_ms[i + 1], slowest_ms[i])
+                diffs[b].append(pair[0] - pair[1])
 
-    # Both replicas took the same steps on the same data: same parameters.
+    # The check: no_sync steps above let each rank's replica drift from the
+    # others (they step on local gradients), and from there the two backends'
+    # different summation orders grow step by step. So both replicas restart
+    # from the model's first parameters, take 3 synchronised steps on the
+    # same data, and must then agree.
+    for b in BACKENDS:
+        with torch.no_grad():
+            for p, q in zip(ddps[b].module.parameters(), model.parameters()):
+                p.copy_(q)
+        for _ in range(3):
+            step(b, True)
     biggest, diff = 0.0, 0.0
     for p, q in zip(ddps["gloo"].module.parameters(), ddps["axon"].module.parameters()):
         biggest = max(biggest, float(p.detach().abs().max()))
@@ -175,10 +219,10 @@ def ddp_steps(rank, n, cfg, groups, ctl):
               "steps": cfg["ddp_steps"], "repeats": cfg["ddp_repeats"], "max_relative_difference": relative,
               "parameters_match": relative <= 1e-5}
     for b in BACKENDS:
-        step_ms = statistics.median(ms[(b, True)])
+        step_ms = statistics.median(ms[(b, True)])  # over every step of every repeat
         no_sync_ms = statistics.median(ms[(b, False)])
-        result[b] = {"step_ms": step_ms, "no_sync_ms": no_sync_ms, "comm_ms": step_ms - no_sync_ms,
-                     "step_repeats_ms": ms[(b, True)], "no_sync_repeats_ms": ms[(b, False)]}
+        result[b] = {"step_ms": step_ms, "no_sync_ms": no_sync_ms, "comm_ms": statistics.median(diffs[b]),
+                     "steps_ms": ms[(b, True)], "no_sync_steps_ms": ms[(b, False)]}
     return result
 
 
@@ -190,7 +234,10 @@ def rank_main(rank, n, port, cfg, queue):
         dist.init_process_group("gloo", rank=rank, world_size=n)
         ctl = dist.group.WORLD  # the measurements' own groups carry nothing else
         groups = {b: dist.new_group(backend=b) for b in BACKENDS}
-        result = {"ranks": n, "all_reduce": sweep(rank, n, cfg, groups, ctl)}
+        # One one-rank axon group per rank (every rank takes part in making each).
+        alone = [dist.new_group([r], backend="axon") for r in range(n)][rank]
+        result = {"ranks": n, "call_floor_us": call_floor(alone, cfg, ctl),
+                  "all_reduce": sweep(rank, n, cfg, groups, ctl)}
         if cfg["ddp_steps"] > 0:
             result["ddp"] = ddp_steps(rank, n, cfg, groups, ctl)
         dist.barrier(group=ctl)
@@ -269,6 +316,9 @@ def report(results):
         n = res["ranks"]
         bench = res.get("axon_bench_us", {})
         print(f"\nall_reduce float32 SUM on {n} ranks, µs (median of the slowest rank; every result checked)")
+        if "call_floor_us" in res:
+            print(f"PyTorch's call path alone (dist.all_reduce of 4 B on a one-rank axon group): "
+                  f"{res['call_floor_us']:.1f} µs a call")
         head = f"{'size':>9} {'gloo':>11} {'axon':>11} {'axon/gloo':>10}"
         if bench:
             head += f" {'axon-bench':>11} {'axon/bench':>10}"

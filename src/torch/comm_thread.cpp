@@ -4,10 +4,18 @@
 
 namespace axonml::torch {
 
+namespace {
+// The future's value type, made once: List[Tensor].
+const c10::TypePtr& tensor_list_type() {
+  static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());
+  return type;
+}
+}  // namespace
+
 AxonWork::AxonWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(tensor_list_type())) {}
 
 // The future first: DDP's reducer chains its callbacks on it, and wait()
 // callers must find it complete once they return.
