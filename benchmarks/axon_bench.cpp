@@ -57,10 +57,14 @@ int run(int argc, char** argv) {
   app.add_flag("--shared-buffers", o.shared_buffers,
                "all_reduce buffers in the arena (zero copy): give axon-launch an --arena-mb of "
                "at least ranks x the largest size, plus the default");
+  bool no_floor = false;
+  app.add_flag("--no-floor", no_floor,
+               "do not measure the floor (cache-line round trip, cross-core hand-off) before each row");
   app.add_flag("--memcpy", memcpy_only, "print one core's memcpy GB/s at the largest size and exit");
   app.allow_extras();  // MPI may leave its own arguments
   CLI11_PARSE(app, argc, argv);
 
+  o.floor = !no_floor;
   if (memcpy_only) {
     std::printf("memcpy %zu bytes: %.2f GB/s\n", o.max_bytes, memcpy_bandwidth(o.max_bytes));
     return 0;

@@ -8,7 +8,11 @@
 # axon-bench-mpi under mpirun, alternating the two REPEATS times (the host
 # moves its vCPUs between fast and slow every few seconds, so only
 # interleaved, repeated runs compare fairly). Per size it prints the median
-# time of each side and the ratio ours/MPI, and draws busbw against size for
+# time of each side and the ratio ours/MPI; beside them the floor each run
+# measured just before that size (a cache line's round trip between ranks 0
+# and 1, and rank 1 reading what rank 0 has just written: axon-bench's
+# rt and handoff columns) and each side's time as a multiple of its own
+# run's floor; and it draws busbw against size for
 # both, with one core's memcpy bandwidth as the roof, into $OUT/compare.png
 # (when gnuplot is installed). Needs the benchmarks of the preset built,
 # mpirun and python3 (scripts/install-deps.sh installs them).
@@ -107,11 +111,25 @@ def load(side, n):
             by_size.setdefault((row["collective"], row["bytes"]), []).append(row)
     return by_size
 
+def median_or_none(values):
+    values = [v for v in values if v]
+    return statistics.median(values) if values else None
+
+def ratio_to_floor(rows, field, scale):
+    """Median over runs of time / that run's own floor (measured just before the row)."""
+    return median_or_none([r["time_us"] * scale / r[field] for r in rows if r.get(field)])
+
+def cell(value, width, digits):
+    return f"{value:>{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
+
 print(f"# {collective}: medians over repeats; roof = one core's memcpy {roof:.2f} GB/s")
+print("# floor, measured by each run just before each size, between ranks 0 and 1: rt = a cache line's round")
+print("# trip, handoff = rank 1 reading size bytes rank 0 has just written; x/rt, x/ho = time / that floor")
 for n in ranks:
     ours, mpi = load("axon", n), load("mpi", n)
     print(f"#\n# n={n}\n# {'collective':<14} {'size(B)':>12} {'ours(us)':>10} {'mpi(us)':>10} {'ours/mpi':>9}"
-          f" {'ours busbw':>11} {'mpi busbw':>10} {'#wrong':>7}")
+          f" {'ours busbw':>11} {'mpi busbw':>10} {'#wrong':>7} {'rt(ns)':>7} {'handoff(us)':>11}"
+          f" {'ours x/rt':>9} {'mpi x/rt':>9} {'ours x/ho':>9} {'mpi x/ho':>9}")
     with open(f"{out}/busbw-n{n}.dat", "w") as dat:
         for key in sorted(set(ours) & set(mpi), key=lambda k: (k[0], k[1])):
             t_o = statistics.median(r["time_us"] for r in ours[key])
@@ -120,7 +138,15 @@ for n in ranks:
             b_m = statistics.median(r["busbw_GBps"] for r in mpi[key])
             wrong = sum(r["wrong"] for r in ours[key] + mpi[key])
             ratio = t_o / t_m if t_m > 0 else float("nan")
-            print(f"  {key[0]:<14} {key[1]:>12} {t_o:>10.2f} {t_m:>10.2f} {ratio:>9.3f} {b_o:>11.3f} {b_m:>10.3f} {wrong:>7}")
+            both = ours[key] + mpi[key]
+            rt = median_or_none([r.get("floor_round_trip_ns") for r in both])
+            ho = median_or_none([r.get("floor_handoff_us") for r in both])
+            print(f"  {key[0]:<14} {key[1]:>12} {t_o:>10.2f} {t_m:>10.2f} {ratio:>9.3f} {b_o:>11.3f} {b_m:>10.3f} {wrong:>7}"
+                  f" {cell(rt, 7, 0)} {cell(ho, 11, 2)}"
+                  f" {cell(ratio_to_floor(ours[key], 'floor_round_trip_ns', 1e3), 9, 1)}"
+                  f" {cell(ratio_to_floor(mpi[key], 'floor_round_trip_ns', 1e3), 9, 1)}"
+                  f" {cell(ratio_to_floor(ours[key], 'floor_handoff_us', 1), 9, 2)}"
+                  f" {cell(ratio_to_floor(mpi[key], 'floor_handoff_us', 1), 9, 2)}")
             dat.write(f"{key[1]} {b_o} {b_m}\n")
 PY
 

@@ -6,9 +6,24 @@ if(TARGET axon-bench)
       COMMAND axon-bench -c all -d ${dtype} -o average -b 4 -e 1M -f 16 -n 2 -w 1)
   endforeach()
 endif()
+find_package(Python3 COMPONENTS Interpreter)
+if(TARGET axon-bench AND TARGET axon-launch AND Python3_Interpreter_FOUND)
+  set(name "axon-bench: every row under axon-launch -n 2 carries the floor measured just before it (round trip, hand-off)")
+  add_test(NAME "${name}"
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/benchmarks/check_floor.py
+            $<TARGET_FILE:axon-launch> -n 2 -- $<TARGET_FILE:axon-bench>)
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 300)
+endif()
 if(TARGET axon-bench-mpi)
   find_program(AXON_MPIRUN mpirun)
   if(AXON_MPIRUN)
+    if(Python3_Interpreter_FOUND)
+      set(name "axon-bench-mpi: every row under mpirun -np 2 carries the floor measured just before it")
+      add_test(NAME "${name}"
+        COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/benchmarks/check_floor.py
+                ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 2 -- $<TARGET_FILE:axon-bench-mpi>)
+      set_tests_properties("${name}" PROPERTIES TIMEOUT 300)
+    endif()
     add_test(NAME "axon-bench-mpi: every collective verifies under mpirun -np 3"
       COMMAND ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 3
               $<TARGET_FILE:axon-bench-mpi> -c all -d bf16 -b 4 -e 64K -f 16 -n 2 -w 1)

@@ -168,7 +168,8 @@ double bus_factor(const std::string& collective, int n) {
   return 0.0;
 }
 
-template <typename T> Row measure(Transport& t, const Options& o, const std::string& collective, std::size_t bytes) {
+template <typename T> Row measure(Transport& t, const Options& o, FloorProbe& probe, const std::string& collective,
+                                  std::size_t bytes) {
   const int n = t.size();
   const bool split = collective == "all_gather" || collective == "reduce_scatter";
   Row row;
@@ -180,6 +181,7 @@ template <typename T> Row measure(Transport& t, const Options& o, const std::str
   c.reset();
   c.run();
   row.wrong = sum_over_ranks(t, c.check());
+  row.floor = probe.measure(row.bytes);  // just before the timing: the same phase of the machine
 
   // Warm up, and learn how many iterations fit the time allowed per size.
   const auto w0 = Clock::now();
@@ -216,10 +218,14 @@ template <typename T> Row measure(Transport& t, const Options& o, const std::str
 
 std::vector<Row> run_sweep(Transport& transport, const Options& options) {
   std::vector<Row> rows;
+  FloorProbe probe(transport, options.floor ? options.max_bytes : 0);
+  if (options.floor && !probe.enabled() && transport.size() > 1 && transport.rank() == 0) {
+    std::printf("# floor: not measured (%s)\n", probe.why_off().c_str());
+  }
   for (const std::string& collective : options.collectives) {
     for (std::size_t size = options.min_bytes; size <= options.max_bytes; size *= options.factor) {
       Row row = ad::visit_element_type(options.type, [&]<typename T>(T) {
-        return measure<T>(transport, options, collective, size);
+        return measure<T>(transport, options, probe, collective, size);
       });
       const bool empty = collective != "barrier" && row.count == 0;
       if (!empty) {
@@ -236,15 +242,38 @@ void print_header(const Transport& t, const Options& o) {
   std::printf("# axon-bench  transport: %s  ranks: %d  dtype: %s  op: %s  iterations: %d  warm-up: %d\n",
               t.name().c_str(), t.size(), std::string(ad::to_string(o.type)).c_str(),
               std::string(ad::to_string(o.op)).c_str(), o.iterations, o.warmup);
-  std::printf("# time: median over iterations of the slowest rank; avg: slowest rank's loop / iterations\n#\n");
-  std::printf("# %-14s %12s %12s %6s %10s %10s %11s %11s %7s\n", "collective", "size(B)", "count",
-              "iters", "time(us)", "avg(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  std::printf("# time: median over iterations of the slowest rank; avg: slowest rank's loop / iterations\n");
+  std::printf("# floor, measured just before each row between ranks 0 and 1: rt = a cache line's round trip,\n"
+              "# handoff = rank 1 reading size bytes rank 0 has just written; x_rt, x_handoff = time / floor\n#\n");
+  std::printf("# %-14s %12s %12s %6s %10s %10s %11s %11s %7s %8s %11s %8s %9s\n", "collective", "size(B)", "count",
+              "iters", "time(us)", "avg(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "rt(ns)", "handoff(us)",
+              "x_rt", "x_handoff");
   std::fflush(stdout);
 }
 
 void print_row(const Row& r, const Options&) {
-  std::printf("  %-14s %12zu %12zu %6d %10.2f %10.2f %11.3f %11.3f %7ld\n", r.collective.c_str(), r.bytes,
+  std::printf("  %-14s %12zu %12zu %6d %10.2f %10.2f %11.3f %11.3f %7ld", r.collective.c_str(), r.bytes,
               r.count, r.iterations, r.time_us, r.avg_us, r.algbw, r.busbw, r.wrong);
+  if (r.floor.round_trip_ns > 0) {
+    std::printf(" %8.0f", r.floor.round_trip_ns);
+  } else {
+    std::printf(" %8s", "-");
+  }
+  if (r.floor.handoff_us > 0) {
+    std::printf(" %11.2f", r.floor.handoff_us);
+  } else {
+    std::printf(" %11s", "-");
+  }
+  if (r.floor.round_trip_ns > 0) {
+    std::printf(" %8.1f", r.time_us * 1e3 / r.floor.round_trip_ns);
+  } else {
+    std::printf(" %8s", "-");
+  }
+  if (r.floor.handoff_us > 0) {
+    std::printf(" %9.2f\n", r.time_us / r.floor.handoff_us);
+  } else {
+    std::printf(" %9s\n", "-");
+  }
   std::fflush(stdout);
 }
 
@@ -257,7 +286,9 @@ void write_json(const std::string& file, const Transport& t, const Options& o, c
     const Row& r = rows[i];
     out << "    {\"collective\": \"" << r.collective << "\", \"bytes\": " << r.bytes << ", \"count\": " << r.count
         << ", \"iterations\": " << r.iterations << ", \"time_us\": " << r.time_us << ", \"avg_us\": " << r.avg_us
-        << ", \"algbw_GBps\": " << r.algbw << ", \"busbw_GBps\": " << r.busbw << ", \"wrong\": " << r.wrong << "}"
+        << ", \"algbw_GBps\": " << r.algbw << ", \"busbw_GBps\": " << r.busbw << ", \"wrong\": " << r.wrong
+        << ", \"floor_round_trip_ns\": " << r.floor.round_trip_ns << ", \"floor_handoff_us\": " << r.floor.handoff_us
+        << "}"
         << (i + 1 < rows.size() ? ",\n" : "\n");
   }
   out << "  ]\n}\n";

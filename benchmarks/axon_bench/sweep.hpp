@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "axon_bench/floor.hpp"
 #include "axon_bench/transport.hpp"
 
 namespace axon_bench {
@@ -25,6 +26,7 @@ struct Options {
   double seconds_per_size = 2.0;  // fewer iterations when the warm-up says a size would take longer
   std::string json_file;
   bool shared_buffers = false;    // all_reduce on buffers in the arena (zero copy)
+  bool floor = true;              // measure the floor (axon_bench/floor.hpp) before each row
 };
 
 struct Row {
@@ -37,6 +39,7 @@ struct Row {
   double algbw = 0;        // GB/s: bytes / time
   double busbw = 0;        // GB/s: algbw x the nccl-tests factor
   long wrong = 0;          // elements that differ from the reference, summed over ranks
+  Floor floor;             // this moment's floor between ranks 0 and 1 (zeros: not measured)
 };
 
 // Every rank calls it; returns the rows on every rank.
