@@ -351,6 +351,43 @@ def report(results):
     return failed
 
 
+def plot(results, png):
+    """all_reduce µs against size, gloo and axon (and axon-bench) per world
+    size, on log scales, into `png` with gnuplot."""
+    import shutil
+    if not shutil.which("gnuplot"):
+        print("gnuplot not found: no plot")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        lines = []
+        for res in results:
+            n = res["ranks"]
+            bench = res.get("axon_bench_us", {})
+            dat = os.path.join(tmp, f"n{n}.dat")
+            with open(dat, "w") as f:
+                for row in res["all_reduce"]:
+                    ab = bench.get(row["bytes"]) or bench.get(str(row["bytes"])) or "NaN"
+                    f.write(f"{row['bytes']} {row['gloo']['us']} {row['axon']['us']} {ab}\n")
+            lines.append(f"'{dat}' using 1:2 with linespoints title 'gloo n={n}'")
+            lines.append(f"'{dat}' using 1:3 with linespoints title 'axon n={n}'")
+            if bench:
+                lines.append(f"'{dat}' using 1:4 with lines dashtype 2 title 'axon-bench n={n}'")
+        script = f"""set terminal pngcairo size 1000,600 noenhanced
+set output '{png}'
+set title 'torch.distributed all_reduce float32 SUM: time against size'
+set logscale x 2
+set logscale y 10
+set format x '%.0b%B'
+set xlabel 'size (bytes)'
+set ylabel 'time (us), median of the slowest rank'
+set key left top
+set grid
+plot {', '.join(lines)}
+"""
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    print(f"plot: {png}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", default="2,8", help="world sizes, comma-separated (default 2,8)")
@@ -367,10 +404,19 @@ def main():
     p.add_argument("--build-dir", default="build/release", help="for axon-bench (default build/release)")
     p.add_argument("--no-axon-bench", action="store_true", help="leave out the axon-bench column")
     p.add_argument("--json", help="write every figure here")
+    p.add_argument("--plot", help="draw all_reduce time against size into this PNG (needs gnuplot)")
+    p.add_argument("--replot", metavar="JSON", help="measure nothing: print and plot the figures of an earlier --json")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: n=2, 4 B, 64 KiB and 1 MiB, a few iterations, 2 DDP steps; no axon-bench")
     a = p.parse_args()
 
+    if a.replot:
+        with open(a.replot) as f:
+            results = json.load(f)["results"]
+        report(results)
+        if a.plot:
+            plot(results, a.plot)
+        return
     if a.quick:
         ranks, sizes = [2], [4, 64 << 10, 1 << 20]
         cfg = dict(repeats=2, seconds=0.01, max_iterations=20, ddp_steps=2, ddp_repeats=1, ddp_warmup=1)
@@ -400,6 +446,8 @@ def main():
             res["axon_bench_us"] = axon_bench_times(a.build_dir, n, sizes, min(a.seconds, 1.0))
         results.append(res)
     failed = report(results)
+    if a.plot:
+        plot(results, a.plot)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "torch": torch.__version__,
