@@ -17,7 +17,10 @@ side by side and measures, interleaved (the order alternates every repeat):
               torch.set_num_threads(1), SGD: forward, backward, step; steps
               with and without no_sync() in turn (the slowest rank's time of
               each); communication = the median over those pairs of step -
-              no_sync step (a pair sees one moment of the machine). Then
+              no_sync step (a pair sees one moment of the machine). A third
+              replica, "none", runs DDP with a communication hook that
+              communicates nothing: its figure is DDP's own bucket work,
+              which every backend pays. Then
               the gloo and axon replicas restart from the same parameters,
               take 3 synchronised steps on the same data and must agree
               (1e-5 of the largest parameter, relative).
@@ -150,12 +153,25 @@ def mlp():
     return torch.nn.Sequential(*layers)
 
 
+def no_communication_hook(state, bucket):
+    """A DDP communication hook that communicates nothing."""
+    done = torch.futures.Future()
+    done.set_result(bucket.buffer())
+    return done
+
+
 def ddp_steps(rank, n, cfg, groups, ctl):
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
     model = mlp()
     ddps = {b: DDP(copy.deepcopy(model), process_group=groups[b]) for b in BACKENDS}
-    opts = {b: torch.optim.SGD(ddps[b].parameters(), lr=0.01) for b in BACKENDS}
+    # DDP's own cost: the same DDP with a communication hook that hands the
+    # bucket back untouched (no collective), so its step - no_sync step is
+    # what DDP spends on buckets (copies in and out, hooks) by itself.
+    ddps["none"] = DDP(copy.deepcopy(model), process_group=groups["axon"])
+    ddps["none"].register_comm_hook(None, no_communication_hook)
+    variants = BACKENDS + ("none",)
+    opts = {b: torch.optim.SGD(ddps[b].parameters(), lr=0.01) for b in variants}
     g = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn(cfg["batch"], MLP_WIDTHS[0], generator=g)
     y = torch.randint(0, MLP_WIDTHS[-1], (cfg["batch"],), generator=g)
@@ -171,22 +187,22 @@ def ddp_steps(rank, n, cfg, groups, ctl):
         opt.step()
 
     def timed_step(b, sync):
-        dist.barrier(group=groups[b])
+        dist.barrier(group=groups.get(b, groups["axon"]))
         start = time.perf_counter()
         step(b, sync)
         return (time.perf_counter() - start) * 1e3
 
-    for b in BACKENDS:
+    for b in variants:
         for _ in range(cfg["ddp_warmup"]):
             for sync in (True, False):
                 timed_step(b, sync)
     # A step with and one without no_sync() in turn, so that both see the
     # same moment of the machine (its speed drifts by tens of percent over
     # seconds here); the backends take turns by repeat.
-    ms = {(b, sync): [] for b in BACKENDS for sync in (True, False)}
-    diffs = {b: [] for b in BACKENDS}
+    ms = {(b, sync): [] for b in variants for sync in (True, False)}
+    diffs = {b: [] for b in variants}
     for repeat in range(cfg["ddp_repeats"]):
-        for b in (BACKENDS if repeat % 2 == 0 else BACKENDS[::-1]):
+        for b in (variants if repeat % 2 == 0 else variants[::-1]):
             times = []
             for i in range(cfg["ddp_steps"]):
                 order = (True, False) if i % 2 == 0 else (False, True)
@@ -218,7 +234,7 @@ def ddp_steps(rank, n, cfg, groups, ctl):
     result = {"parameters": sum(p.numel() for p in model.parameters()), "batch_per_rank": cfg["batch"],
               "steps": cfg["ddp_steps"], "repeats": cfg["ddp_repeats"], "max_relative_difference": relative,
               "parameters_match": relative <= 1e-5}
-    for b in BACKENDS:
+    for b in variants:
         step_ms = statistics.median(ms[(b, True)])  # over every step of every repeat
         no_sync_ms = statistics.median(ms[(b, False)])
         result[b] = {"step_ms": step_ms, "no_sync_ms": no_sync_ms, "comm_ms": statistics.median(diffs[b]),
@@ -338,9 +354,14 @@ def report(results):
             d = res["ddp"]
             print(f"\nDDP step on {n} ranks: MLP {'-'.join(map(str, MLP_WIDTHS))} ({d['parameters'] / 1e6:.1f}M "
                   f"parameters), batch {d['batch_per_rank']} per rank, 1 thread per rank, ms")
-            print(f"{'backend':>8} {'step':>9} {'no_sync':>9} {'comm':>9}")
-            for b in BACKENDS:
-                print(f"{b:>8} {d[b]['step_ms']:>9.2f} {d[b]['no_sync_ms']:>9.2f} {d[b]['comm_ms']:>9.2f}")
+            print(f"{'backend':>8} {'step':>9} {'no_sync':>9} {'comm':>9} {'beyond DDP':>11}")
+            own = d["none"]["comm_ms"] if "none" in d else None
+            for b in BACKENDS + (("none",) if "none" in d else ()):
+                beyond = f"{d[b]['comm_ms'] - own:>11.2f}" if own is not None and b != "none" else f"{'':>11}"
+                print(f"{b:>8} {d[b]['step_ms']:>9.2f} {d[b]['no_sync_ms']:>9.2f} {d[b]['comm_ms']:>9.2f} {beyond}")
+            if own is not None:
+                print("(none: DDP with a hook that communicates nothing; its comm is DDP's own bucket work, and")
+                print(" 'beyond DDP' is each backend's comm less that)")
             if d["gloo"]["comm_ms"] > 0:
                 print(f"communication axon/gloo: {d['axon']['comm_ms'] / d['gloo']['comm_ms']:.3f}")
             print(f"parameters gloo vs axon: largest difference {d['max_relative_difference']:.2e} of the largest "
