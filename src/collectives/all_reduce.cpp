@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <span>
 #include <optional>
 #include <cstring>
 #include <vector>
@@ -21,7 +23,15 @@ void all_reduce_one_round(RoundChannel& channel, std::byte* data, std::size_t co
   const int n = channel.size();
   const std::size_t es = size_of(type);
   const std::size_t per_round = channel.slot_bytes() / es;
-  std::vector<const std::byte*> sources(static_cast<std::size_t>(n));
+  // The sources on the stack up to 64 members: this is the small-message
+  // path, where a heap allocation per call is a measurable part of the time.
+  std::array<const std::byte*, 64> local{};
+  std::vector<const std::byte*> heap;
+  std::span<const std::byte*> sources(local.data(), static_cast<std::size_t>(n));
+  if (static_cast<std::size_t>(n) > local.size()) {
+    heap.resize(static_cast<std::size_t>(n));
+    sources = heap;
+  }
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(per_round, count - offset);
