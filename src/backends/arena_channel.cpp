@@ -101,6 +101,14 @@ bool ArenaChannel::all_arrived(std::uint64_t round, int& first_missing) const {
   return true;
 }
 
+bool ArenaChannel::peers_arrived() const {
+  const std::uint64_t next = round_ + 1;
+  for (int m = 0; m < size(); ++m) {
+    if (m != member_ && controls_[m].round.load(std::memory_order_acquire) < next) return false;
+  }
+  return true;
+}
+
 void ArenaChannel::post_descriptor(int parity) {
   auto& mine = controls_[member_];
   mine.descriptor[parity] = pending_;

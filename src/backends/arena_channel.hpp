@@ -74,6 +74,8 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::uint64_t id() const { return group_->id; }
   // "[0, 1, 2]" or "world"
   std::string group_name() const;
+  // Every other member has published the first round of the next collective.
+  bool peers_arrived() const;
 
  private:
   bool all_arrived(std::uint64_t round, int& first_missing) const;

@@ -48,37 +48,76 @@ void CommThread::push(c10::intrusive_ptr<AxonWork> work, std::function<void()> r
   ready_.notify_one();
 }
 
-bool CommThread::run_here_if_idle(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (busy_ || !queue_.empty() || stopping_) return false;
-    busy_ = true;
-  }
-  run_task(work, run);
+bool CommThread::take_if_idle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (busy_ || !queue_.empty() || stopping_) return false;
+  busy_ = true;
+  owner_ = std::this_thread::get_id();
   return true;
 }
 
-void CommThread::run_task(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {
+bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std::function<void()> run,
+                                  const std::function<bool()>& peers_ready, std::chrono::microseconds patience) {
+  if (!take_if_idle()) {
+    push(work, std::move(run));
+    return false;
+  }
+  bool ready = peers_ready();
+  if (!ready) {
+    // Yielding, not spinning: with more ranks than cores the peer we wait
+    // for may need this core to arrive.
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    while (!(ready = peers_ready()) && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  }
+  if (ready) {
+    run_task(work, run);
+    return true;
+  }
+  {
+    // Ops queued while we held the token were called after this one.
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_front(Task{work, std::move(run)});
+    busy_ = false;
+    owner_ = {};
+  }
+  ready_.notify_one();
+  return false;
+}
+
+bool CommThread::running_on_current_thread() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return busy_ && owner_ == std::this_thread::get_id();
+}
+
+void CommThread::run_nested(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {
+  run_and_complete(work, run);
+}
+
+void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {
   std::exception_ptr error;
   try {
     run();
   } catch (...) {
     error = std::current_exception();
   }
-  bool queued;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    busy_ = false;
-    queued = !queue_.empty();
-  }
-  // Ops pushed while this one ran (a caller's ran here or on this thread)
-  // wait for the communication thread.
-  if (queued) ready_.notify_one();
   if (error) {
     work->fail(error);
   } else {
     work->complete();
   }
+}
+
+void CommThread::run_task(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {
+  run_and_complete(work, run);
+  bool queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    busy_ = false;
+    owner_ = {};
+    queued = !queue_.empty();
+  }
+  // Ops called while this one ran wait for the communication thread.
+  if (queued) ready_.notify_one();
 }
 
 void CommThread::loop() {
@@ -91,6 +130,7 @@ void CommThread::loop() {
       task = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;
+      owner_ = std::this_thread::get_id();
     }
     run_task(task.work, task.run);
   }

@@ -5,18 +5,28 @@
 // exception the op threw) when its function returns. The destructor runs
 // what is queued, then joins.
 //
-// run_here_if_idle() is the fast path for short ops: when nothing is queued
-// or running, the caller runs the op itself, which saves the two cross-thread
-// wake-ups (caller -> this thread -> the caller's wait()) that cost more
-// than a small collective on a busy machine. Call order still holds: an op
-// runs here only when every op pushed before it has finished, and no op
-// pushed after it starts before it ends.
+// run_here_or_push() is the fast path for short ops: when nothing is queued
+// or running and every peer is already waiting in the op (or arrives within
+// a short patience), the caller runs the op itself, which saves the two
+// cross-thread wake-ups (caller -> this thread -> the caller's wait()) that
+// cost more than a small collective on a busy machine. When a peer is not
+// there yet, the op goes to this thread as any other: a caller must never
+// block in an async op until its peers arrive, since a peer may first need
+// something from the caller (a send, an op on another group).
 //
-// Thread safety: push() and run_here_if_idle() from any thread.
+// Call order holds: an op runs on a caller's thread only when every op
+// called before it has finished, and no op called after it starts before it
+// ends. An op called while one of this group's ops or its future's
+// callbacks runs on the same thread (a callback that issues a collective, as
+// DDP's PowerSGD hook does) runs at once, nested: queued, it would wait for
+// the very thread that waits for it.
+//
+// Thread safety: every member from any thread.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -51,10 +61,17 @@ class CommThread {
 
   void push(c10::intrusive_ptr<AxonWork> work, std::function<void()> run);
 
-  // Runs `run` on the calling thread and completes `work` when no op is
-  // queued or running, and returns true; otherwise returns false and does
-  // nothing (the caller then push()es).
-  bool run_here_if_idle(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run);
+  // Runs `run` on the calling thread and completes `work`, and returns true,
+  // when no op is queued or running and `peers_ready()` holds now or within
+  // `patience`; otherwise queues it (ahead of ops called after it) and
+  // returns false.
+  bool run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std::function<void()> run,
+                        const std::function<bool()>& peers_ready, std::chrono::microseconds patience);
+
+  // True while the calling thread runs one of this thread's ops or their
+  // futures' callbacks; an op it issues then must run_nested().
+  bool running_on_current_thread();
+  void run_nested(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run);
 
  private:
   struct Task {
@@ -62,17 +79,20 @@ class CommThread {
     std::function<void()> run;
   };
   void loop();
-  // Runs `run`, then completes or fails `work` with what it threw. Called
-  // with `busy_` set by the caller, outside the mutex; clears `busy_` before
-  // completing, so that a callback chained on the future may issue the
-  // group's next op.
+  // Takes the run token when idle (nothing queued or running).
+  bool take_if_idle();
+  // Runs `run`, completes or fails `work` with what it threw (so the
+  // future's callbacks run here, still holding the token), then hands the
+  // token back. Called by the token's holder, outside the mutex.
   void run_task(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run);
+  static void run_and_complete(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run);
 
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<Task> queue_;
   bool stopping_ = false;
-  bool busy_ = false;  // an op is running, on this thread or on a caller's
+  bool busy_ = false;     // the run token: an op runs, on this thread or on a caller's
+  std::thread::id owner_;  // the thread holding it, while busy_
   std::thread thread_;
 };
 

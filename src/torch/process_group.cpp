@@ -151,8 +151,14 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intru
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors outputs, std::int64_t bytes,
                                                           std::function<void()> run) {
   auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
-  if (bytes <= inline_bytes_ && thread_->run_here_if_idle(work, run)) return work;
-  thread_->push(work, std::move(run));
+  if (thread_->running_on_current_thread()) {
+    thread_->run_nested(work, run);  // from a callback of this group's op: see comm_thread.hpp
+  } else if (bytes <= inline_bytes_) {
+    thread_->run_here_or_push(work, std::move(run), [b = backend_.get()] { return b->peers_arrived(); },
+                              kInlinePatience);
+  } else {
+    thread_->push(work, std::move(run));
+  }
   return work;
 }
 

@@ -1,7 +1,7 @@
 """Collectives under "axon" run in call order, whether a short one runs on the
-caller's thread (the group idle) or waits behind a long one on the group's
-communication thread; and a short one on an idle group is complete when the
-call returns.
+caller's thread (the group idle, its peers there) or waits behind a long one
+on the group's communication thread; and a short one whose peers are already
+waiting is complete when the call returns.
 
 Order is checked through data: a long async all_reduce of x, then a short
 all_reduce of x[:k] (a view of the same memory). Only the call order gives
@@ -33,17 +33,19 @@ def body(rank, n, inline_bytes):
     dist.init_process_group("axon", timeout=datetime.timedelta(seconds=120))
     rng = random.Random(rank)
 
-    # An idle group: a short collective is done when the call returns,
-    # even when asked for async_op (unless every op goes to the thread).
+    # A short collective whose peers are already waiting in it runs on the
+    # caller's thread and is done when the call returns, even when asked for
+    # async_op (unless every op goes to the thread). The ranks call one after
+    # the other, 0.2 s apart: the last finds every other one waiting.
+    dist.barrier()
+    time.sleep(0.2 * rank)
     x = torch.ones(SHORT)
     work = dist.all_reduce(x, async_op=True)
     done_on_return = work.is_completed()
     work.wait()
     assert torch.equal(x, torch.full((SHORT,), float(n))), x[:4]
-    if inline_bytes == 0:
-        pass  # may or may not be done: the communication thread races the caller
-    else:
-        assert done_on_return, "a 4 KiB all_reduce on an idle group was not done on return"
+    if rank == n - 1 and inline_bytes != 0:
+        assert done_on_return, "a 4 KiB all_reduce whose peer was waiting was not done on return"
 
     for round_ in range(40):
         x = torch.ones(LONG)

@@ -33,6 +33,7 @@ class ArenaBackend : public Backend {
   // block is large enough. Goes back to the arena with its last pointer.
   std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) override;
   std::string describe_shared_memory() const override;
+  bool peers_arrived() const override;
 
   // The bytes of one member's slot: messages larger than this are chunked.
   std::size_t slot_bytes() const;

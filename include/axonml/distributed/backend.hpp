@@ -90,6 +90,14 @@ class Backend {
   // messages ("3 MiB free of the 64 MiB arena, ..."); empty when it has none.
   virtual std::string describe_shared_memory() const { return {}; }
 
+  // Whether every other rank of this communicator has already entered the
+  // collective this endpoint calls next, so that the call will not wait for
+  // anyone to arrive. A hint for callers that choose where to run a
+  // collective (the PyTorch backend runs a short one on the caller's thread
+  // only then); false when the transport cannot tell. Not synchronized with
+  // collectives this endpoint runs meanwhile: ask between them.
+  virtual bool peers_arrived() const { return false; }
+
   // Shorthands so that std::vector and span<float> arguments need no spelling out.
   void all_reduce(std::vector<float>& data, ReduceOp op) { all_reduce(std::span<float>(data), op); }
   void broadcast(std::vector<float>& data, int src) { broadcast(std::span<float>(data), src); }

@@ -10,12 +10,16 @@
 // that disagree) surface from wait() and the future. Ops run in call order:
 //   - a collective of at most AXON_TORCH_INLINE_BYTES bytes (default
 //     kDefaultInlineBytes) runs on the calling thread itself when the group
-//     has nothing queued or running, and its Work is complete when the call
-//     returns: for a short op, handing it to another thread and back costs
-//     more than the op;
+//     has nothing queued or running and every peer has already entered it
+//     (or does within kInlinePatience), and its Work is complete when the
+//     call returns: for a short op, handing it to another thread and back
+//     costs more than the op. Otherwise it goes to the communication thread,
+//     so an async op never blocks its caller waiting for peers;
 //   - other collectives run on the group's communication thread, so that
 //     async_op=True and DDP's bucket all-reduces overlap with what the caller
 //     does next (AXON_TORCH_INLINE_BYTES=0 sends every collective there);
+//   - a collective issued from a callback of this group's op (a future's
+//     then(), e.g. DDP's PowerSGD hook) runs at once on that thread;
 //   - sends and receives each run on a thread of their own, so a posted
 //     irecv holds up neither collectives nor sends.
 //
@@ -66,6 +70,9 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // Collectives up to this many bytes run on the caller's thread when the
   // group is idle, unless AXON_TORCH_INLINE_BYTES says otherwise.
   static constexpr std::int64_t kDefaultInlineBytes = 256 << 10;
+  // How long a caller waits for its peers to enter a short collective before
+  // handing it to the communication thread: about the cost of that hand-off.
+  static constexpr std::chrono::microseconds kInlinePatience{50};
 
   using Work = c10d::Work;
   using Tensors = std::vector<at::Tensor>;
@@ -102,8 +109,9 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
 
  private:
   // A collective whose data is `bytes`: runs on the caller's thread when it
-  // is at most inline_bytes_ and the group has no op queued or running, else
-  // on thread_; the Work completes with `outputs` once `run` returns.
+  // is at most inline_bytes_, the group has no op queued or running and the
+  // peers are there (see the class comment), else on thread_; the Work
+  // completes with `outputs` once `run` returns.
   c10::intrusive_ptr<Work> collective(c10d::OpType type, Tensors outputs, std::int64_t bytes,
                                       std::function<void()> run);
   // A send or receive, always on `thread` (send_thread_ or recv_thread_):

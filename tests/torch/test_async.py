@@ -1,0 +1,114 @@
+"""Programs that work under Gloo work under "axon": an async collective never
+blocks its caller until the peers arrive, and a collective issued from a
+future's callback runs.
+
+Each pattern below hung or timed out when short collectives ran on the
+caller's thread unconditionally (first two), or when a callback's collective
+was queued behind the thread that ran the callback (last two):
+  - rank 0: async all_reduce, then send; rank 1: recv, then all_reduce;
+  - two groups, each rank's first (async) op on a different group;
+  - a then() callback on an all_reduce that runs another all_reduce, short
+    and long, with the default inline limit and with every op on the thread;
+  - DDP with PyTorch's PowerSGD hook (its callbacks wait on collectives):
+    every rank ends with the same parameters.
+
+    test_async.py [INLINE_BYTES]   (sets AXON_TORCH_INLINE_BYTES)
+"""
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from harness import run_ranks
+
+
+def patterns(rank, n, group):
+    # 1. An async collective, then a send its peer needs before joining it.
+    t = torch.ones(4)
+    if rank == 0:
+        work = dist.all_reduce(t, async_op=True, group=group)
+        dist.send(torch.full((3,), 7.0), dst=1)
+        work.wait()
+    else:
+        got = torch.zeros(3)
+        dist.recv(got, src=0)
+        assert torch.equal(got, torch.full((3,), 7.0)), got
+        dist.all_reduce(t, group=group)
+    assert torch.equal(t, torch.full((4,), 2.0)), t
+
+    # 2. Two groups, opposite order, the first op of each rank async.
+    timeout = datetime.timedelta(seconds=60)
+    g1, g2 = dist.new_group([0, 1], timeout=timeout), dist.new_group([0, 1], timeout=timeout)
+    a, b = torch.ones(4), torch.ones(4)
+    first, second = (g1, g2) if rank == 0 else (g2, g1)
+    work = dist.all_reduce(a, group=first, async_op=True)
+    dist.all_reduce(b, group=second)
+    work.wait()
+    assert torch.equal(a, torch.full((4,), 2.0)) and torch.equal(b, torch.full((4,), 2.0)), (a, b)
+
+    # 3. A callback that runs collectives, short and long, on the same group.
+    for outer, inner in ((1 << 18, 65537), (4, 4), (1 << 18, 4), (4, 1 << 18)):
+        t = torch.ones(outer)
+        work = dist.all_reduce(t, async_op=True, group=group)
+
+        def callback(fut, inner=inner):
+            x = torch.ones(inner)
+            dist.all_reduce(x, group=group)
+            y = torch.ones(3)
+            dist.all_reduce(y, group=group, async_op=True).wait()
+            return float(x.sum()) + float(y.sum())
+
+        got = work.get_future().then(callback).wait()
+        assert got == 2.0 * inner + 6.0, (outer, inner, got)
+        assert torch.equal(t, torch.full((outer,), 2.0)), (outer, t[:4])
+
+
+def build_model():
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4000),
+                               torch.nn.ReLU(), torch.nn.Linear(4000, 10))
+
+
+def powersgd_parameters(rank):
+    """4 DDP steps with PowerSGD (from step 2) on each rank's own data."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    ddp = DDP(build_model(), bucket_cap_mb=1000)
+    state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=8, start_powerSGD_iter=2,
+                                   random_seed=0)
+    ddp.register_comm_hook(state, powersgd.powerSGD_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(4):
+        x, y = torch.randn(8, 64, generator=g), torch.randint(0, 10, (8,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in ddp.module.parameters()]
+
+
+def body(rank, n, inline_bytes):
+    if inline_bytes is not None:
+        os.environ["AXON_TORCH_INLINE_BYTES"] = str(inline_bytes)
+    dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
+    patterns(rank, n, dist.group.WORLD)
+    # DDP keeps every replica the same: rank 0's parameters, bit for bit, on
+    # every rank, and moved from where they started.
+    flat = torch.cat([p.reshape(-1) for p in powersgd_parameters(rank)])
+    first = flat.clone()
+    dist.broadcast(first, src=0)
+    assert torch.equal(flat, first), f"rank {rank}: PowerSGD DDP replicas differ by {float((flat - first).abs().max())}"
+    torch.manual_seed(0)
+    start = torch.cat([p.detach().reshape(-1) for p in build_model().parameters()])
+    assert not torch.equal(flat, start), "PowerSGD DDP did not train"
+    dist.destroy_process_group()
+    return "ok"
+
+
+if __name__ == "__main__":
+    inline_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else None
+    results = run_ranks(2, body, inline_bytes, timeout=240)
+    assert results == ["ok", "ok"], results
+    print(f"async patterns and callbacks complete (AXON_TORCH_INLINE_BYTES={inline_bytes})")
