@@ -12,7 +12,8 @@ DistTestCases.skip_collective sets, with the reason:
   "sendrecv anysource" (test_send_recv_any_source*): the backend has no
       receive from any source (recv names its src; the error says so).
 The suite itself skips its CUDA/NCCL-only tests, and those gated on Gloo by
-name (timeouts, monitored_barrier, Gloo-specific options).
+name (timeouts, monitored_barrier, Gloo-specific options). Five DDP tests are
+skipped while torch.distributed._shard fails to import (see below).
 """
 import os
 import sys
@@ -50,6 +51,28 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
         self._spawn_processes()
+
+
+# Tests that cannot pass on Debian 12 with any backend: they import
+# torch.distributed._shard, whose dataclasses PyTorch 1.13 wrote in a way
+# Python 3.11 rejects ("mutable default ... TensorProperties ... use
+# default_factory"; `python3 -c "import torch.distributed._shard.sharded_tensor"`
+# fails the same way). Skipped only while that import fails.
+def _shard_importable():
+    try:
+        import torch.distributed._shard.sharded_tensor  # noqa: F401
+        return True
+    except ValueError:
+        return False
+
+
+if not _shard_importable():
+    import unittest
+    for _name in ("test_DistributedDataParallelCPU", "test_DistributedDataParallelCPU_grad_is_view",
+                  "test_ddp_create_graph", "test_ddp_logging_data_cpu", "test_static_graph_api_cpu"):
+        setattr(TestDistBackendWithSpawn, _name, unittest.skip(
+            "PyTorch 1.13's torch.distributed._shard does not import under Python 3.11")(
+                getattr(TestDistBackendWithSpawn, _name)))
 
 
 if __name__ == "__main__":
