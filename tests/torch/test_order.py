@@ -36,9 +36,10 @@ def body(rank, n, inline_bytes):
     # A short collective whose peers are already waiting in it runs on the
     # caller's thread and is done when the call returns, even when asked for
     # async_op (unless every op goes to the thread). The ranks call one after
-    # the other, 0.2 s apart: the last finds every other one waiting.
+    # the other, 0.5 s apart (a margin for a starved CI machine): the last
+    # finds every other one waiting.
     dist.barrier()
-    time.sleep(0.2 * rank)
+    time.sleep(0.5 * rank)
     x = torch.ones(SHORT)
     work = dist.all_reduce(x, async_op=True)
     done_on_return = work.is_completed()
