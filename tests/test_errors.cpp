@@ -186,15 +186,38 @@ TEST_CASE("a rank that never arrives becomes a timeout naming the op and the mis
       std::vector<float> data(5);
       try {
         world[static_cast<std::size_t>(r)]->all_reduce(data, ReduceOp::Sum);
-      } catch (const Timeout& e) {
+      } catch (const PeerFailure& e) {  // Timeout, or the abort of the rank that timed out first
         messages[static_cast<std::size_t>(r)] = e.what();
       }
     });
   }
   for (auto& t : threads) t.join();
-  REQUIRE_THAT(messages[0], Contains("rank 0: timed out after 0.3 s") &&
-                                Contains("all_reduce(f32, 5, sum) call #0 in group [0, 1, 2]: waiting for rank(s) 2"));
-  REQUIRE_THAT(messages[1], Contains("waiting for rank(s) 2"));
+  for (const auto& message : messages) {
+    REQUIRE_THAT(message, Contains("timed out after 0.3 s") &&
+                              Contains("all_reduce(f32, 5, sum) call #0 in group [0, 1, 2]: waiting for rank(s) 2"));
+  }
+}
+
+TEST_CASE("a timeout breaks the group: a late rank fails instead of finishing the op with a rank that left it",
+          "[errors][timeout]") {
+  setenv("AXON_TIMEOUT", "0.3", 1);
+  auto world = MockBackend::create_world(2);
+  unsetenv("AXON_TIMEOUT");
+  std::vector<float> early(4, 1.0F);
+  std::string early_error;
+  std::thread first([&] {
+    try {
+      world[0]->all_reduce(early, ReduceOp::Sum);
+    } catch (const Timeout& e) {
+      early_error = e.what();
+    }
+  });
+  first.join();  // rank 0 has given up (and reused its buffer) before rank 1 comes
+  REQUIRE_THAT(early_error, Contains("rank 0: timed out after 0.3 s") && Contains("waiting for rank(s) 1"));
+  std::vector<float> late(4, 2.0F);
+  REQUIRE_THROWS_WITH(world[1]->all_reduce(late, ReduceOp::Sum),
+                      Contains("rank 1: job aborted") && Contains("rank 0: timed out after 0.3 s"));
+  REQUIRE(late == std::vector<float>(4, 2.0F));
 }
 
 TEST_CASE("abort makes every waiting rank fail with the reason", "[errors][abort]") {

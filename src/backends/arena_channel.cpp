@@ -67,6 +67,9 @@ shm::Doorbell& ArenaChannel::doorbell_of(int member) const {
 
 void ArenaChannel::begin(const CollectiveCall& call) {
   if (!broken_.empty()) throw CollectiveMismatch(broken_);
+  // An aborted job (a dead rank, a peer's timeout) may have left this op's
+  // round half done: finishing it could pair with a rank that gave up.
+  if (waits_.aborted()) waits_.check_alive();
   pending_ = shm::Descriptor{};
   pending_.call = calls_++;
   pending_.count = call.count;

@@ -40,6 +40,7 @@ shm::Doorbell& PointToPoint::doorbell(int rank) const { return arena_.rank_contr
 // each other at once both make progress.
 void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* data,
                         std::size_t bytes) {
+  if (waits_.aborted()) waits_.check_alive();  // an aborted job moves no more data
   const auto d = static_cast<std::size_t>(dst);
   auto describe = [&] {
     return "send of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
@@ -191,6 +192,7 @@ void PointToPoint::unpost(PostedReceive& want) {
 }
 
 void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, std::size_t bytes) {
+  if (waits_.aborted()) waits_.check_alive();
   PostedReceive want{comm, src, tag, data, bytes};
   {
     std::lock_guard lock(mutex_);

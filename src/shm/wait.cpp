@@ -230,9 +230,14 @@ void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point 
   const auto waited = std::chrono::steady_clock::now() - started;
   if (waited >= waits.timeout()) {
     const double seconds = std::chrono::duration<double>(waits.timeout()).count();
-    throw Timeout("rank " + std::to_string(waits.rank()) + ": timed out after " +
-                  std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 2) +
-                  " s (AXON_TIMEOUT): " + describe());
+    const std::string what = "rank " + std::to_string(waits.rank()) + ": timed out after " +
+                             std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 2) +
+                             " s (AXON_TIMEOUT): " + describe();
+    // This rank now leaves an op its peers may still complete, reading or
+    // writing its buffers out of turn, and every later op would pair with
+    // the wrong call: the arena is broken for all, so say so to all.
+    waits.abort(waits.rank(), what);
+    throw Timeout(what);
   }
 }
 

@@ -171,7 +171,9 @@ struct NoPeers {
 // Returns once ready() is true. Throws PeerFailure on abort, a vanished
 // launcher or an ended rank among needed() (the world ranks the wait still
 // needs; called only between sleeps), and Timeout after waits.timeout() of
-// waiting with every needed rank joined, each naming describe().
+// waiting with every needed rank joined, each naming describe(). A Timeout
+// also aborts the job (the arena): a rank that gave up an op has left it
+// half done, so peers fail at their next wait instead of finishing it.
 // Sleeps on `bell`, and also on `second` when given: a wait whose ready()
 // makes progress on two kinds of traffic (a collective that also drains
 // point-to-point mailboxes) is woken by either.
