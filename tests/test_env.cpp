@@ -31,12 +31,12 @@ TEST_CASE("an unset or empty variable reads as absent", "[env]") {
   CHECK_FALSE(env::flag("AXON_TEST_VARIABLE"));
 }
 
-TEST_CASE("integers outside the range or with trailing text are refused, naming both", "[env]") {
+TEST_CASE("integers outside the range or with leading blanks or trailing text are refused, naming both", "[env]") {
   {
     ScopedVariable v("AXON_TEST_VARIABLE", "42");
     CHECK(env::integer("AXON_TEST_VARIABLE", 0, 100) == 42);
   }
-  for (const char* bad : {"12x", "101", "-1", "0x10", "99999999999999999999999"}) {
+  for (const char* bad : {"12x", "101", "-1", "0x10", "99999999999999999999999", "  42", "\t42"}) {
     ScopedVariable v("AXON_TEST_VARIABLE", bad);
     CHECK_THROWS_WITH(env::integer("AXON_TEST_VARIABLE", 0, 100),
                       Contains(std::string("AXON_TEST_VARIABLE=") + bad) &&
@@ -49,7 +49,7 @@ TEST_CASE("seconds must be finite and at least a millisecond", "[env]") {
     ScopedVariable v("AXON_TEST_VARIABLE", "2.5");
     CHECK(env::seconds("AXON_TEST_VARIABLE", 60) == 2.5);
   }
-  for (const char* bad : {"abc", "1e-9", "0", "-3", "inf", "nan", "61", "2s"}) {
+  for (const char* bad : {"abc", "1e-9", "0", "-3", "inf", "nan", "61", "2s", " 2.5"}) {
     ScopedVariable v("AXON_TEST_VARIABLE", bad);
     CHECK_THROWS_AS(env::seconds("AXON_TEST_VARIABLE", 60), InvalidArgument);
   }

@@ -1,5 +1,6 @@
 #include "base/env.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +13,9 @@ namespace {
 [[noreturn]] void reject(const char* name, const std::string& value, const std::string& expected) {
   throw InvalidArgument(std::string(name) + "=" + value + " is not " + expected);
 }
+
+// strtoll and strtod skip leading blanks; a value with them is a typo too.
+bool starts_blank(const std::string& value) { return std::isspace(static_cast<unsigned char>(value[0])) != 0; }
 
 }  // namespace
 
@@ -27,7 +31,7 @@ std::optional<long long> integer(const char* name, long long low, long long high
   errno = 0;
   char* end = nullptr;
   const long long parsed = std::strtoll(value->c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || parsed < low || parsed > high) {
+  if (errno != 0 || *end != '\0' || starts_blank(*value) || parsed < low || parsed > high) {
     reject(name, *value, "a whole number in " + std::to_string(low) + ".." + std::to_string(high));
   }
   return parsed;
@@ -40,7 +44,7 @@ std::optional<double> seconds(const char* name, double max_seconds) {
   char* end = nullptr;
   const double parsed = std::strtod(value->c_str(), &end);
   // Below a millisecond every wait would fail at once; inf and nan never end.
-  if (errno != 0 || *end != '\0' || !std::isfinite(parsed) || parsed < 0.001 ||
+  if (errno != 0 || *end != '\0' || starts_blank(*value) || !std::isfinite(parsed) || parsed < 0.001 ||
       parsed > max_seconds) {
     reject(name, *value, "a number of seconds in 0.001.." + std::to_string(static_cast<long long>(max_seconds)));
   }
