@@ -41,11 +41,24 @@ CommThread::~CommThread() {
 }
 
 void CommThread::push(c10::intrusive_ptr<AxonWork> work, std::function<void()> run) {
+  bool nested;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(Task{std::move(work), std::move(run)});
+    nested = busy_ && owner_ == std::this_thread::get_id();
+    if (!nested) queue_.push_back(Task{work, std::move(run)});
   }
-  ready_.notify_one();
+  if (nested) {
+    // From one of this thread's ops or its future's callbacks: queued, it
+    // would wait for the very thread that waits for it.
+    run_and_complete(work, run);
+  } else {
+    ready_.notify_one();
+  }
+}
+
+bool CommThread::idle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !busy_ && queue_.empty();
 }
 
 bool CommThread::take_if_idle() {
@@ -82,15 +95,6 @@ bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std:
   }
   ready_.notify_one();
   return false;
-}
-
-bool CommThread::running_on_current_thread() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return busy_ && owner_ == std::this_thread::get_id();
-}
-
-void CommThread::run_nested(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {
-  run_and_complete(work, run);
 }
 
 void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {

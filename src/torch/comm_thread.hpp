@@ -59,7 +59,13 @@ class CommThread {
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
 
+  // Queues `run` behind every op queued before it; called from the thread
+  // that holds the run token (one of this thread's ops, or its future's
+  // callbacks), it runs `run` at once instead, nested.
   void push(c10::intrusive_ptr<AxonWork> work, std::function<void()> run);
+
+  // Whether no op is queued or running.
+  bool idle();
 
   // Runs `run` on the calling thread and completes `work`, and returns true,
   // when no op is queued or running and `peers_ready()` holds now or within
@@ -67,11 +73,6 @@ class CommThread {
   // returns false.
   bool run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std::function<void()> run,
                         const std::function<bool()>& peers_ready, std::chrono::microseconds patience);
-
-  // True while the calling thread runs one of this thread's ops or their
-  // futures' callbacks; an op it issues then must run_nested().
-  bool running_on_current_thread();
-  void run_nested(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run);
 
  private:
   struct Task {

@@ -122,22 +122,31 @@ void all_reduce_tensor(ad::Backend& b, at::Tensor& c, const c10d::ReduceOp& op, 
 ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(rank, size) {
+  // Before the rendezvous: a bad value fails here, not with peers waiting.
+  inline_bytes_ = ad::env::integer("AXON_TORCH_INLINE_BYTES", 0, std::int64_t{1} << 50).value_or(kDefaultInlineBytes);
   C10dStore kv(store);
   ad::StoreOptions options;
   options.timeout = timeout;
   backend_ = ad::StoreBackend::create(kv, rank, size, options);
   thread_ = std::make_unique<CommThread>();
-  inline_bytes_ = ad::env::integer("AXON_TORCH_INLINE_BYTES", 0, std::int64_t{1} << 50).value_or(kDefaultInlineBytes);
   send_thread_ = std::make_unique<CommThread>();
   recv_thread_ = std::make_unique<CommThread>();
 }
 
-// The threads finish what is queued, then end; joining them may take as long
-// as those ops, and their tensors may need Python's GIL (torch/without_gil.hpp).
+// Queued collectives and sends run to the end, as Gloo's do; joining the
+// threads may take as long as those ops, and their tensors may need Python's
+// GIL (torch/without_gil.hpp). A receive still waiting for a message then
+// may wait for ever (nothing in this rank will send it now): it is
+// cancelled by marking the group's shared memory failed, which also ends
+// the peers' ops on this group with an error naming this rank, rather than
+// leaving every rank to wait out the group's timeout.
 ProcessGroupAxon::~ProcessGroupAxon() {
   wait_without_gil([this] {
     thread_.reset();
     send_thread_.reset();
+    if (!recv_thread_->idle()) {
+      backend_->abort("it destroyed the process group while a receive (recv or irecv) still waited for a message");
+    }
     recv_thread_.reset();
   });
 }
@@ -151,9 +160,9 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intru
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors outputs, std::int64_t bytes,
                                                           std::function<void()> run) {
   auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
-  if (thread_->running_on_current_thread()) {
-    thread_->run_nested(work, run);  // from a callback of this group's op: see comm_thread.hpp
-  } else if (bytes <= inline_bytes_) {
+  // From a callback of this group's op, push() and run_here_or_push() run
+  // the op at once, nested (comm_thread.hpp).
+  if (bytes <= inline_bytes_) {
     thread_->run_here_or_push(work, std::move(run), [b = backend_.get()] { return b->peers_arrived(); },
                               kInlinePatience);
   } else {

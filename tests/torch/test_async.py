@@ -3,12 +3,15 @@ blocks its caller until the peers arrive, and a collective issued from a
 future's callback runs.
 
 Each pattern below hung or timed out when short collectives ran on the
-caller's thread unconditionally (first two), or when a callback's collective
-was queued behind the thread that ran the callback (last two):
+caller's thread unconditionally (first two), or when a callback's op was
+queued behind the thread that ran the callback (last three):
   - rank 0: async all_reduce, then send; rank 1: recv, then all_reduce;
   - two groups, each rank's first (async) op on a different group;
   - a then() callback on an all_reduce that runs another all_reduce, short
     and long, with the default inline limit and with every op on the thread;
+  - a receive's callback that receives and sends, a send's callback that
+    sends, on the same group (queued behind the sending or receiving
+    thread that ran the callback);
   - DDP with PyTorch's PowerSGD hook (its callbacks wait on collectives):
     every rank ends with the same parameters.
 
@@ -17,6 +20,7 @@ was queued behind the thread that ran the callback (last two):
 import datetime
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -63,6 +67,41 @@ def patterns(rank, n, group):
         got = work.get_future().then(callback).wait()
         assert got == 2.0 * inner + 6.0, (outer, inner, got)
         assert torch.equal(t, torch.full((outer,), 2.0)), (outer, t[:4])
+
+    # 4. Point-to-point callbacks that send and receive on the same group: a
+    # receive's callback receives again and replies, a send's callback sends
+    # again. Rank 1 sends late, so the callbacks run on the group's
+    # receiving and sending threads, not on the caller's.
+    if rank == 0:
+        first = torch.zeros(2)
+
+        def on_first(fut):
+            second = torch.zeros(2)
+            dist.recv(second, src=1, group=group)
+            dist.send(second * 10, dst=1, group=group)
+            return float(second.sum())
+
+        got = dist.irecv(first, src=1, group=group).get_future().then(on_first).wait()
+        assert got == 4.0 and torch.equal(first, torch.ones(2)), (got, first)
+
+        def on_sent(fut):
+            dist.send(torch.full((1 << 16,), 4.0), dst=1, group=group)
+            dist.isend(torch.full((3,), 5.0), dst=1, group=group).wait()
+            return True
+
+        assert dist.isend(torch.full((1 << 16,), 3.0), dst=1, group=group).get_future().then(on_sent).wait()
+    else:
+        time.sleep(0.2)
+        dist.send(torch.ones(2), dst=0, group=group)
+        dist.send(torch.full((2,), 2.0), dst=0, group=group)
+        reply = torch.zeros(2)
+        dist.recv(reply, src=0, group=group)
+        assert torch.equal(reply, torch.full((2,), 20.0)), reply
+        time.sleep(0.2)
+        for fill, count in ((3.0, 1 << 16), (4.0, 1 << 16), (5.0, 3)):
+            got = torch.zeros(count)
+            dist.recv(got, src=0, group=group)
+            assert torch.equal(got, torch.full((count,), fill)), (fill, got[:4])
 
 
 def build_model():

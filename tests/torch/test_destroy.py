@@ -6,7 +6,12 @@ the last reference to a tensor Python has seen takes the GIL to go away.
 Python destroys a group holding the GIL, so a destructor that joined the
 thread with the GIL held waited forever (seen in PyTorch's own suite).
 Here rank 0 destroys the group while its all_reduce waits for rank 1,
-with only the communication thread still holding the tensor."""
+with only the communication thread still holding the tensor.
+
+A receive still waiting for a message when its group is destroyed is
+cancelled: its wait() raises, and so do the peers' ops on that group (each
+group has its own shared memory, which the destroy marks failed), instead
+of every rank waiting out the group's timeout."""
 import datetime
 import sys
 import time
@@ -41,6 +46,22 @@ def body(rank, n, rounds):
             assert torch.equal(result[:5], torch.full((5,), want)), (round_, result[:5], view)
             dist.destroy_process_group(group)
             del group
+    # Receives that no send will ever match, on every rank: destroying the
+    # group cancels them (their wait() raises) instead of waiting for the
+    # group's 60 s timeout.
+    group = dist.new_group(backend="axon")
+    peer = (rank + 1) % n
+    pending = dist.irecv(torch.zeros(3), src=peer, group=group, tag=77)
+    start = time.monotonic()
+    dist.destroy_process_group(group)
+    del group  # the last reference: the group's destructor runs here
+    took = time.monotonic() - start
+    assert took < 10, f"destroying a group with a pending receive took {took:.1f} s"
+    try:
+        pending.wait()
+        raise AssertionError("a receive cancelled by destroy completed")
+    except RuntimeError as e:
+        assert "destroyed" in str(e) and "receive" in str(e), str(e)
     dist.barrier()
     dist.destroy_process_group()
     return "ok"

@@ -1,9 +1,11 @@
-"""Bad input gives clear errors; a rank killed with SIGKILL makes the others'
-pending and next wait() raise naming it within about a second; nothing is
-left in /dev/shm.
+"""Bad input (arguments, AXON_TORCH_INLINE_BYTES) gives clear errors; a
+timeout fails the op on every rank, the late one included; a rank killed
+with SIGKILL makes the others' pending and next wait() raise naming it
+within about a second; nothing is left in /dev/shm.
 
     PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 tests/torch/test_errors.py
 """
+import datetime
 import os
 import signal
 import time
@@ -59,6 +61,43 @@ def killed_rank(rank, n):
     return text
 
 
+def late_peer(rank, n):
+    """A collective that times out marks the group failed: the late rank's
+    call raises instead of finishing the op with a rank that has left it."""
+    dist.init_process_group("axon")
+    dist.barrier()
+    # A short timeout for this group only (init's would also bound the rendezvous).
+    group = dist.new_group(timeout=datetime.timedelta(seconds=3))
+    dist.barrier(group=group)
+    t = torch.ones(4)
+    if rank == 0:
+        text = raises(lambda: dist.all_reduce(t, group=group), "timed out after 3.0 s", "waiting for rank(s) 1")
+    else:
+        time.sleep(6)
+        text = raises(lambda: dist.all_reduce(t, group=group), "rank 1: job aborted", "rank 0: timed out")
+        assert torch.equal(t, torch.ones(4)), t
+    dist.destroy_process_group(group)
+    del group
+    dist.barrier()
+    dist.destroy_process_group()
+    return text
+
+
+def bad_environment():
+    """A bad AXON_TORCH_INLINE_BYTES fails at once, before the rendezvous:
+    here no peer ever joins, so reading it after the rendezvous would wait
+    for the whole timeout."""
+    os.environ["AXON_TORCH_INLINE_BYTES"] = "lots"
+    try:
+        start = time.monotonic()
+        raises(lambda: axonml_torch.create_process_group(dist.HashStore(), 0, 2, datetime.timedelta(seconds=60)),
+               "AXON_TORCH_INLINE_BYTES=lots", "whole number")
+        waited = time.monotonic() - start
+        assert waited < 5, f"the bad value was reported only after {waited:.1f} s"
+    finally:
+        del os.environ["AXON_TORCH_INLINE_BYTES"]
+
+
 def shm_names():
     # Only this project's names: other programs (Open MPI) share /dev/shm.
     return {name for name in os.listdir("/dev/shm") if name.startswith("axon")}
@@ -67,8 +106,12 @@ def shm_names():
 if __name__ == "__main__":
     import axonml_torch  # noqa: F401
     before = shm_names()
+    bad_environment()
+    print("test_errors: a bad AXON_TORCH_INLINE_BYTES is reported before the rendezvous")
     run_ranks(2, bad_inputs)
     print("test_errors: bad inputs give errors naming the op and the sizes")
+    texts = run_ranks(2, late_peer)
+    print(f"test_errors: a late rank raised after its peer's timeout: {texts[1].splitlines()[0]}")
     texts = run_ranks(3, killed_rank, dead={2})
     print(f"test_errors: kill -9 of rank 2 raised on the others: {texts[0].splitlines()[0]}")
     left = shm_names() - before
