@@ -81,16 +81,23 @@ def run(preset, out_dir):
 
 
 def parse_table(text):
-    """{n: {bytes: (ours_us, mpi_us)}} from compare.sh's output."""
-    rows, n = {}, None
+    """{n: {bytes: (ours_us, mpi_us)}} from compare.sh's output: the columns
+    named size(B), ours(us) and mpi(us) in its header, wherever they are."""
+    rows, n, columns = {}, None, None
     for line in text.splitlines():
         m = re.match(r"^# n=(\d+)", line)
         if m:
             n = int(m.group(1))
             continue
+        if line.startswith("# collective"):
+            names = line[1:].split()
+            columns = [names.index(c) for c in ("size(B)", "ours(us)", "mpi(us)")]
+            continue
         fields = line.split()
-        if n is not None and len(fields) == 8 and not line.startswith("#"):
-            rows.setdefault(n, {})[int(fields[1])] = (float(fields[2]), float(fields[3]))
+        if n is None or columns is None or line.startswith("#") or not fields:
+            continue
+        size, ours, mpi = (fields[i] for i in columns)
+        rows.setdefault(n, {})[int(size)] = (float(ours), float(mpi))
     return rows
 
 
@@ -139,8 +146,10 @@ def rewrite_docs(preset, out_dir):
         cells = []
         for n in (2, 8):
             for table in (private, shared):
-                ours, mpi = table.get(n, {}).get(size, (None, None))
-                cells.append("-" if ours is None else f"{fmt(ours)} / {fmt(mpi)}")
+                if size not in table.get(n, {}):
+                    sys.exit(f"bench-docs: no {label} row for n={n} in the runs' tables: see {out_dir}")
+                ours, mpi = table[n][size]
+                cells.append(f"{fmt(ours)} / {fmt(mpi)}")
         lines.append(f"| {label} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |")
     replace_block(os.path.join(ROOT, "README.md"), "readme-summary", "\n".join(lines))
     print("bench-docs: rewrote README.md and docs/benchmarks.md from " + out_dir)
