@@ -191,7 +191,8 @@ TEST_CASE("threads allocating and releasing at once never share a byte", "[arena
   REQUIRE(usage.free_blocks == 1);
 }
 
-TEST_CASE("a lock left held by a dead rank fails waiters at the deadline or on abort", "[arena][allocator][errors]") {
+TEST_CASE("a lock left held by a dead rank fails waiters at the deadline, which aborts the job",
+          "[arena][allocator][errors]") {
   HeapArena arena(1 << 20, std::chrono::milliseconds(200));
   const std::uint64_t a = arena.allocator.allocate(kPage);
   arena.header().allocator.lock.store(3);  // as if rank 2 died holding it
@@ -200,8 +201,18 @@ TEST_CASE("a lock left held by a dead rank fails waiters at the deadline or on a
   const auto started = std::chrono::steady_clock::now();
   arena.allocator.release(a, kPage);  // gives up (the block stays taken) instead of hanging
   REQUIRE(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
+  // The timeout aborted the job: the next waiter fails at once, with its text.
+  REQUIRE_THROWS_WITH(arena.allocator.allocate(kPage),
+                      Contains("job aborted") && Contains("arena allocator's lock (held by rank 2)"));
+}
+
+TEST_CASE("a lock left held by a dead rank fails waiters on abort", "[arena][allocator][errors]") {
+  HeapArena arena(1 << 20, std::chrono::seconds(60));
+  arena.header().allocator.lock.store(3);  // as if rank 2 died holding it
   arena.waits.abort(2, "rank 2 was killed by signal 9 (SIGKILL)");
+  const auto started = std::chrono::steady_clock::now();
   REQUIRE_THROWS_WITH(arena.allocator.allocate(kPage), Contains("job aborted: rank 2 was killed"));
+  REQUIRE(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
 }
 
 TEST_CASE("releasing a block twice stops the process naming both ranges", "[arena][allocator][errors]") {
