@@ -104,6 +104,7 @@ std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
 }
 
 bool ArenaBackend::peers_arrived() const { return impl_->channel.peers_arrived(); }
+void ArenaBackend::announce_next() { impl_->channel.announce_next(); }
 
 std::string ArenaBackend::describe_shared_memory() const {
   return shm::describe(impl_->state->allocator.usage());

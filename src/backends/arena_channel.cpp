@@ -106,11 +106,18 @@ bool ArenaChannel::all_arrived(std::uint64_t round, int& first_missing) const {
 
 bool ArenaChannel::peers_arrived() const {
   const std::uint64_t next = round_ + 1;
+  const std::uint64_t call = calls_ + 1;
   for (int m = 0; m < size(); ++m) {
-    if (m != member_ && controls_[m].round.load(std::memory_order_acquire) < next) return false;
+    if (m == member_) continue;
+    if (controls_[m].round.load(std::memory_order_acquire) < next &&
+        controls_[m].intent.load(std::memory_order_acquire) != call) {
+      return false;
+    }
   }
   return true;
 }
+
+void ArenaChannel::announce_next() { controls_[member_].intent.store(calls_ + 1, std::memory_order_release); }
 
 void ArenaChannel::post_descriptor(int parity) {
   auto& mine = controls_[member_];

@@ -74,8 +74,12 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::uint64_t id() const { return group_->id; }
   // "[0, 1, 2]" or "world"
   std::string group_name() const;
-  // Every other member has published the first round of the next collective.
+  // Every other member has published the first round of the next
+  // collective, or announced that it runs that collective now.
   bool peers_arrived() const;
+  // Announces that this member runs its next collective now, with nothing
+  // else to do first (MemberControl::intent).
+  void announce_next();
 
  private:
   bool all_arrived(std::uint64_t round, int& first_missing) const;

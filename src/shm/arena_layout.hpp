@@ -26,7 +26,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 7;
+inline constexpr std::uint32_t kLayoutVersion = 8;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -189,12 +189,19 @@ struct alignas(kCacheLine) MemberControl {
   // from its first `step` predecessors, kRelayBroken after it found a
   // mismatch. Read by one successor per step. Only grows, except to broken.
   std::atomic<std::uint64_t> relay;
+  // Written by: this member, before a collective it will run at once with
+  // nothing else to do first: that collective's call number + 1. A peer
+  // choosing whether to run the same call on its caller's thread counts it
+  // as arrived (ArenaChannel::peers_arrived), so that two members that reach
+  // a call together do not each wait for the other to publish a round.
+  std::atomic<std::uint64_t> intent;
   // Written by: this member, indexed by round parity, before publishing.
   alignas(kCacheLine) Descriptor descriptor[2];
 };
 static_assert(sizeof(MemberControl) == 2 * kCacheLine);  // docs/arena.md: 128 bytes each
 static_assert(offsetof(MemberControl, descriptor) == kCacheLine);
 static_assert(offsetof(MemberControl, relay) == 24);  // docs/arena.md
+static_assert(offsetof(MemberControl, intent) == 32);  // docs/arena.md
 
 // MemberControl::relay of a member in step `step` (1-based) of the barrier
 // that publishes `round`: monotone over rounds and steps (at most 64 steps).

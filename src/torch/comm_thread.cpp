@@ -70,11 +70,15 @@ bool CommThread::take_if_idle() {
 }
 
 bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std::function<void()> run,
-                                  const std::function<bool()>& peers_ready, std::chrono::microseconds patience) {
+                                  const std::function<void()>& committed, const std::function<bool()>& peers_ready,
+                                  std::chrono::microseconds patience) {
   if (!take_if_idle()) {
     push(work, std::move(run));
     return false;
   }
+  // Whatever the peers do, the op runs now: on this thread, or first in the
+  // queue of an idle thread.
+  committed();
   bool ready = peers_ready();
   if (!ready) {
     // Yielding, not spinning: with more ranks than cores the peer we wait

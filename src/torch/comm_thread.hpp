@@ -70,9 +70,11 @@ class CommThread {
   // Runs `run` on the calling thread and completes `work`, and returns true,
   // when no op is queued or running and `peers_ready()` holds now or within
   // `patience`; otherwise queues it (ahead of ops called after it) and
-  // returns false.
+  // returns false. `committed()` is called first when nothing is queued or
+  // running: the op will then run at once, here or on this thread.
   bool run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std::function<void()> run,
-                        const std::function<bool()>& peers_ready, std::chrono::microseconds patience);
+                        const std::function<void()>& committed, const std::function<bool()>& peers_ready,
+                        std::chrono::microseconds patience);
 
  private:
   struct Task {

@@ -163,7 +163,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors
   // From a callback of this group's op, push() and run_here_or_push() run
   // the op at once, nested (comm_thread.hpp).
   if (bytes <= inline_bytes_) {
-    thread_->run_here_or_push(work, std::move(run), [b = backend_.get()] { return b->peers_arrived(); },
+    ad::Backend* b = backend_.get();
+    thread_->run_here_or_push(work, std::move(run), [b] { b->announce_next(); }, [b] { return b->peers_arrived(); },
                               kInlinePatience);
   } else {
     thread_->push(work, std::move(run));

@@ -34,6 +34,7 @@ class ArenaBackend : public Backend {
   std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) override;
   std::string describe_shared_memory() const override;
   bool peers_arrived() const override;
+  void announce_next() override;
 
   // The bytes of one member's slot: messages larger than this are chunked.
   std::size_t slot_bytes() const;

@@ -97,6 +97,13 @@ class Backend {
   // only then); false when the transport cannot tell. Not synchronized with
   // collectives this endpoint runs meanwhile: ask between them.
   virtual bool peers_arrived() const { return false; }
+  // Tells the peers that this endpoint will call its next collective now,
+  // with nothing else to do before it, so that their peers_arrived() counts
+  // it as arrived: two ranks that reach a collective together then both see
+  // the other there at once. Call it only when that holds (the call will be
+  // made whatever the answer to peers_arrived()). Does nothing where the
+  // transport cannot tell.
+  virtual void announce_next() {}
 
   // Shorthands so that std::vector and span<float> arguments need no spelling out.
   void all_reduce(std::vector<float>& data, ReduceOp op) { all_reduce(std::span<float>(data), op); }

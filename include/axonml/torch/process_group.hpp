@@ -11,15 +11,16 @@
 //   - a collective of at most AXON_TORCH_INLINE_BYTES bytes (default
 //     kDefaultInlineBytes) runs on the calling thread itself when the group
 //     has nothing queued or running and every peer has already entered it
-//     (or does within kInlinePatience), and its Work is complete when the
+//     or is about to run it on its own caller's thread (Backend::announce_next),
+//     or does either within kInlinePatience, and its Work is complete when the
 //     call returns: for a short op, handing it to another thread and back
 //     costs more than the op. Otherwise it goes to the communication thread,
 //     so an async op never blocks its caller waiting for peers;
 //   - other collectives run on the group's communication thread, so that
 //     async_op=True and DDP's bucket all-reduces overlap with what the caller
 //     does next (AXON_TORCH_INLINE_BYTES=0 sends every collective there);
-//   - a collective issued from a callback of this group's op (a future's
-//     then(), e.g. DDP's PowerSGD hook) runs at once on that thread;
+//   - an op issued from a callback of this group's op (a future's then(),
+//     e.g. DDP's PowerSGD hook) runs at once on the thread running the callback;
 //   - sends and receives each run on a thread of their own, so a posted
 //     irecv holds up neither collectives nor sends.
 //
