@@ -42,3 +42,31 @@ TEST_CASE("a round wakes its sleepers once, from the member that completes it", 
   CHECK(wakes == 1);
   for (float x : results) CHECK(x == 6.0f);
 }
+
+TEST_CASE("a peer counts as arrived once it entered the next collective or announced it, for that call only",
+          "[shm][waiting][arrival]") {
+  auto world = MockBackend::create_world(3);
+  auto all_reduce_on_all = [&] {
+    std::vector<std::thread> threads;
+    for (std::size_t r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        std::vector<float> v{1.0f};
+        world[r]->all_reduce(std::span<float>(v), ReduceOp::Sum);
+      });
+    }
+    for (auto& t : threads) t.join();
+  };
+  CHECK_FALSE(world[0]->peers_arrived());
+  world[1]->announce_next();
+  CHECK_FALSE(world[0]->peers_arrived());  // rank 2 has neither entered nor announced
+  world[2]->announce_next();
+  CHECK(world[0]->peers_arrived());
+  CHECK_FALSE(world[1]->peers_arrived());  // rank 0 has not announced
+  all_reduce_on_all();
+  // The announcements were for call #0: they say nothing of call #1.
+  CHECK_FALSE(world[0]->peers_arrived());
+  world[1]->announce_next();
+  world[2]->announce_next();
+  CHECK(world[0]->peers_arrived());
+  all_reduce_on_all();
+}
