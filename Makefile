@@ -5,7 +5,7 @@ PRESET ?= release
 BUILD  := build/$(PRESET)
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps configure build demo test test-torch-suite test-asan bench bench-docs docs install clean
+.PHONY: all deps configure build demo test test-torch-suite test-asan bench-docs docs install clean
 
 all: build
 

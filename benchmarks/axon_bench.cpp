@@ -55,8 +55,9 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--json", o.json_file, "also write the rows to this JSON file (rank 0)");
   app.add_flag("--shared-buffers", o.shared_buffers,
-               "all_reduce buffers in the arena (zero copy): give axon-launch an --arena-mb of "
-               "at least ranks x the largest size, plus the default");
+               "all_reduce buffers in the arena (zero copy): each rank holds one buffer, regrown "
+               "to each larger size, so give axon-launch an --arena-mb of at least ranks x the "
+               "sum of the sizes (at most ranks x MAX x F/(F-1)), plus the default");
   bool no_floor = false;
   app.add_flag("--no-floor", no_floor,
                "do not measure the floor (cache-line round trip, cross-core hand-off) before each row");

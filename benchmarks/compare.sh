@@ -27,7 +27,8 @@
 #   SECONDS_PER_SIZE  fewer timed iterations (never under 3) where ITERS would take longer (2)
 #   LAUNCH_ARGS       extra axon-launch options, e.g. "--arena-mb 3000"
 #   OURS_ARGS         extra axon-bench options for our side only, e.g. "--shared-buffers"
-#                     (which needs LAUNCH_ARGS="--arena-mb" of about 3 x MAX x 4)
+#                     (which needs LAUNCH_ARGS="--arena-mb" of at least N x MAX x FACTOR/(FACTOR-1)
+#                     plus the default arena, in MiB, for the largest N of RANKS)
 #   OUT               where the JSON, the tables and the plot go (build/<preset>/compare)
 #
 # Run time: 2 x REPEATS runs per world size, each at most about

@@ -13,11 +13,13 @@
 // sync_gradients() and in the rest of the step (forward, backward with the
 // Overlapped launches, SGD), and samples/s over all ranks.
 //
-// Each rank limits oneTBB to --threads (default: cores / LOCAL_WORLD_SIZE);
+// Each rank limits oneTBB to --threads (default: ComputeThreads::fair_share(),
+// i.e. AXON_THREADS_PER_RANK when set, else this process's cores / LOCAL_WORLD_SIZE);
 // to compare like with like, give the baseline the same --threads as a rank.
-// With buckets in shared memory (zero copy) the arena must hold them: pass
-// axon-launch --arena-mb of at least the model's f32 bytes (half with bf16)
-// plus a few MiB, or DDP falls back to private buckets.
+// With buckets in shared memory (zero copy) the arena must hold every rank's
+// buckets: pass axon-launch --arena-mb of at least ranks x the model's f32
+// bytes (half with bf16) plus the default size (2 MiB per rank plus up to
+// 8 MiB of mailboxes), or DDP falls back to private buckets.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -151,7 +153,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", cfg.warmup, "Untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--widths", cfg.widths, "Layer widths, input first, classes last")->delimiter(',')->capture_default_str()
       ->expected(2, 64)->check(CLI::PositiveNumber);
-  app.add_option("--threads", cfg.threads, "Compute threads per rank (0: cores / LOCAL_WORLD_SIZE)")->capture_default_str();
+  app.add_option("--threads", cfg.threads, "Compute threads per rank (0: AXON_THREADS_PER_RANK when set, else cores / LOCAL_WORLD_SIZE)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (cfg.threads == 0) cfg.threads = nn::ComputeThreads::fair_share();

@@ -9,11 +9,20 @@
 #   benchmarks/device_scaling.sh                  # binaries from build/release
 #   BUILD=build/release benchmarks/device_scaling.sh
 #   BUNDLE=.devrun benchmarks/device_scaling.sh   # $BUNDLE/bin, $BUNDLE/lib
+#     (a bundle is a folder you assemble for a machine without a build
+#     tree: bin/ with axon-launch, axon-bench and bench_kernels, lib/ with
+#     the shared libraries they need; .devrun is just an example name)
+#   benchmarks/device_scaling.sh --help           # prints this and exits
 #   NS="8 16" SECONDS_PER_SIZE=0.2 MAX_BYTES=16M OUT=/tmp/s benchmarks/device_scaling.sh
 #
 # Every axon-launch run has a timeout; a run that times out or fails is
 # recorded as such and the rest go on.
 set -uo pipefail
+case "${1:-}" in
+  -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "device_scaling: no arguments are taken (got '$1'); settings are variables, see --help" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/axon-scaling}
 NS=${NS:-"2 4 8 16 32 64"}

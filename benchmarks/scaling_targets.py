@@ -80,6 +80,11 @@ def main(directory):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        sys.exit(0)
+    if len(sys.argv) == 2 and not os.path.isdir(sys.argv[1]):
+        sys.exit(f"scaling_targets: {sys.argv[1]} is not a folder (see --help)")
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     sys.exit(main(sys.argv[1]))

@@ -118,11 +118,11 @@ std::vector<float> read_floats(std::istream& in, const std::string& path) {
   std::uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), sizeof(n));
   if (!in || n > (std::uint64_t{1} << 34)) {
-    throw dist::InvalidArgument("train: --checkpoint " + path + " is truncated or corrupt");
+    throw dist::InvalidArgument("--checkpoint " + path + " is truncated or corrupt");
   }
   std::vector<float> values(n);
   in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(n * sizeof(float)));
-  if (!in) throw dist::InvalidArgument("train: --checkpoint " + path + " is truncated or corrupt");
+  if (!in) throw dist::InvalidArgument("--checkpoint " + path + " is truncated or corrupt");
   return values;
 }
 
@@ -144,10 +144,10 @@ void save_checkpoint(const Config& cfg, int epochs_done, const std::vector<nn::P
     out.write(reinterpret_cast<const char*>(&buffers), sizeof(buffers));
     for (const auto& v : sgd.velocity()) write_floats(out, v);
     out.flush();
-    if (!out) throw dist::InvalidArgument("train: cannot write the checkpoint " + tmp);
+    if (!out) throw dist::InvalidArgument("cannot write the checkpoint " + tmp);
   }
   if (std::rename(tmp.c_str(), cfg.checkpoint.c_str()) != 0) {
-    throw dist::InvalidArgument("train: cannot rename " + tmp + " to --checkpoint " + cfg.checkpoint);
+    throw dist::InvalidArgument("cannot rename " + tmp + " to --checkpoint " + cfg.checkpoint);
   }
 }
 
@@ -161,7 +161,7 @@ int load_checkpoint(const Config& cfg, const std::vector<nn::Parameter*>& params
   std::string signature;
   std::getline(in, signature);
   if (magic != kCheckpointMagic || signature + "\n" != run_signature(cfg)) {
-    throw dist::InvalidArgument("train: --checkpoint " + cfg.checkpoint +
+    throw dist::InvalidArgument("--checkpoint " + cfg.checkpoint +
                                 " is not a checkpoint of this run (it has \"" + signature +
                                 "\", this run is \"" + run_signature(cfg).substr(0, run_signature(cfg).size() - 1) +
                                 "\"): remove it or pass the same options");
@@ -173,13 +173,13 @@ int load_checkpoint(const Config& cfg, const std::vector<nn::Parameter*>& params
   std::uint64_t count = 0;
   in.read(reinterpret_cast<char*>(&count), sizeof(count));
   if (!in || word != "epochs" || epochs_done < 0 || count != params.size()) {
-    throw dist::InvalidArgument("train: --checkpoint " + cfg.checkpoint + " is truncated or corrupt");
+    throw dist::InvalidArgument("--checkpoint " + cfg.checkpoint + " is truncated or corrupt");
   }
   for (auto* p : params) {
     const auto values = read_floats(in, cfg.checkpoint);
     auto data = p->value().data();
     if (values.size() != data.size()) {
-      throw dist::InvalidArgument("train: --checkpoint " + cfg.checkpoint + " has a parameter of " +
+      throw dist::InvalidArgument("--checkpoint " + cfg.checkpoint + " has a parameter of " +
                                   std::to_string(values.size()) + " values where the model has " +
                                   std::to_string(data.size()));
     }
@@ -188,7 +188,7 @@ int load_checkpoint(const Config& cfg, const std::vector<nn::Parameter*>& params
   std::uint64_t buffers = 0;
   in.read(reinterpret_cast<char*>(&buffers), sizeof(buffers));
   if (!in || buffers > params.size()) {
-    throw dist::InvalidArgument("train: --checkpoint " + cfg.checkpoint + " is truncated or corrupt");
+    throw dist::InvalidArgument("--checkpoint " + cfg.checkpoint + " is truncated or corrupt");
   }
   std::vector<std::vector<float>> velocity;
   for (std::uint64_t i = 0; i < buffers; ++i) velocity.push_back(read_floats(in, cfg.checkpoint));

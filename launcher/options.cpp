@@ -61,10 +61,14 @@ LaunchOptions parse_options(int argc, char** argv) {
   CLI::App app{
       "Runs N copies of PROGRAM as the ranks of one job, sharing a memory arena.\n"
       "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA_FD,\n"
-      "AXON_ARENA_BYTES and AXON_RESTART_COUNT (and AXON_TIMEOUT with --timeout), and\n"
+      "AXON_ARENA_BYTES, AXON_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT (and\n"
+      "AXON_TIMEOUT with --timeout, AXON_TAG_OUTPUT=1 while output is tagged), and\n"
       "MASTER_ADDR=127.0.0.1 and a free MASTER_PORT (unless set) for PyTorch's env://\n"
-      "rendezvous. Exits 0 when every rank does, else with the status of the first rank\n"
-      "that failed (128+signal for a signal).",      "axon-launch"};
+      "rendezvous. Unless already set, it also gets its thread share\n"
+      "(AXON_THREADS_PER_RANK, OMP_NUM_THREADS), AXON_OVERSUBSCRIBED (1 when ranks share\n"
+      "cores) and, when bound within one NUMA node, AXON_NUMA_NODE. Exits 0 when every\n"
+      "rank does, else with the status of the first rank that failed (128+signal for\n"
+      "a signal).",      "axon-launch"};
   app.formatter(std::make_shared<LauncherFormatter>());
   app.prefix_command();  // PROGRAM and everything after it are passed through
   // Not ->required(): CLI11 would name the option by its long spelling
@@ -77,11 +81,12 @@ LaunchOptions parse_options(int argc, char** argv) {
                  "seconds a rank may wait for its peers in one operation before failing "
                  "(AXON_TIMEOUT, default 300)");
   app.add_option("--start-timeout", options.start_timeout_s,
-                 "seconds every rank has to reach World::init(); waits for a rank that has not "
-                 "do not count towards --timeout (default 300)");
+                 "seconds every rank has to reach World::init(); while a rank has not reached it, "
+                 "waiting for that rank does not count towards --timeout (default 300)");
   app.add_option("--max-restarts", options.max_restarts,
-                 "after a rank fails, end the job and start it again, up to K times "
-                 "(AXON_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT give the attempt; default 0)");
+                 "after a rank fails, end the job and start it again, up to K times (K in 0.." +
+                     std::to_string(kMaxRestarts) +
+                     "; AXON_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT give the attempt; default 0)");
   // Two flags rather than CLI11's "--tag-output,!--no-tag-output", whose
   // help line reads "--tag-output,--no-tag-output{false}".
   CLI::Option* tag = app.add_flag_callback("--tag-output", [&options] { options.tag_output = true; },

@@ -7,3 +7,13 @@ set(AXON_ARENA_CHURN "arena: 10000 subgroups and shared tensors created and free
 add_test(NAME "${AXON_ARENA_CHURN}"
          COMMAND axon-launch -n 4 --arena-mb 64 --timeout 120 $<TARGET_FILE:arena_churn> 10000)
 set_tests_properties("${AXON_ARENA_CHURN}" PROPERTIES TIMEOUT 300)
+
+add_test(NAME "messages: arena_churn --help prints its usage" COMMAND arena_churn --help)
+set_tests_properties("messages: arena_churn --help prints its usage"
+  PROPERTIES PASS_REGULAR_EXPRESSION "usage: axon-launch -n N \\[--arena-mb M\\] arena_churn \\[ITERATIONS\\]")
+add_test(NAME "messages: arena_churn refuses ITERATIONS that is not a number" COMMAND arena_churn many)
+set_tests_properties("messages: arena_churn refuses ITERATIONS that is not a number"
+  PROPERTIES WILL_FAIL TRUE)
+add_test(NAME "messages: arena_churn names ITERATIONS that is not a number" COMMAND arena_churn many)
+set_tests_properties("messages: arena_churn names ITERATIONS that is not a number"
+  PROPERTIES PASS_REGULAR_EXPRESSION "arena_churn: ITERATIONS must be a whole number of at least 1, got 'many'")

@@ -38,6 +38,15 @@ if(TARGET train)
     PROPERTIES PASS_REGULAR_EXPRESSION
                "train: 1 rank, 512 samples, global batch 256 \\(256 per rank\\), synchronous gradient sync, no gradient compression"
                FAIL_REGULAR_EXPRESSION "1 ranks|sync sync|none compression")
+
+  # A file that is not a checkpoint: the message names it, prefixed once.
+  set(not_a_checkpoint ${CMAKE_CURRENT_BINARY_DIR}/not_a_checkpoint.bin)
+  file(WRITE ${not_a_checkpoint} "not a checkpoint\n")
+  add_test(NAME "messages: train names a --checkpoint that is not one, once prefixed"
+           COMMAND train --epochs 1 --samples 512 --hidden 8 --checkpoint ${not_a_checkpoint})
+  set_tests_properties("messages: train names a --checkpoint that is not one, once prefixed"
+    PROPERTIES PASS_REGULAR_EXPRESSION "train: --checkpoint [^ ]*not_a_checkpoint.bin is not a checkpoint of this run"
+               FAIL_REGULAR_EXPRESSION "train: train:")
 endif()
 
 # stress_collectives is made in stress.cmake (included after this file).

@@ -14,7 +14,7 @@ set_tests_properties("stress: 3000 random collectives on 8 ranks are correct (se
                      "stress: random collectives through 4 KiB slots are correct on 8 ranks (seed 2)"
                      PROPERTIES TIMEOUT 600 LABELS "multiprocess")
 
-# The modes that once failed (issue: every promise holds at the edges): a
+# The modes that once failed (promises that must hold at the edges): a
 # thread per group on each rank, send/recv batches with equal tags on
 # different subgroups, and NaN payloads in buffers at every alignment.
 set(AXON_STRESS_MODES

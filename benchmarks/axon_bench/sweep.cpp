@@ -78,12 +78,17 @@ std::byte* bytes(auto& v) { return reinterpret_cast<std::byte*>(v.data()); }
 
 // ---- One collective at one size ---------------------------------------------------
 
-// One arena buffer for the whole sweep, grown to the largest size asked for
-// (the arena never frees, so one per size would exhaust it).
+// One arena buffer for the whole sweep, grown to the largest size asked for,
+// so that a rank holds one buffer at a time. The smaller one goes back to the
+// arena before the larger is taken: holding both would need their sum. (Ranks
+// free and take theirs at different moments, so the free space may still be
+// split: --shared-buffers' help says how large an arena always suffices.)
 std::shared_ptr<std::byte> shared_buffer(Transport& t, std::size_t bytes) {
   static std::shared_ptr<std::byte> buffer;
   static std::size_t capacity = 0;
   if (bytes > capacity || !buffer) {
+    buffer.reset();  // the caller's copy of it died with the previous size's row
+    capacity = 0;
     buffer = t.allocate_shared(std::max<std::size_t>(bytes, 64));
     if (!buffer) {
       throw std::runtime_error("--shared-buffers: the " + t.name() + " transport has no room for " +

@@ -5,7 +5,7 @@
 // every member has published theirs), then read any member's inbox(). The
 // algorithms in this folder are written against this interface alone, so the
 // same code runs over threads sharing a heap block (MockBackend) and over
-// processes sharing the /dev/shm arena (ShmBackend).
+// processes sharing the launcher's arena, a memfd they inherit (ShmBackend).
 //
 // Double buffering removes closing barriers: the outbox of round r + 1 is the
 // other parity from the inbox of round r, and a member can only reach round

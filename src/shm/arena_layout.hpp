@@ -1,7 +1,8 @@
 // The arena: the one block of memory all ranks of a job share.
 //
-// The launcher creates it in /dev/shm (a heap allocation plays the same role
-// for MockBackend's threads) and formats it with format_arena(); each rank
+// The launcher creates it as a memfd its ranks inherit (MpiBackend's node
+// arena is a /dev/shm object; a heap allocation plays the same role for
+// MockBackend's threads) and formats it with format_arena(); each rank
 // attaches and checks the header. Everything the ranks exchange lives here:
 //
 //   offset 0            ArenaHeader                      (one page)
@@ -156,7 +157,7 @@ struct alignas(kCacheLine) CellHeader {
   std::int32_t tag;
   std::uint32_t first;          // 1 on the first cell of a message
   std::uint32_t pad;
-  std::uint64_t comm;           // the communicator: offset of its GroupHeader
+  std::uint64_t comm;           // the communicator: its GroupHeader::id
 };
 static_assert(offsetof(CellHeader, comm) == 24 && sizeof(CellHeader) == kCacheLine);
 

@@ -24,12 +24,14 @@
 // smaller than the largest request (2 MiB) could hold (40 MiB), so one
 // piece always fits it. Without space coming back the arena is full after
 // about 30 iterations.
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "axonml/distributed.hpp"
@@ -136,10 +138,27 @@ std::size_t tensor_size(int rank, long iteration) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr const char* kUsage = "usage: axon-launch -n N [--arena-mb M] arena_churn [ITERATIONS]   (default 10000)\n";
+  long iterations = 10000;
+  if (argc > 1) {
+    const std::string_view arg = argv[1];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    char* end = nullptr;
+    errno = 0;
+    iterations = std::strtol(argv[1], &end, 10);
+    if (argc > 2 || end == argv[1] || *end != '\0' || errno == ERANGE || iterations < 1 ||
+        !(arg[0] >= '0' && arg[0] <= '9')) {
+      std::fprintf(stderr, "arena_churn: ITERATIONS must be a whole number of at least 1, got '%s'%s\n%s",
+                   argv[1], argc > 2 ? " and more arguments" : "", kUsage);
+      return 2;
+    }
+  }
   int world_rank = -1;
   long iteration = -1;
   try {
-    const long iterations = argc > 1 ? std::strtol(argv[1], nullptr, 10) : 10000;
     World world = World::init();
     world_rank = world.rank();
     const int n = world.world_size();

@@ -3,7 +3,8 @@ distributed_test.py, shipped in python3-torch) against the axon backend, the
 way PyTorch's test_distributed_spawn.py drives it for Gloo: each test spawns
 WORLD_SIZE processes that init the backend named by BACKEND.
 
-    PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 run_distributed_test.py [unittest args]
+    # from the repository root, with <build> e.g. build/release:
+    PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 tests/torch/run_distributed_test.py [unittest args]
 
 The suite gates many tests on DistTestCases.backend_feature sets; axon joins
 "plugin", "ddp" and "subgroup" here (it is a CPU backend: "gpu"/"cuda" stay

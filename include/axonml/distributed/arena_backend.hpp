@@ -4,7 +4,8 @@
 // docs/arena.md) and run the same lock-free round protocol over it. The two
 // ways to get one are its subclasses: MockBackend, whose ranks are threads of
 // one process sharing a heap arena, and ShmBackend, whose ranks are the
-// processes axon-launch starts, sharing a /dev/shm arena.
+// processes axon-launch starts, sharing the arena it creates (a memfd they
+// inherit).
 //
 // Thread safety: one thread at a time per object for collectives; see
 // Backend. send() and recv() may also be called from other threads while the

@@ -135,7 +135,8 @@ class Backend {
   virtual void do_barrier() = 0;
   virtual void do_send(ConstBuffer data, int dst, int tag) = 0;
   virtual void do_recv(MutableBuffer data, int src, int tag) = 0;
-  // REQUIRES: ranks valid, distinct, sorted as given by the caller.
+  // REQUIRES: ranks valid and distinct (Backend::new_group checked them), in
+  // the caller's order, not sorted.
   virtual std::shared_ptr<Backend> do_new_group(const std::vector<int>& ranks) = 0;
 
  private:

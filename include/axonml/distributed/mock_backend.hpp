@@ -2,7 +2,7 @@
 //
 // create_world(n) returns one backend per rank; run each on its own thread.
 // Its collectives are the real ones (the same algorithms ShmBackend runs over
-// /dev/shm, here over a heap arena): they block until every rank arrives and
+// the launcher's shared-memory arena, here over a heap arena): they block until every rank arrives and
 // give every rank the right result, so a test of the mock is a test of the
 // algorithms the processes use.
 //

@@ -1,4 +1,6 @@
 // ReLU: max(x, 0) elementwise; no parameters.
+//
+// Thread safety: none; one owner (forward keeps its input for backward).
 #pragma once
 
 #include "axonml/nn/module.hpp"

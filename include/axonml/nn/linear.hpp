@@ -9,6 +9,11 @@
 //
 // backward fires the bias's hook, then the weight's, before computing the
 // input gradient (reverse of the parameter order weight, bias).
+//
+// Thread safety: none; one owner (forward keeps its input for backward).
+// Inside each call the products run on oneTBB's workers (see ComputeThreads).
+// The matmul functions below keep no state: calls on distinct outputs may run
+// concurrently.
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,8 @@
 // Because the loss is a mean over the rank's batch, averaging gradients over
 // ranks with equal shards gives the gradient of the mean over the global
 // batch, which is what makes DDP equal to one process.
+//
+// Thread safety: none; one owner per object (forward keeps what backward needs).
 #pragma once
 
 #include <cstddef>

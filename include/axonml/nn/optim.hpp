@@ -4,6 +4,9 @@
 //   w = w - lr * v              (v = d when momentum is 0)
 //
 // The optimizer keeps pointers to the parameters: they must outlive it.
+//
+// Thread safety: none; one owner. step() and zero_grad() write the parameters
+// and their gradients, so nothing else may use them meanwhile.
 #pragma once
 
 #include <vector>

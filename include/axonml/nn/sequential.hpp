@@ -1,5 +1,7 @@
 // Sequential: modules applied one after another; backward runs them in
 // reverse. Parameters are named "<child index>.<name>", as in PyTorch.
+//
+// Thread safety: none; one owner, with its children.
 #pragma once
 
 #include <concepts>
