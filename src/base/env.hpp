@@ -35,4 +35,9 @@ std::optional<bool> flag(const char* name);
 // One of `allowed`, compared exactly.
 std::optional<std::string> choice(const char* name, std::initializer_list<std::string_view> allowed);
 
+// One of `allowed` (spelled in lower case) in any case; returns the allowed
+// spelling ("INFO" reads as "info").
+std::optional<std::string> choice_any_case(const char* name,
+                                           std::initializer_list<std::string_view> allowed);
+
 }  // namespace axonml::distributed::env
