@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <string>
 
 namespace axonml::distributed {
@@ -29,9 +30,18 @@ std::string bracketed(const Range& values) {
   return s;
 }
 
-// Whole MiB, rounded up: "3 MiB".
-inline std::string mib(std::size_t bytes) {
-  return std::to_string((bytes + (std::size_t{1} << 20) - 1) >> 20) + " MiB";
+// A size for people: "512 bytes", "12 KiB", "3.5 MiB" (one decimal, to the
+// nearest, when not whole). A minimum the user must raise a whole-MiB option
+// to is rounded up by the caller first, so "at least 3 MiB" is never low.
+inline std::string format_bytes(std::size_t bytes) {
+  if (bytes < 10 * 1024) return std::to_string(bytes) + " bytes";
+  const bool mib = bytes >= (std::size_t{1} << 20);
+  const std::size_t unit = mib ? std::size_t{1} << 20 : std::size_t{1} << 10;
+  const char* name = mib ? " MiB" : " KiB";
+  if (bytes % unit == 0) return std::to_string(bytes / unit) + name;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", static_cast<double>(bytes) / static_cast<double>(unit));
+  return text + std::string(name);
 }
 
 }  // namespace axonml::distributed
