@@ -232,13 +232,13 @@ void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   std::byte* values = data.data;
   DataType type = data.type;
   if (mpi::is_half(type)) {
-    wide = mpi::widen(data.data, data.count, data.type);
+    wide = mpi::widen_to_f32(data.data, data.count, data.type);
     values = bytes_of(wide);
     type = DataType::F32;
   }
   impl_->hierarchy->all_reduce(values, data.count, type, combining(op), impl_->wait);
   if (op == ReduceOp::Average) mpi::finish_average(values, data.count, type, impl_->size());
-  if (!wide.empty()) mpi::narrow(wide.data(), data.data, data.count, data.type);
+  if (!wide.empty()) mpi::round_to_storage(wide.data(), data.data, data.count, data.type);
 }
 
 void MpiBackend::do_broadcast(MutableBuffer data, int src) {
