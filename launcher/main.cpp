@@ -16,6 +16,7 @@
 #include <string>
 
 #include "axonml/distributed/error.hpp"
+#include "base/env.hpp"
 #include "job_arena.hpp"
 #include "options.hpp"
 #include "placement.hpp"
@@ -27,18 +28,16 @@ namespace {
 
 using namespace axon_launch;
 
-// AXON_SLOT_BYTES (tests shrink the slots to reach the chunked paths).
+// AXON_SLOT_BYTES (tests shrink the slots to reach the chunked paths); 0
+// when unset, for the arena's default.
 std::size_t slot_bytes_from_environment() {
-  const char* value = std::getenv("AXON_SLOT_BYTES");
-  if (value == nullptr || *value == '\0') return 0;
-  char* end = nullptr;
-  const unsigned long long bytes = std::strtoull(value, &end, 10);
-  if (*end != '\0' || bytes < 64 || bytes > (1ULL << 30)) {
-    std::cerr << "axon-launch: AXON_SLOT_BYTES=" << value
-              << " is not a number of bytes in 64..1073741824\n";
+  try {
+    return static_cast<std::size_t>(
+        axonml::distributed::env::integer("AXON_SLOT_BYTES", 64, 1LL << 30).value_or(0));
+  } catch (const axonml::distributed::InvalidArgument& e) {
+    std::cerr << "axon-launch: " << e.what() << "\n";
     std::exit(kExitBadArguments);
   }
-  return static_cast<std::size_t>(bytes);
 }
 
 // Whether a SIGINT/SIGTERM/SIGHUP waits in the signalfd (it arrived after

@@ -66,6 +66,14 @@ case "$case_name" in
       [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "'$args': expected one stderr line, got: $err"
       [[ "$err" == axon-launch:* ]] || fail "'$args': message does not name axon-launch: $err"
     done
+    # AXON_SLOT_BYTES is read by the library's strict reader: blanks and
+    # trailing text are refused like a number out of range.
+    for slot in 63 12x " 4096" "4096 "; do
+      AXON_SLOT_BYTES=$slot run -n 2 "$probe" ok
+      expect_status 2
+      [[ "$err" == "axon-launch: AXON_SLOT_BYTES=$slot is not a whole number in 64..1073741824" ]] ||
+        fail "AXON_SLOT_BYTES='$slot': unclear message: $err"
+    done
     run -n 256 --help
     expect_status 0
     [[ "$out" == *Usage* ]] || fail "--help prints no usage: $out"

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/text.hpp"
 #include "shm/arena_allocator.hpp"
 #include "shm/arena_layout.hpp"
 #include "support/run_ranks.hpp"
@@ -139,8 +140,8 @@ TEST_CASE("a request no free block can hold gets 0 and the free space seen", "[a
   REQUIRE(seen.free_bytes == fresh.free_bytes - kPage);
   REQUIRE(seen.largest_free == tail);
   REQUIRE(seen.free_blocks == 2);
-  REQUIRE(shm::describe(seen) == shm::format_bytes(seen.free_bytes) + " free of the 1 MiB arena, the largest free block " +
-                                     shm::format_bytes(tail) + " (2 free blocks)");
+  REQUIRE(shm::describe(seen) == format_bytes(seen.free_bytes) + " free of the 1 MiB arena, the largest free block " +
+                                     format_bytes(tail) + " (2 free blocks)");
   // Sizes beyond any arena are refused without overflowing.
   REQUIRE(arena.allocator.allocate(~std::size_t{0}, &seen) == 0);
   REQUIRE(arena.allocator.allocate(tail) == c);  // a refusal changes nothing

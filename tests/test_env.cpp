@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "axonml/distributed/error.hpp"
+#include "axonml/distributed/shm_backend.hpp"
 #include "base/env.hpp"
 #include "shm/wait.hpp"
 
@@ -71,7 +72,33 @@ TEST_CASE("flags and choices accept only their spellings", "[env]") {
   }
 }
 
+TEST_CASE("a choice in any case returns the allowed spelling and refuses others", "[env]") {
+  {
+    ScopedVariable v("AXON_TEST_VARIABLE", "INFO");
+    CHECK(env::choice_any_case("AXON_TEST_VARIABLE", {"debug", "info"}) == "info");
+    CHECK_THROWS_WITH(env::choice("AXON_TEST_VARIABLE", {"debug", "info"}),
+                      Contains("AXON_TEST_VARIABLE=INFO is not one of: debug, info"));
+  }
+  {
+    ScopedVariable v("AXON_TEST_VARIABLE", "Verbose");
+    CHECK_THROWS_WITH(env::choice_any_case("AXON_TEST_VARIABLE", {"debug", "info"}),
+                      Contains("AXON_TEST_VARIABLE=Verbose is not one of: debug, info"));
+  }
+}
+
 TEST_CASE("a garbage AXON_TIMEOUT is an error, not the default", "[env][timeout]") {
   ScopedVariable v("AXON_TIMEOUT", "soon");
   CHECK_THROWS_WITH(shm::default_timeout(), Contains("AXON_TIMEOUT=soon"));
+}
+
+TEST_CASE("the shm backend reads the launcher's variables with the same strict reader", "[env][shm]") {
+  ::unsetenv("WORLD_SIZE");
+  CHECK_THROWS_WITH(ShmBackend::from_environment(),
+                    Contains("WORLD_SIZE is not set (start the program with axon-launch)"));
+  ScopedVariable world("WORLD_SIZE", "2");
+  for (const char* bad : {"x", " 1", "2"}) {
+    ScopedVariable rank("RANK", bad);
+    CHECK_THROWS_WITH(ShmBackend::from_environment(),
+                      Contains(std::string("RANK=") + bad + " is not a whole number in 0..1"));
+  }
 }

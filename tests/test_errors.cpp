@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "base/text.hpp"
 #include "support/run_ranks.hpp"
 
 using namespace axonml::distributed;
@@ -244,6 +245,17 @@ TEST_CASE("a mock world of an impossible size is refused", "[errors]") {
   REQUIRE_THROWS_WITH(MockBackend::create_world(0), Contains("world size 0 is outside 1..1024"));
   REQUIRE_THROWS_WITH(MockBackend::create_world(2, MockOptions{1 << 16, 0}),
                       Contains("is too small for 2 ranks") && Contains("--arena-mb"));
+  // The minimum is what --arena-mb must be raised to: whole MiB, rounded up.
+  REQUIRE_THROWS_WITH(MockBackend::create_world(2, MockOptions{1 << 16, 0}),
+                      Contains("arena: 64 KiB is too small for 2 ranks, which need at least 2 MiB"));
+}
+
+TEST_CASE("sizes in messages are written one way: bytes, then KiB or MiB with one decimal", "[errors]") {
+  CHECK(format_bytes(512) == "512 bytes");
+  CHECK(format_bytes(10 * 1024) == "10 KiB");
+  CHECK(format_bytes(260 * 1024 + 512) == "260.5 KiB");
+  CHECK(format_bytes(std::size_t{3} << 20) == "3 MiB");
+  CHECK(format_bytes((std::size_t{7} << 19)) == "3.5 MiB");
 }
 
 TEST_CASE("an arena with no room for another group says so on every rank, with the sizes", "[errors][groups]") {

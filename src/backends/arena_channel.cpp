@@ -253,17 +253,9 @@ void ArenaChannel::report_barrier_mismatch(std::uint64_t round, int parity) {
 std::string ArenaChannel::group_name() const { return bracketed(world_ranks_); }
 
 std::string ArenaChannel::describe(const shm::Descriptor& d) const {
-  std::string s(to_string(static_cast<CollectiveOp>(d.op)));
-  s += "(";
-  const auto op = static_cast<CollectiveOp>(d.op);
-  if (op == CollectiveOp::Barrier) return s + ")";
-  if (op == CollectiveOp::NewGroup) return s + std::to_string(d.count) + " ranks, list hash " +
-                                           std::to_string(d.detail) + ")";
-  s += std::string(to_string(static_cast<DataType>(d.dtype))) + ", " + std::to_string(d.count);
-  if (d.reduce_op != 0xff) s += ", " + std::string(to_string(static_cast<ReduceOp>(d.reduce_op)));
-  if (d.root >= 0) s += ", root " + std::to_string(d.root);
-  if (d.detail == kSharedBuffer) s += ", shared buffer";
-  return s + ")";
+  // new_group's detail is its list's hash, which call_text shows as such.
+  return call_text(d.op, d.dtype, d.count, d.reduce_op, d.root, d.detail,
+                   d.detail == kSharedBuffer ? "shared buffer" : "");
 }
 
 void ArenaChannel::check_descriptors(int parity) {
@@ -305,14 +297,10 @@ void ArenaChannel::throw_mismatch(int m, int parity) {
 }
 
 std::string ArenaChannel::describe_wait(std::uint64_t round) const {
-  std::string missing;
-  for (int r : missing_ranks(round)) {
-    if (!missing.empty()) missing += ", ";
-    missing += std::to_string(r);
-  }
   const shm::Descriptor& current = pending_;
   return describe(current) + " call #" + std::to_string(current.call) + " in group " +
-         group_name() + ": waiting for rank(s) " + missing + " (round " + std::to_string(round) + ")";
+         group_name() + ": waiting for rank(s) " + joined(missing_ranks(round)) + " (round " +
+         std::to_string(round) + ")";
 }
 
 }  // namespace axonml::distributed

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -15,6 +14,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
+#include "base/env.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/arena_view.hpp"
 #include "shm/wait.hpp"
@@ -23,27 +23,15 @@ namespace axonml::distributed {
 
 namespace {
 
-std::string required_variable(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') {
+// A whole decimal number in [low, high] from variable `name`, which the
+// launcher sets (env::integer refuses a bad value, naming it).
+long long required_integer(const char* name, long long low, long long high) {
+  const auto value = env::integer(name, low, high);
+  if (!value) {
     throw InvalidArgument(std::string("shm backend: ") + name +
                           " is not set (start the program with axon-launch)");
   }
-  return value;
-}
-
-// A whole decimal number in [low, high] from variable `name`.
-long long integer_variable(const char* name, long long low, long long high) {
-  const std::string text = required_variable(name);
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || value < low || value > high) {
-    throw InvalidArgument(std::string("shm backend: ") + name + "=" + text +
-                          " is not a whole number in " + std::to_string(low) + ".." +
-                          std::to_string(high));
-  }
-  return value;
+  return *value;
 }
 
 // The arenas (device, inode) this process has attached to, and as which rank.
@@ -71,11 +59,11 @@ struct Mapping {
 
 std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
   const int world_size =
-      static_cast<int>(integer_variable("WORLD_SIZE", 1, shm::kMaxWorldSize));
-  const int rank = static_cast<int>(integer_variable("RANK", 0, world_size - 1));
-  const int fd = static_cast<int>(integer_variable("AXON_ARENA_FD", 0, INT_MAX));
+      static_cast<int>(required_integer("WORLD_SIZE", 1, shm::kMaxWorldSize));
+  const int rank = static_cast<int>(required_integer("RANK", 0, world_size - 1));
+  const int fd = static_cast<int>(required_integer("AXON_ARENA_FD", 0, INT_MAX));
   const auto bytes = static_cast<std::size_t>(
-      integer_variable("AXON_ARENA_BYTES", sizeof(shm::ArenaHeader), 1LL << 50));
+      required_integer("AXON_ARENA_BYTES", sizeof(shm::ArenaHeader), 1LL << 50));
   const std::string who = "rank " + std::to_string(rank) + ": ";
   const std::string arena = "the arena (AXON_ARENA_FD=" + std::to_string(fd) + ")";
 

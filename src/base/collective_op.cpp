@@ -1,5 +1,7 @@
 #include "base/collective_op.hpp"
 
+#include "axonml/distributed/dtype.hpp"
+
 namespace axonml::distributed {
 
 std::string_view to_string(CollectiveOp op) {
@@ -16,6 +18,22 @@ std::string_view to_string(CollectiveOp op) {
     case CollectiveOp::AllToAll: return "all_to_all";
   }
   return "unknown-collective";
+}
+
+std::string call_text(std::uint8_t op, std::uint8_t dtype, std::uint64_t count,
+                      std::uint8_t reduce_op, std::int32_t root, std::uint64_t detail,
+                      std::string_view note) {
+  const auto which = static_cast<CollectiveOp>(op);
+  std::string s = std::string(to_string(which)) + "(";
+  if (which == CollectiveOp::Barrier) return s + ")";
+  if (which == CollectiveOp::NewGroup) {
+    return s + std::to_string(count) + " ranks, list hash " + std::to_string(detail) + ")";
+  }
+  s += std::string(to_string(static_cast<DataType>(dtype))) + ", " + std::to_string(count);
+  if (reduce_op != 0xff) s += ", " + std::string(to_string(static_cast<ReduceOp>(reduce_op)));
+  if (root >= 0) s += ", root " + std::to_string(root);
+  if (!note.empty()) s += ", " + std::string(note);
+  return s + ")";
 }
 
 }  // namespace axonml::distributed

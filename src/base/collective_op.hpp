@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace axonml::distributed {
@@ -25,5 +26,15 @@ enum class CollectiveOp : std::uint32_t {
 
 // "all_reduce", "new_group", …; "unknown-collective" for a value outside the enum.
 std::string_view to_string(CollectiveOp op);
+
+// One collective call as every backend's errors show it, from the fields of
+// its descriptor (shm::Descriptor, mpi::CallDescriptor): "barrier()",
+// "new_group(3 ranks, list hash H)" (H = `detail`), "all_reduce(f32, 100,
+// sum)", "broadcast(f32, 5, root 1)". `dtype` is a DataType, `reduce_op` a
+// ReduceOp or 0xff for none, `root` -1 for none; a non-empty `note` ends the
+// list (", shared buffer").
+std::string call_text(std::uint8_t op, std::uint8_t dtype, std::uint64_t count,
+                      std::uint8_t reduce_op, std::int32_t root, std::uint64_t detail,
+                      std::string_view note = {});
 
 }  // namespace axonml::distributed

@@ -58,15 +58,33 @@ std::optional<bool> flag(const char* name) {
   return *value == "1";
 }
 
-std::optional<std::string> choice(const char* name, std::initializer_list<std::string_view> allowed) {
+namespace {
+
+std::optional<std::string> pick(const char* name, std::initializer_list<std::string_view> allowed,
+                                bool any_case) {
   const auto value = text(name);
   if (!value) return std::nullopt;
+  std::string key = *value;
+  if (any_case) {
+    for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
   std::string list;
   for (std::string_view option : allowed) {
-    if (*value == option) return value;
+    if (key == option) return std::string(option);
     list += (list.empty() ? "" : ", ") + std::string(option);
   }
   reject(name, *value, "one of: " + list);
+}
+
+}  // namespace
+
+std::optional<std::string> choice(const char* name, std::initializer_list<std::string_view> allowed) {
+  return pick(name, allowed, false);
+}
+
+std::optional<std::string> choice_any_case(const char* name,
+                                           std::initializer_list<std::string_view> allowed) {
+  return pick(name, allowed, true);
 }
 
 }  // namespace axonml::distributed::env

@@ -5,13 +5,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <charconv>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+
+#include "axonml/distributed/error.hpp"
+#include "base/env.hpp"
 
 namespace axonml::distributed::log {
 namespace {
@@ -22,22 +23,26 @@ constexpr std::string_view kPattern = "[%n] %H:%M:%S.%e %l: %v";
 // every line of this process with "[rank k] " and says so in AXON_TAG_OUTPUT.
 constexpr std::string_view kTaggedPattern = "%H:%M:%S.%e %l: %v";
 
-std::string_view env(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? value : "";
-}
+struct Settings {
+  Level threshold = kDefaultLevel;
+  bool tagged = false;  // AXON_TAG_OUTPUT=1
+};
 
-bool parse_level(std::string_view text, Level& out) {
-  std::string lower(text);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (Level l : {Level::Trace, Level::Debug, Level::Info, Level::Warn, Level::Error, Level::Off}) {
-    if (lower == to_string(l)) {
-      out = l;
-      return true;
+// The settings the environment asks for; a value env:: refuses throws
+// InvalidArgument naming it.
+Settings read_settings() {
+  Settings settings;
+  if (const auto name = env::choice_any_case("AXON_LOG_LEVEL",
+                                             {"trace", "debug", "info", "warn", "error", "off"})) {
+    for (Level l : {Level::Trace, Level::Debug, Level::Info, Level::Warn, Level::Error, Level::Off}) {
+      if (*name == to_string(l)) settings.threshold = l;
     }
   }
-  return false;
+  if (env::flag("AXON_DEBUG").value_or(false)) {
+    settings.threshold = std::min(settings.threshold, Level::Debug);
+  }
+  settings.tagged = env::flag("AXON_TAG_OUTPUT").value_or(false);
+  return settings;
 }
 
 // One spdlog logger per rank, all writing through one stderr sink: the logger
@@ -48,34 +53,22 @@ bool parse_level(std::string_view text, Level& out) {
 // whose output the launcher tags leave the prefix to the launcher.
 class Logging {
  public:
-  Logging() : sink_(std::make_shared<spdlog::sinks::stderr_sink_mt>()) { reload(); }
+  // The first line of a process may come from anywhere (a destructor, a
+  // noexcept path), so a bad value is not thrown here: it is reported once
+  // and the defaults apply. World::init() reloads, and throws there.
+  Logging() : sink_(std::make_shared<spdlog::sinks::stderr_sink_mt>()) {
+    try {
+      apply(read_settings());
+    } catch (const InvalidArgument& e) {
+      apply(Settings{});
+      write(Level::Warn, process_rank(), std::string(e.what()) + "; logging at warn");
+    }
+  }
 
   Level threshold() const { return threshold_.load(std::memory_order_relaxed); }
 
-  // A bad AXON_LOG_LEVEL is reported once per value, however often we reload.
-  void reload() {
-    std::lock_guard<std::mutex> lock(reload_mutex_);
-    Level chosen = kDefaultLevel;
-    const std::string_view text = env("AXON_LOG_LEVEL");
-    const bool valid = text.empty() || parse_level(text, chosen);
-    const std::string_view debug = env("AXON_DEBUG");
-    if (!debug.empty() && debug != "0") chosen = std::min(chosen, Level::Debug);
-    threshold_.store(chosen, std::memory_order_relaxed);
-    {
-      std::lock_guard<std::mutex> loggers_lock(mutex_);
-      tagged_rank_ = env("AXON_TAG_OUTPUT") == "1" ? process_rank() : -1;
-      loggers_.clear();  // their patterns depend on tagged_rank_
-    }
-    if (valid) {
-      reported_invalid_.clear();
-    } else if (text != reported_invalid_) {
-      reported_invalid_ = text;
-      write(Level::Warn, process_rank(),
-            "AXON_LOG_LEVEL=" + std::string(text) +
-                " is not one of trace, debug, info, warn, error, off; using " +
-                std::string(to_string(chosen)));
-    }
-  }
+  // Throws on a bad value, leaving the settings as they were.
+  void reload() { apply(read_settings()); }
 
   void write(Level at, int rank, std::string_view message) {
     logger_for(rank)->log(to_spdlog(at), message);
@@ -94,6 +87,13 @@ class Logging {
     return spdlog::level::err;
   }
 
+  void apply(const Settings& settings) {
+    threshold_.store(settings.threshold, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mutex_);
+    tagged_rank_ = settings.tagged ? process_rank() : -1;
+    loggers_.clear();  // their patterns depend on tagged_rank_
+  }
+
   std::shared_ptr<spdlog::logger> logger_for(int rank) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& slot = loggers_[rank];
@@ -108,8 +108,6 @@ class Logging {
 
   std::atomic<Level> threshold_{kDefaultLevel};
   std::shared_ptr<spdlog::sinks::stderr_sink_mt> sink_;
-  std::mutex reload_mutex_;
-  std::string reported_invalid_;
   std::mutex mutex_;  // guards tagged_rank_ and loggers_
   int tagged_rank_ = -1;
   std::map<int, std::shared_ptr<spdlog::logger>> loggers_;
@@ -140,8 +138,9 @@ void reload_from_environment() { logging().reload(); }
 
 int process_rank() {
   // RANK from axon-launch, else Open MPI's mpirun's own variable.
-  std::string_view text = env("RANK");
-  if (text.empty()) text = env("OMPI_COMM_WORLD_RANK");
+  // Only a label: a bad value names rank 0 rather than failing a log line.
+  const std::string text =
+      env::text("RANK").value_or(env::text("OMPI_COMM_WORLD_RANK").value_or(""));
   int rank = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), rank);
   if (ec != std::errc{} || end != text.data() + text.size() || rank < 0) return 0;

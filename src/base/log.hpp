@@ -31,8 +31,12 @@ std::string_view to_string(Level level);
 Level level();
 inline bool enabled(Level at) { return at != Level::Off && at >= level(); }
 
-// Re-reads AXON_LOG_LEVEL, AXON_DEBUG and AXON_TAG_OUTPUT. Done once before
-// the first line; call it again after changing the environment (tests do).
+// Re-reads AXON_LOG_LEVEL, AXON_DEBUG and AXON_TAG_OUTPUT; a bad value
+// (a level not in the list, a flag not 0 or 1) throws InvalidArgument naming
+// it and changes nothing. They are read once before the first line, where a
+// bad value is reported as a warning and the defaults apply (a log line never
+// throws); World::init() calls this, so a typo stops the program at start.
+// Call it again after changing the environment (tests do).
 void reload_from_environment();
 
 // The rank to name when a line has no rank of its own: RANK from the

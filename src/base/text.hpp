@@ -5,26 +5,43 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <string>
 
 namespace axonml::distributed {
 
+// "0, 2, 5" for any range of integers (a list inside a sentence).
+template <class Range>
+std::string joined(const Range& values) {
+  std::string s;
+  for (const auto& v : values) {
+    if (!s.empty()) s += ", ";
+    s += std::to_string(v);
+  }
+  return s;
+}
+
 // "[0, 2, 5]" for any range of integers.
 template <class Range>
 std::string bracketed(const Range& values) {
-  std::string s = "[";
-  bool first = true;
-  for (const auto& v : values) {
-    if (!first) s += ", ";
-    s += std::to_string(v);
-    first = false;
-  }
-  return s + "]";
+  std::string s = "[";  // not "[" + joined(...): GCC 12 warns falsely (-Wrestrict) on that
+  s += joined(values);
+  s += ']';
+  return s;
 }
 
-// Whole MiB, rounded up: "3 MiB".
-inline std::string mib(std::size_t bytes) {
-  return std::to_string((bytes + (std::size_t{1} << 20) - 1) >> 20) + " MiB";
+// A size for people: "512 bytes", "12 KiB", "3.5 MiB" (one decimal, to the
+// nearest, when not whole). A minimum the user must raise a whole-MiB option
+// to is rounded up by the caller first, so "at least 3 MiB" is never low.
+inline std::string format_bytes(std::size_t bytes) {
+  if (bytes < 10 * 1024) return std::to_string(bytes) + " bytes";
+  const bool mib = bytes >= (std::size_t{1} << 20);
+  const std::size_t unit = mib ? std::size_t{1} << 20 : std::size_t{1} << 10;
+  const char* name = mib ? " MiB" : " KiB";
+  if (bytes % unit == 0) return std::to_string(bytes / unit) + name;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", static_cast<double>(bytes) / static_cast<double>(unit));
+  return text + std::string(name);
 }
 
 }  // namespace axonml::distributed

@@ -7,6 +7,7 @@
 #include "axonml/distributed/mock_backend.hpp"
 #include "axonml/distributed/shm_backend.hpp"
 #include "base/env.hpp"
+#include "base/log.hpp"
 #ifdef AXON_HAVE_MPI
 #include "axonml/distributed/mpi_backend.hpp"
 #endif
@@ -52,6 +53,9 @@ std::shared_ptr<Backend> mpi_backend() {
 }  // namespace
 
 std::shared_ptr<Backend> backend_from_environment() {
+  // The logging variables were read leniently by the first log line (which
+  // may not throw); a typo in them stops the program here, at its start.
+  log::reload_from_environment();
   const std::string backend = env::choice("AXON_BACKEND", {"shm", "mpi", "mock"}).value_or("");
   if (backend == "shm") return ShmBackend::from_environment();
   if (backend == "mpi") return mpi_backend();

@@ -4,6 +4,8 @@
 #include <memory>
 
 #include "axonml/distributed/error.hpp"
+#include "base/collective_op.hpp"
+#include "base/text.hpp"
 
 namespace axonml::distributed::mpi {
 namespace {
@@ -37,17 +39,7 @@ CallDescriptor describe_call(CollectiveOp op, DataType type, std::size_t count, 
 }
 
 std::string to_string(const CallDescriptor& d) {
-  const auto op = static_cast<CollectiveOp>(d.op);
-  std::string s(to_string(op));
-  s += "(";
-  if (op == CollectiveOp::Barrier) return s + ")";
-  if (op == CollectiveOp::NewGroup) {
-    return s + std::to_string(d.count) + " ranks, list hash " + std::to_string(d.detail) + ")";
-  }
-  s += std::string(to_string(static_cast<DataType>(d.dtype))) + ", " + std::to_string(d.count);
-  if (d.reduce_op != 0xff) s += ", " + std::string(to_string(static_cast<ReduceOp>(d.reduce_op)));
-  if (d.root >= 0) s += ", root " + std::to_string(d.root);
-  return s + ")";
+  return call_text(d.op, d.dtype, d.count, d.reduce_op, d.root, d.detail);
 }
 
 CallExchange::CallExchange(const Comm& comm, std::vector<int> world_ranks)
@@ -56,14 +48,7 @@ CallExchange::CallExchange(const Comm& comm, std::vector<int> world_ranks)
   send_offset_.resize(static_cast<std::size_t>(size_) + 1);
 }
 
-std::string CallExchange::group_name() const {
-  std::string s = "[";
-  for (std::size_t i = 0; i < world_ranks_.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(world_ranks_[i]);
-  }
-  return s + "]";
-}
+std::string CallExchange::group_name() const { return bracketed(world_ranks_); }
 
 std::span<const std::byte> CallExchange::received(int member) const {
   const std::byte* at = recv_.data() + static_cast<std::size_t>(member) * (kHeader + kInlineBytes);
@@ -73,17 +58,15 @@ std::span<const std::byte> CallExchange::received(int member) const {
 }
 
 std::string CallExchange::describe_wait(std::span<const MPI_Request> requests) const {
-  std::string missing;
+  std::vector<int> missing;
   const std::size_t peers = static_cast<std::size_t>(size_ - 1);
   for (std::size_t i = 0; i < peers && i < requests.size(); ++i) {
-    if (requests[i] == MPI_REQUEST_NULL) continue;
-    if (!missing.empty()) missing += ", ";
-    missing += std::to_string(world_rank(peer_of(i, member_, size_)));
+    if (requests[i] != MPI_REQUEST_NULL) missing.push_back(world_rank(peer_of(i, member_, size_)));
   }
   std::string s = to_string(current_) + " call #" + std::to_string(current_.call) + " in group " +
                   group_name();
   if (missing.empty()) return s + ": sending to peers that do not receive";
-  return s + ": waiting for rank(s) " + missing + " to call it";
+  return s + ": waiting for rank(s) " + joined(missing) + " to call it";
 }
 
 void CallExchange::abandon(std::span<MPI_Request> requests) {

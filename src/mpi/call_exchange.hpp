@@ -48,7 +48,8 @@ static_assert(sizeof(CallDescriptor) == 40);
 
 CallDescriptor describe_call(CollectiveOp op, DataType type, std::size_t count, int root = -1,
                              const ReduceOp* reduce_op = nullptr);
-// "all_reduce(f32, 100, sum)", as the shared-memory backend writes it.
+// "all_reduce(f32, 100, sum)": call_text (base/collective_op.hpp), the words
+// the shared-memory backend uses too.
 std::string to_string(const CallDescriptor& d);
 
 class CallExchange {

@@ -18,6 +18,7 @@
 #include "mpi/ordered.hpp"
 #include "mpi/reduction.hpp"
 #include "mpi/waiting.hpp"
+#include "shm/arena_layout.hpp"
 #include "shm/wait.hpp"
 
 namespace axonml::distributed {
@@ -231,13 +232,13 @@ void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   std::byte* values = data.data;
   DataType type = data.type;
   if (mpi::is_half(type)) {
-    wide = mpi::widen(data.data, data.count, data.type);
+    wide = mpi::widen_to_f32(data.data, data.count, data.type);
     values = bytes_of(wide);
     type = DataType::F32;
   }
   impl_->hierarchy->all_reduce(values, data.count, type, combining(op), impl_->wait);
   if (op == ReduceOp::Average) mpi::finish_average(values, data.count, type, impl_->size());
-  if (!wide.empty()) mpi::narrow(wide.data(), data.data, data.count, data.type);
+  if (!wide.empty()) mpi::round_to_storage(wide.data(), data.data, data.count, data.type);
 }
 
 void MpiBackend::do_broadcast(MutableBuffer data, int src) {
@@ -510,11 +511,14 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
 
 std::shared_ptr<Backend> MpiBackend::do_new_group(const std::vector<int>& ranks) {
   impl_->check_usable("new_group");
-  // The list's hash rides in the descriptor, as in the shared-memory backend.
-  std::uint64_t hash = 1469598103934665603ULL;
-  for (const int r : ranks) hash = (hash ^ static_cast<std::uint64_t>(r)) * 1099511628211ULL;
+  std::vector<int> world;
+  world.reserve(ranks.size());
+  for (const int r : ranks) world.push_back(impl_->world_ranks[static_cast<std::size_t>(r)]);
+  // The hash of the list (as world ranks) rides in the descriptor, as in the
+  // shared-memory backend, so ranks that pass different lists get a
+  // CollectiveMismatch.
   auto call = mpi::describe_call(CollectiveOp::NewGroup, DataType::F32, ranks.size());
-  call.detail = hash;
+  call.detail = shm::hash_of_ranks(world);
   impl_->begin(call, false, none);
   const auto found = std::find(ranks.begin(), ranks.end(), rank());
   const int color = found == ranks.end() ? MPI_UNDEFINED : 0;
@@ -523,8 +527,6 @@ std::shared_ptr<Backend> MpiBackend::do_new_group(const std::vector<int>& ranks)
   check(MPI_Comm_split(impl_->comm.get(), color, key, &made), "new_group", impl_->world_rank(),
         "MPI_Comm_split into a group of " + std::to_string(ranks.size()) + " ranks");
   if (made == MPI_COMM_NULL) return nullptr;
-  std::vector<int> world;
-  for (const int r : ranks) world.push_back(impl_->world_ranks[static_cast<std::size_t>(r)]);
   auto impl = std::make_unique<Impl>(made, std::move(world));
   impl->tag_upper_bound = impl_->tag_upper_bound;
   return std::shared_ptr<MpiBackend>(new MpiBackend(std::move(impl)));

@@ -23,6 +23,13 @@ namespace {
 
 class NodeArenaBackend final : public ArenaBackend {
  public:
+  // This node's arena at `base`, mapped by `owner`, as node rank `rank`.
+  static std::shared_ptr<NodeArenaBackend> attach(std::shared_ptr<void> owner, std::byte* base, int rank) {
+    return std::shared_ptr<NodeArenaBackend>(new NodeArenaBackend(
+        Impl::attach_world(std::move(owner), base, rank, shm::default_timeout())));
+  }
+
+ private:
   explicit NodeArenaBackend(std::unique_ptr<Impl> impl) : ArenaBackend("shm-node", std::move(impl)) {}
 };
 
@@ -87,9 +94,7 @@ std::shared_ptr<ArenaBackend> attach_node_arena(const Comm& node, int world_rank
   auto* base = static_cast<std::byte*>(region->get_address());
   shm::ArenaView(base).header().attached.fetch_add(1, std::memory_order_acq_rel);
   std::shared_ptr<void> owner = region;
-  auto impl = ArenaBackend::Impl::attach_world(std::move(owner), base, node.rank(),
-                                               shm::default_timeout());
-  return std::make_shared<NodeArenaBackend>(std::move(impl));
+  return NodeArenaBackend::attach(std::move(owner), base, node.rank());
 }
 
 }  // namespace axonml::distributed::mpi

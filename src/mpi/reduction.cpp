@@ -7,7 +7,7 @@
 
 namespace axonml::distributed::mpi {
 
-std::vector<float> widen(const std::byte* data, std::size_t count, DataType type) {
+std::vector<float> widen_to_f32(const std::byte* data, std::size_t count, DataType type) {
   std::vector<float> values(count);
   visit_element(type, [&](auto t) {
     using T = typename decltype(t)::type;
@@ -17,7 +17,7 @@ std::vector<float> widen(const std::byte* data, std::size_t count, DataType type
   return values;
 }
 
-void narrow(const float* values, std::byte* data, std::size_t count, DataType type) {
+void round_to_storage(const float* values, std::byte* data, std::size_t count, DataType type) {
   visit_element(type, [&](auto t) {
     using T = typename decltype(t)::type;
     auto out = elements<T>(data, count);

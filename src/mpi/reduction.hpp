@@ -14,10 +14,11 @@ namespace axonml::distributed::mpi {
 
 inline bool is_half(DataType type) { return type == DataType::BF16 || type == DataType::F16; }
 
-// The bf16 / f16 values of `data` as f32.
-std::vector<float> widen(const std::byte* data, std::size_t count, DataType type);
-// Rounds f32 values to nearest-even bf16 / f16.
-void narrow(const float* values, std::byte* data, std::size_t count, DataType type);
+// The bf16 / f16 values of `data` as f32 (the kernels widen the same way).
+std::vector<float> widen_to_f32(const std::byte* data, std::size_t count, DataType type);
+// Rounds f32 values to nearest-even bf16 / f16 into `data`: the kernels'
+// round_to_storage, for a whole array.
+void round_to_storage(const float* values, std::byte* data, std::size_t count, DataType type);
 
 // Sum -> Average over n ranks, as the kernels do it: floating types multiply
 // by 1/n (computed in the type), integers divide (truncating).

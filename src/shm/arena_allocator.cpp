@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "base/check.hpp"
+#include "base/text.hpp"
 
 namespace axonml::distributed::shm {
 namespace {
@@ -42,17 +43,6 @@ class AtScopeExit {
 };
 
 }  // namespace
-
-std::string format_bytes(std::size_t bytes) {
-  if (bytes < 10 * 1024) return std::to_string(bytes) + " bytes";
-  const bool mib = bytes >= (std::size_t{1} << 20);
-  const std::size_t unit = mib ? std::size_t{1} << 20 : std::size_t{1} << 10;
-  const char* name = mib ? " MiB" : " KiB";
-  if (bytes % unit == 0) return std::to_string(bytes / unit) + name;
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f", static_cast<double>(bytes) / static_cast<double>(unit));
-  return text + std::string(name);
-}
 
 std::string describe(const ArenaUsage& usage) {
   return format_bytes(usage.free_bytes) + " free of the " + format_bytes(usage.arena_bytes) +

@@ -42,8 +42,6 @@ struct ArenaUsage {
 
 // "3.5 MiB free of the 64 MiB arena, the largest free block 1 MiB (2 blocks)"
 std::string describe(const ArenaUsage& usage);
-// A size for people: "512 bytes", "12.0 KiB", "3.5 MiB".
-std::string format_bytes(std::size_t bytes);
 
 // Makes [begin, end) of a freshly formatted arena its free space: one block,
 // or none when begin == end. REQUIRES: both page-aligned, begin <= end, no

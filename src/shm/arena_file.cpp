@@ -63,16 +63,16 @@ std::size_t available_memory_bytes() {
 
 [[noreturn]] void no_room(std::size_t bytes, const std::string& why, std::string_view remedy) {
   const std::size_t free_bytes = dev_shm_free_bytes();
-  throw Error("cannot reserve " + mib(bytes) + " for the arena in /dev/shm (" + why + "; " +
-              (free_bytes == SIZE_MAX ? std::string("unknown") : mib(free_bytes)) +
+  throw Error("cannot reserve " + format_bytes(bytes) + " for the arena in /dev/shm (" + why + "; " +
+              (free_bytes == SIZE_MAX ? std::string("unknown") : format_bytes(free_bytes)) +
               " free there): free space in /dev/shm, enlarge it (docker run --shm-size), or " +
               std::string(remedy));
 }
 
 [[noreturn]] void no_memory(std::size_t bytes, const std::string& why, std::string_view remedy) {
   const std::size_t available = available_memory_bytes();
-  throw Error("cannot reserve " + mib(bytes) + " of shared memory for the arena (" + why + "; " +
-              (available == SIZE_MAX ? std::string("unknown") : mib(available)) +
+  throw Error("cannot reserve " + format_bytes(bytes) + " of shared memory for the arena (" + why + "; " +
+              (available == SIZE_MAX ? std::string("unknown") : format_bytes(available)) +
               " of memory available): free memory, or " + std::string(remedy));
 }
 

@@ -99,8 +99,10 @@ void format_arena(void* base, const ArenaSpec& spec) {
   const std::size_t groups_offset = round_up(mailboxes_offset + n * n * stride, kPage);
   const std::size_t world_group_bytes = group_layout(n, slot_bytes).total_bytes;
   if (groups_offset + world_group_bytes > arena_bytes) {
-    throw InvalidArgument("arena: " + mib(arena_bytes) + " is too small for " + std::to_string(n) +
-                          " ranks, which need at least " + mib(groups_offset + world_group_bytes) +
+    // The minimum in whole MiB, rounded up: what --arena-mb must be raised to.
+    const std::size_t need = round_up(groups_offset + world_group_bytes, std::size_t{1} << 20);
+    throw InvalidArgument("arena: " + format_bytes(arena_bytes) + " is too small for " + std::to_string(n) +
+                          " ranks, which need at least " + format_bytes(need) +
                           " (raise --arena-mb)");
   }
 

@@ -219,6 +219,11 @@ struct alignas(kCacheLine) GroupHeader {
   // returns the area to the arena. Stays 0 in the world's area, which is
   // never returned.
   std::atomic<std::uint32_t> holders;
+  // Written by: the allocating rank (the launcher, for the world's area),
+  // before publishing the offset: hash_of_ranks() of the members' world
+  // ranks. The library never reads it: the members' lists are compared
+  // through new_group's descriptor. It is there for whoever inspects an
+  // arena (a debugger, a dump of it) to tell which list an area was made for.
   std::uint64_t ranks_hash;
   // Written by: the allocating rank, before publishing the offset. Unique in
   // the job (0 for the world, then ArenaAllocatorControl::next_group_id):

@@ -40,9 +40,11 @@ class ArenaBackend : public Backend {
   // The bytes of one member's slot: messages larger than this are chunked.
   std::size_t slot_bytes() const;
 
+ protected:
+  // The shared state (src/backends/arena_backend_impl.hpp); the backends
+  // built on this one (shm, mock, MPI's node arenas) make theirs.
   struct Impl;
 
- protected:
   ArenaBackend(std::string name, std::unique_ptr<Impl> impl);
 
   void do_all_reduce(MutableBuffer data, ReduceOp op) override;

@@ -81,8 +81,6 @@ class MpiBackend final : public Backend {
   // The nodes the world spans when hierarchical(); 1 when flat.
   int nodes() const;
 
-  struct Impl;
-
  protected:
   void do_all_reduce(MutableBuffer data, ReduceOp op) override;
   void do_broadcast(MutableBuffer data, int src) override;
@@ -98,6 +96,7 @@ class MpiBackend final : public Backend {
   std::shared_ptr<Backend> do_new_group(const std::vector<int>& ranks) override;
 
  private:
+  struct Impl;  // src/mpi/mpi_backend.cpp
   explicit MpiBackend(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -9,7 +9,9 @@
 // rank() is the position in the group (-1 on a non-member), ranks() the
 // members' ranks in the parent communicator, in the order given.
 //
-// Thread safety: as the underlying Backend (one thread at a time per rank).
+// Thread safety: as the underlying Backend: one thread at a time per group on
+// each rank; different groups may be used from different threads (under
+// mpirun, MpiBackend needs those calls not to overlap: see mpi_backend.hpp).
 #pragma once
 
 #include <memory>
