@@ -140,6 +140,9 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   header.attached.fetch_add(1, std::memory_order_acq_rel);
 
   auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, pids);
+  if (options.timeout.count() > 0) {
+    impl->state->waits.name_timeout(options.timeout_name.empty() ? "StoreOptions::timeout" : options.timeout_name);
+  }
   auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)));
   // 3. Once everyone has mapped the arena, rank 0's descriptor (closed when
   // memfd goes out of scope) is no longer needed.

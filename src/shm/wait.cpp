@@ -232,7 +232,7 @@ void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point 
     const double seconds = std::chrono::duration<double>(waits.timeout()).count();
     const std::string what = "rank " + std::to_string(waits.rank()) + ": timed out after " +
                              std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 2) +
-                             " s (AXON_TIMEOUT): " + describe();
+                             " s (" + waits.timeout_source() + "): " + describe();
     // This rank now leaves an op its peers may still complete, reading or
     // writing its buffers out of turn, and every later op would pair with
     // the wrong call: the arena is broken for all, so say so to all.

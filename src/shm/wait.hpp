@@ -104,6 +104,11 @@ class WaitContext {
   [[noreturn]] void peer_ended(int peer, const std::string& what) const;
 
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // What a Timeout's message says the deadline came from: "AXON_TIMEOUT"
+  // (axon-launch --timeout sets it) unless the creator names another
+  // source before the first wait.
+  const std::string& timeout_source() const { return timeout_source_; }
+  void name_timeout(std::string source) { timeout_source_ = std::move(source); }
   int rank() const { return rank_; }
   ArenaHeader& header() const { return header_; }
   // Polls before the first yield: none when the job has more ranks than
@@ -131,6 +136,7 @@ class WaitContext {
 
   int rank_;
   std::chrono::milliseconds timeout_;
+  std::string timeout_source_ = "AXON_TIMEOUT";
   bool oversubscribed_;
   int spin_polls_;
   std::chrono::microseconds yield_phase_;

@@ -127,6 +127,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   C10dStore kv(store);
   ad::StoreOptions options;
   options.timeout = timeout;
+  options.timeout_name = "the group's timeout";
   backend_ = ad::StoreBackend::create(kv, rank, size, options);
   thread_ = std::make_unique<CommThread>();
   send_thread_ = std::make_unique<CommThread>();

@@ -42,6 +42,9 @@ class KeyValueStore {
 
 struct StoreOptions {
   std::chrono::milliseconds timeout{0};  // 0: AXON_TIMEOUT or 300 s
+  // How a Timeout's message names `timeout` when it is given ("" :
+  // "StoreOptions::timeout"); the PyTorch backend says "the group's timeout".
+  std::string timeout_name;
   std::size_t arena_bytes = 0;           // 0: the default for the world size
   std::size_t slot_bytes = 0;            // 0: the default
 };
