@@ -29,10 +29,18 @@ std::atomic<std::uint64_t>& flag(std::byte* shared, int line) {
 }
 
 // Polls until `f` holds `value`. Yields after a while, so that two ranks on
-// one core still make progress (8 ranks on 2 cores is normal here).
+// one core still make progress (8 ranks on 2 cores is normal here). The
+// launcher ends a job whose rank dies, but a peer stuck elsewhere (or a
+// probe run outside a launcher) must not leave this rank spinning for ever.
 void wait_for(const std::atomic<std::uint64_t>& f, std::uint64_t value) {
+  constexpr auto kPatience = std::chrono::seconds(60);
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
   for (int polls = 0; f.load(std::memory_order_acquire) != value; ++polls) {
     if (polls >= 4096) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error("axon-bench floor: the other rank of the probe (rank 0 or 1) did not answer within " +
+                                 std::to_string(kPatience.count()) + " s");
+      }
       sched_yield();
       polls = 0;
     }
