@@ -69,3 +69,12 @@ if(TARGET train AND TARGET axon-launch AND AXON_WITH_MPI)
     PROPERTIES PASS_REGULAR_EXPRESSION "AXON_BACKEND=mpi, but MPI sees a world of 1 while WORLD_SIZE=2 \\(set by axon-launch\\)"
                FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
 endif()
+
+# AXON_BACKEND=mock under axon-launch: the same, a world of one per rank.
+if(TARGET train AND TARGET axon-launch)
+  add_test(NAME "messages: AXON_BACKEND=mock under axon-launch fails instead of giving worlds of one"
+           COMMAND axon-launch -n 2 /usr/bin/env AXON_BACKEND=mock $<TARGET_FILE:train> --epochs 1 --samples 512 --hidden 8)
+  set_tests_properties("messages: AXON_BACKEND=mock under axon-launch fails instead of giving worlds of one"
+    PROPERTIES PASS_REGULAR_EXPRESSION "AXON_BACKEND=mock gives each process a world of its own, but WORLD_SIZE=2"
+               FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
+endif()

@@ -59,7 +59,18 @@ std::shared_ptr<Backend> backend_from_environment() {
   const std::string backend = env::choice("AXON_BACKEND", {"shm", "mpi", "mock"}).value_or("");
   if (backend == "shm") return ShmBackend::from_environment();
   if (backend == "mpi") return mpi_backend();
-  if (backend == "mock") return MockBackend::single();
+  if (backend == "mock") {
+    // A world of one: under a launcher that started several ranks, each
+    // would train alone and quietly.
+    const auto launched = env::integer("WORLD_SIZE", 1, 1 << 30);
+    if (launched && *launched > 1) {
+      throw InvalidArgument("AXON_BACKEND=mock gives each process a world of its own, but WORLD_SIZE=" +
+                            std::to_string(*launched) +
+                            " says a launcher started that many ranks: each would run alone. Leave "
+                            "AXON_BACKEND unset (or shm) under axon-launch, mpi under mpirun");
+    }
+    return MockBackend::single();
+  }
   // Under axon-launch the arena's descriptor is set; under mpirun, MPI's variables;
   // run alone, a world of one.
   if (is_set("AXON_ARENA_FD")) return ShmBackend::from_environment();
