@@ -100,6 +100,14 @@ LaunchOptions parse_options(int argc, char** argv) {
                  "numa (a NUMA node), none");
   app.add_flag("--verbose", options.verbose, "print where each rank runs (rank -> cpus -> NUMA node)");
   app.footer("Example: axon-launch -n 8 ./examples/train --epochs 2");
+  // CLI11 takes an empty value ('') as the option's default; whoever typed
+  // one meant something else (an unset shell variable, say).
+  const CLI::Validator non_empty(
+      [](std::string& value) { return value.empty() ? std::string("an empty value is not allowed") : std::string(); },
+      "", "non-empty");
+  for (CLI::Option* option : app.get_options()) {
+    if (option->get_expected_max() > 0) option->check(non_empty);
+  }
 
   try {
     app.parse(argc, argv);
@@ -107,7 +115,10 @@ LaunchOptions parse_options(int argc, char** argv) {
     std::cout << app.help();
     std::exit(0);
   } catch (const CLI::ParseError& e) {
-    bad_arguments(e.what());
+    std::string what = e.what();
+    // CLI11 names -n by its long spelling, which the docs never use.
+    if (what.rfind("--nproc:", 0) == 0) what.replace(0, 7, "-n");
+    bad_arguments(what);
   }
 
   if (nproc->count() == 0) {

@@ -74,6 +74,13 @@ case "$case_name" in
       [[ "$err" == "axon-launch: AXON_SLOT_BYTES=$slot is not a whole number in 64..1073741824" ]] ||
         fail "AXON_SLOT_BYTES='$slot': unclear message: $err"
     done
+    # An empty value ('', an unset shell variable) is refused, not read as the default.
+    for flag in -n --timeout --start-timeout --arena-mb --max-restarts --bind; do
+      if [ "$flag" = -n ]; then run -n "" "$probe" ok; else run -n 2 "$flag" "" "$probe" ok; fi
+      expect_status 2
+      [[ "$err" == "axon-launch: $flag: an empty value is not allowed (see axon-launch --help)" ]] ||
+        fail "$flag '': unclear message: $err"
+    done
     run -n 256 --help
     expect_status 0
     [[ "$out" == *Usage* ]] || fail "--help prints no usage: $out"
