@@ -82,3 +82,13 @@ TEST_CASE("an invalid rank or world size for a store world names the range", "[s
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 2, 2), Contains("invalid rank 2") && Contains("0..1"));
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 0), Contains("world size 0"));
 }
+
+TEST_CASE("an arena larger than the available memory fails at set-up naming the sizes, not with SIGBUS later",
+          "[store][errors]") {
+  MemoryStore store;
+  StoreOptions options;
+  options.arena_bytes = std::size_t{1} << 50;  // 1 PiB
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 1, options),
+                      Contains("rank 0: cannot reserve 1073741824 MiB") && Contains("of memory available") &&
+                          Contains("StoreOptions::arena_bytes"));
+}

@@ -14,6 +14,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
+#include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/wait.hpp"
 #include "shm/arena_view.hpp"
@@ -97,19 +98,20 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   Fd memfd;
   std::shared_ptr<void> memory;
   if (rank == 0) {
-    memfd.fd = ::memfd_create("axon-arena", MFD_CLOEXEC);
-    if (memfd.fd < 0) throw Error(who + "memfd_create for the arena failed: " + errno_text());
-    ::fchmod(memfd.fd, 0600);
-    if (::ftruncate(memfd.fd, static_cast<off_t>(bytes)) != 0) {
-      throw Error(who + "cannot size the arena to " + std::to_string(bytes) + " bytes: " + errno_text());
+    // The launcher's way (shm/arena_file.hpp): the available memory is
+    // checked and every page reserved, so too little memory fails here with
+    // the sizes, not as SIGBUS in a rank later.
+    shm::MemfdArena created;
+    try {
+      created = shm::create_arena_memfd("axon-arena", spec, "StoreOptions::arena_bytes sets a smaller arena");
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(who + e.what());
+    } catch (const Error& e) {
+      throw Error(who + e.what());
     }
-    // Reserve every page now: out of memory fails here, not as SIGBUS later.
-    if (const int err = ::posix_fallocate(memfd.fd, 0, static_cast<off_t>(bytes)); err != 0) {
-      throw Error(who + "cannot reserve " + std::to_string(bytes >> 20) + " MiB for the arena: " +
-                  std::strerror(err));
-    }
-    memory = map_shared(memfd.fd, bytes, who, "(memfd)");
-    shm::format_arena(memory.get(), spec);
+    memfd.fd = created.fd;
+    memory = std::shared_ptr<void>(created.base, [bytes](void* p) { ::munmap(p, bytes); });
+    ::fchmod(memfd.fd, 0600);  // peers open it through /proc as the same user only
     store.set("axon/arena", std::to_string(::getpid()) + " " + std::to_string(memfd.fd) + " " +
                                 std::to_string(bytes));
   } else {
