@@ -10,9 +10,16 @@ through the store torch.distributed passes in.
 import torch
 import torch.distributed
 
-from ._C import create_process_group
+import atexit
+
+from ._C import _finish_pending, create_process_group
 
 if "AXON" not in torch.distributed.Backend._plugins:
     torch.distributed.Backend.register_backend("axon", create_process_group)
+    # A program may end without destroy_process_group(), with ops (and their
+    # callbacks) still running on a group's threads; once the interpreter is
+    # finalizing, those threads can no longer drop the Python objects they
+    # hold. Let them finish while it still can.
+    atexit.register(_finish_pending)
 
 __all__ = ["create_process_group"]

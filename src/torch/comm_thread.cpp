@@ -61,6 +61,11 @@ bool CommThread::idle() {
   return !busy_ && queue_.empty();
 }
 
+void CommThread::wait_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  drained_.wait(lock, [&] { return !busy_ && queue_.empty(); });
+}
+
 bool CommThread::take_if_idle() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (busy_ || !queue_.empty() || stopping_) return false;
@@ -87,7 +92,7 @@ bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std:
     while (!(ready = peers_ready()) && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   }
   if (ready) {
-    run_task(work, run);
+    run_task(work, std::move(run));
     return true;
   }
   {
@@ -115,8 +120,12 @@ void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, cons
   }
 }
 
-void CommThread::run_task(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {
+void CommThread::run_task(c10::intrusive_ptr<AxonWork> work, std::function<void()> run) {
   run_and_complete(work, run);
+  // Drop the op (its tensors, its closure) before handing the token back, so
+  // that an idle thread holds nothing of it (see idle()).
+  run = nullptr;
+  work.reset();
   bool queued;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -125,7 +134,11 @@ void CommThread::run_task(const c10::intrusive_ptr<AxonWork>& work, const std::f
     queued = !queue_.empty();
   }
   // Ops called while this one ran wait for the communication thread.
-  if (queued) ready_.notify_one();
+  if (queued) {
+    ready_.notify_one();
+  } else {
+    drained_.notify_all();
+  }
 }
 
 void CommThread::loop() {
@@ -140,7 +153,7 @@ void CommThread::loop() {
       busy_ = true;
       owner_ = std::this_thread::get_id();
     }
-    run_task(task.work, task.run);
+    run_task(std::move(task.work), std::move(task.run));
   }
 }
 

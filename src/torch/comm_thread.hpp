@@ -64,8 +64,13 @@ class CommThread {
   // callbacks), it runs `run` at once instead, nested.
   void push(c10::intrusive_ptr<AxonWork> work, std::function<void()> run);
 
-  // Whether no op is queued or running.
+  // Whether no op is queued or running. Once idle, this thread holds
+  // nothing of any op (no tensor, no callback): Python objects among them
+  // need the GIL to go away, which the interpreter's end no longer grants.
   bool idle();
+  // Blocks until idle(). Call it without holding the GIL: the ops it waits
+  // for may need it.
+  void wait_idle();
 
   // Runs `run` on the calling thread and completes `work`, and returns true,
   // when no op is queued or running and `peers_ready()` holds now or within
@@ -87,11 +92,12 @@ class CommThread {
   // Runs `run`, completes or fails `work` with what it threw (so the
   // future's callbacks run here, still holding the token), then hands the
   // token back. Called by the token's holder, outside the mutex.
-  void run_task(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run);
+  void run_task(c10::intrusive_ptr<AxonWork> work, std::function<void()> run);
   static void run_and_complete(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run);
 
   std::mutex mutex_;
   std::condition_variable ready_;
+  std::condition_variable drained_;  // notified when the token comes back with the queue empty
   std::deque<Task> queue_;
   bool stopping_ = false;
   bool busy_ = false;     // the run token: an op runs, on this thread or on a caller's

@@ -1,6 +1,8 @@
 #include "axonml/torch/process_group.hpp"
 
 #include <algorithm>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "axonml/distributed/error.hpp"
@@ -119,6 +121,18 @@ void all_reduce_tensor(ad::Backend& b, at::Tensor& c, const c10d::ReduceOp& op, 
 
 }  // namespace
 
+namespace {
+// Every live ProcessGroupAxon, for finish_all_pending().
+std::mutex& live_groups_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::set<ProcessGroupAxon*>& live_groups() {
+  static std::set<ProcessGroupAxon*> groups;
+  return groups;
+}
+}  // namespace
+
 ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(rank, size) {
@@ -132,22 +146,41 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   thread_ = std::make_unique<CommThread>();
   send_thread_ = std::make_unique<CommThread>();
   recv_thread_ = std::make_unique<CommThread>();
+  std::lock_guard<std::mutex> lock(live_groups_mutex());
+  live_groups().insert(this);
 }
 
-// Queued collectives and sends run to the end, as Gloo's do; joining the
-// threads may take as long as those ops, and their tensors may need Python's
-// GIL (torch/without_gil.hpp). A receive still waiting for a message then
-// may wait for ever (nothing in this rank will send it now): it is
-// cancelled by marking the group's shared memory failed, which also ends
-// the peers' ops on this group with an error naming this rank, rather than
-// leaving every rank to wait out the group's timeout.
+
+// Queued collectives and sends run to the end, as Gloo's do. A receive still
+// waiting afterwards may wait for ever (nothing in this rank will send it
+// now): it is cancelled by marking the group's shared memory failed, which
+// also ends the peers' ops on this group with an error naming this rank,
+// rather than leaving every rank to wait out the group's timeout.
+void ProcessGroupAxon::finish_pending() {
+  thread_->wait_idle();
+  send_thread_->wait_idle();
+  if (!recv_thread_->idle()) {
+    backend_->abort("it destroyed the process group while a receive (recv or irecv) still waited for a message");
+  }
+  recv_thread_->wait_idle();
+}
+
+void ProcessGroupAxon::finish_all_pending() {
+  std::lock_guard<std::mutex> lock(live_groups_mutex());  // no group goes away meanwhile
+  for (ProcessGroupAxon* group : live_groups()) group->finish_pending();
+}
+
+// Joining the threads may take as long as the pending ops, and their tensors
+// may need Python's GIL (torch/without_gil.hpp).
 ProcessGroupAxon::~ProcessGroupAxon() {
+  {
+    std::lock_guard<std::mutex> lock(live_groups_mutex());
+    live_groups().erase(this);
+  }
   wait_without_gil([this] {
+    finish_pending();
     thread_.reset();
     send_thread_.reset();
-    if (!recv_thread_->idle()) {
-      backend_->abort("it destroyed the process group while a receive (recv or irecv) still waited for a message");
-    }
     recv_thread_.reset();
   });
 }

@@ -33,4 +33,8 @@ PYBIND11_MODULE(_C, m) {
       pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
       pybind11::call_guard<pybind11::gil_scoped_release>(),
       "A process group of backend 'axon' (the creator register_backend expects)");
+  m.def("_finish_pending", &axonml::torch::ProcessGroupAxon::finish_all_pending,
+        pybind11::call_guard<pybind11::gil_scoped_release>(),
+        "Lets every axon group's pending ops finish (cancelling receives still waiting), so that no "
+        "thread of theirs holds a Python object when the interpreter ends; registered with atexit");
 }

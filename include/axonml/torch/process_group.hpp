@@ -68,6 +68,18 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "axon"; }
 
+  // Lets every queued collective and send finish, cancels receives still
+  // waiting for a message (their wait() raises; the group's shared memory
+  // is marked failed, so peers' ops on it raise too), and returns when the
+  // group's threads hold nothing of any op. The destructor does this; so
+  // does finish_all_pending(). Call it without the GIL.
+  void finish_pending();
+  // finish_pending() on every live group of this process. The Python module
+  // runs it at interpreter exit (atexit), while the threads can still take
+  // the GIL to drop the Python objects of their last ops: afterwards that
+  // would end the process ("terminate called") or hang it.
+  static void finish_all_pending();
+
   // Collectives up to this many bytes run on the caller's thread when the
   // group is idle, unless AXON_TORCH_INLINE_BYTES says otherwise.
   static constexpr std::int64_t kDefaultInlineBytes = 256 << 10;
