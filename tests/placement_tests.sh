@@ -140,11 +140,14 @@ case "$case_name" in
     done
     ;;
   bad-bind-value)
-    for value in socket CORE "" 1; do
+    for value in socket CORE 1; do
       run "$launch" -n 2 --bind "$value" "$probe"
       expect_status 2
       echo "$err" | grep -q -- "--bind $value is not one of none, core, numa" || fail "unclear message for --bind '$value': $err"
     done
+    run "$launch" -n 2 --bind "" "$probe"
+    expect_status 2
+    echo "$err" | grep -q -- "--bind: an empty value is not allowed" || fail "unclear message for --bind '': $err"
     AXON_THREADS_PER_RANK=many run "$launch" -n 1 "$probe"
     [ "$status" -ne 0 ] || fail "AXON_THREADS_PER_RANK=many was accepted"
     echo "$out$err" | grep -q "AXON_THREADS_PER_RANK=many" || fail "the error does not name AXON_THREADS_PER_RANK=many: $out $err"
