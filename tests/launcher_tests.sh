@@ -49,6 +49,16 @@ process_gone() {  # a pid that no longer runs (gone, or a zombie nobody reaped y
 ready_count() { grep -c 'ready pid=' "$work/out" 2>/dev/null || echo 0; }
 have_ready() { [ "$(ready_count)" -ge "$1" ]; }
 arena_gone() { ! ls /dev/shm 2>/dev/null | grep -q "^axon-$1-"; }
+# Processes (not zombies) holding launcher $1's memfd arena.
+arena_holders() {
+  local fd pid
+  for fd in $(find /proc/[0-9]*/fd -lname "/memfd:axon-$1-*" 2>/dev/null); do
+    pid=${fd#/proc/}
+    pid=${pid%%/*}
+    process_gone "$pid" || echo "$fd"
+  done
+}
+no_arena_holders() { [ -z "$(arena_holders "$1")" ]; }
 launcher_done() { ! kill -0 "$1" 2>/dev/null; }
 rank_pids() { sed -n 's/.*ready pid=\([0-9]*\).*/\1/p' "$work/out"; }
 
@@ -311,8 +321,11 @@ case "$case_name" in
         limit=30 wait_for process_gone "$p" || fail "kill $i: rank process $p outlived the launcher"
       done
       expect_no_arena_of "$pid"
-      holders=$(find /proc/[0-9]*/fd -lname "/memfd:axon-$pid-*" 2>/dev/null | head -3)
-      [ -z "$holders" ] || fail "kill $i: processes still hold the arena: $holders"
+      # A rank forked after the snapshot above dies too (PR_SET_PDEATHSIG, or
+      # its own check that the launcher is gone), but asynchronously: allow
+      # it the same time to go away as the ranks above.
+      limit=30 wait_for no_arena_holders "$pid" ||
+        fail "kill $i: processes still hold the arena: $(arena_holders "$pid")"
     done
     ;;
   restarts)
