@@ -58,17 +58,17 @@ void CommThread::push(c10::intrusive_ptr<AxonWork> work, std::function<void()> r
 
 bool CommThread::idle() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return !busy_ && queue_.empty();
+  return idle_locked();
 }
 
 void CommThread::wait_idle() {
   std::unique_lock<std::mutex> lock(mutex_);
-  drained_.wait(lock, [&] { return !busy_ && queue_.empty(); });
+  drained_.wait(lock, [&] { return idle_locked(); });
 }
 
 bool CommThread::take_if_idle() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (busy_ || !queue_.empty() || stopping_) return false;
+  if (!idle_locked() || stopping_) return false;
   busy_ = true;
   owner_ = std::this_thread::get_id();
   return true;

@@ -87,6 +87,7 @@ class CommThread {
     std::function<void()> run;
   };
   void loop();
+  bool idle_locked() const { return !busy_ && queue_.empty(); }  // REQUIRES: mutex_ held
   // Takes the run token when idle (nothing queued or running).
   bool take_if_idle();
   // Runs `run`, completes or fails `work` with what it threw (so the
