@@ -20,7 +20,8 @@ set(AXON_TORCH_DEFAULT ${AXON_TORCH_FOUND})
 if(CMAKE_CXX_FLAGS MATCHES "-fsanitize=")
   set(AXON_TORCH_DEFAULT OFF)
 endif()
-option(AXON_WITH_TORCH "Build the PyTorch backend (needs libtorch, pybind11, python3-torch)" ${AXON_TORCH_DEFAULT})
+axon_feature(AXON_WITH_TORCH "${AXON_TORCH_FOUND}" "${AXON_TORCH_DEFAULT}"
+             "Build the PyTorch backend (needs libtorch, pybind11, python3-torch)")
 if(AXON_WITH_TORCH AND NOT AXON_TORCH_FOUND)
   message(FATAL_ERROR "AXON_WITH_TORCH=ON but libtorch, pybind11 or a Python (AXON_TORCH_PYTHON="
                       "${AXON_TORCH_PYTHON}) that imports torch was not found "
