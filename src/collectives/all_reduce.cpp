@@ -56,13 +56,24 @@ std::size_t pipelined_block_limit(std::size_t slot_bytes, std::size_t es, std::s
 // A slot holds [ input chunk : chunk elements | reduced slice : block elements ].
 // The chunk is split into n slices of `block` elements; member m reduces
 // slice m. Round k:
-//   1. copy chunk k of the input into the outbox (the reduced slice of chunk
-//      k - 1 is already there, written at the end of round k - 1);
+//   1. copy into the outbox the slices of chunk k that the other members
+//      reduce (the reduced slice of chunk k - 1 is already there, written at
+//      the end of round k - 1);
 //   2. exchange;
-//   3. copy every member's reduced slice of chunk k - 1 into the output;
-//   4. reduce slice `me` of chunk k from all inboxes into the next outbox.
-// So copy-in of chunk k overlaps nothing but costs no extra round, and the
-// whole message takes (chunks + 1) exchanges.
+//   3. copy the other members' reduced slices of chunk k - 1 into the output;
+//   4. reduce slice `me` of chunk k in place in `data`: our own part is read
+//      where it already lies, the others' from their inboxes, in rank order;
+//      then copy the result, still in L1/L2, into the next outbox.
+// The whole message takes (chunks + 1) exchanges.
+//
+// Our own slice never goes through the slots: at n = 2 that is half the
+// copy-in and half the copy-out. Every copy into the slots is a write to
+// lines the peers read a round earlier (so it must take them back from their
+// caches), and with the output written once, where it belongs, each rank
+// moves a third fewer bytes: a 1 MiB all-reduce at n = 2 took 174-190 us the
+// old way and 119-138 us this way in a two-process model of both
+// (2-vCPU machine, slow phase, where the cross-core hand-off of 1 MiB alone
+// takes 78 us).
 void all_reduce_pipelined(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                           ReduceOp op) {
   const auto n = static_cast<std::size_t>(channel.size());
@@ -87,19 +98,29 @@ void all_reduce_pipelined(RoundChannel& channel, std::byte* data, std::size_t co
 
   std::vector<const std::byte*> sources(n);
   for (std::size_t k = 0; k <= chunks; ++k) {
-    if (k < chunks) copy_bytes(channel.outbox(), data + k * chunk * es, chunk_length(k) * es);
+    if (k < chunks) {
+      // Everything but our slice: the part before it and the part after it.
+      const std::byte* in = data + k * chunk * es;
+      const auto [begin, end] = slice(k, me);
+      copy_bytes(channel.outbox(), in, begin * es);
+      copy_bytes(channel.outbox() + end * es, in + end * es, (chunk_length(k) - end) * es);
+    }
     channel.exchange();
     if (k >= 1) {
       for (std::size_t m = 0; m < n; ++m) {
+        if (m == me) continue;  // reduced in place in round k - 1
         const auto [begin, end] = slice(k - 1, m);
         copy_bytes(data + ((k - 1) * chunk + begin) * es,
-                    channel.inbox(static_cast<int>(m)) + chunk * es, (end - begin) * es);
+                   channel.inbox(static_cast<int>(m)) + chunk * es, (end - begin) * es);
       }
     }
     if (k < chunks) {
       const auto [begin, end] = slice(k, me);
+      std::byte* mine = data + (k * chunk + begin) * es;
       for (std::size_t m = 0; m < n; ++m) sources[m] = channel.inbox(static_cast<int>(m)) + begin * es;
-      kernels::reduce(type, op, sources, channel.outbox() + chunk * es, end - begin);
+      sources[me] = mine;
+      kernels::reduce(type, op, sources, mine, end - begin);
+      copy_bytes(channel.outbox() + chunk * es, mine, (end - begin) * es);
     }
   }
 }

@@ -117,12 +117,14 @@ void all_to_all(RoundChannel& channel, const std::byte* send, std::byte* recv, s
     const std::size_t offset = k * per_round;
     const std::size_t len = std::min(per_round, count - std::min(count, offset));
     for (std::size_t q = 0; q < n; ++q) {
+      if (q == me) continue;  // our own piece goes straight from send to recv
       copy_bytes(channel.outbox() + q * per_round * es, send + (q * count + offset) * es, len * es);
     }
     channel.exchange();
     for (std::size_t m = 0; m < n; ++m) {
-      copy_bytes(recv + (m * count + offset) * es, channel.inbox(static_cast<int>(m)) + me * per_round * es,
-                 len * es);
+      const std::byte* from = m == me ? send + (me * count + offset) * es
+                                      : channel.inbox(static_cast<int>(m)) + me * per_round * es;
+      copy_bytes(recv + (m * count + offset) * es, from, len * es);
     }
   }
 }

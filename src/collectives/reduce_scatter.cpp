@@ -13,6 +13,9 @@ namespace axonml::distributed::collectives {
 // Each round every member publishes the next piece of its blocks (all n, or
 // a window of them when slots are small; see BlockRounds); the members whose
 // block is in the round then reduce its piece from every inbox, in rank order.
+// A member's own block is read only by itself, so it never goes through the
+// slot: the reduce takes our part straight from `send` (at n = 2, half the
+// copy-in; see all_reduce_pipelined for why copies into the slots cost).
 void reduce_scatter(RoundChannel& channel, const std::byte* send, std::byte* recv,
                     std::size_t count, DataType type, ReduceOp op) {
   const std::size_t es = size_of(type);
@@ -26,6 +29,7 @@ void reduce_scatter(RoundChannel& channel, const std::byte* send, std::byte* rec
     const std::size_t first = schedule.first_block(k);
     const std::size_t blocks = schedule.window_blocks(k);
     for (std::size_t b = first; b < first + blocks; ++b) {
+      if (b == me) continue;
       copy_bytes(channel.outbox() + (b - first) * schedule.per_block * es,
                  send + (b * count + offset) * es, len * es);
     }
@@ -34,6 +38,7 @@ void reduce_scatter(RoundChannel& channel, const std::byte* send, std::byte* rec
     for (std::size_t m = 0; m < n; ++m) {
       sources[m] = channel.inbox(static_cast<int>(m)) + (me - first) * schedule.per_block * es;
     }
+    sources[me] = send + (me * count + offset) * es;
     kernels::reduce(type, op, sources, recv + offset * es, len);
   }
 }
