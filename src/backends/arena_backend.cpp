@@ -42,7 +42,8 @@ ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader
     : state(std::move(rank_state)),
       area(std::move(group_area)),
       channel(state->base, group, state->header.slot_bytes, member, std::move(world_ranks),
-              state->waits, state->p2p) {}
+              state->waits, state->p2p),
+      one_round_limit(collectives::one_round_all_reduce_limit(channel.slot_bytes(), channel.size())) {}
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
@@ -123,16 +124,14 @@ bool ArenaBackend::Impl::in_arena(const std::byte* p, std::size_t bytes) const {
 void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   auto& channel = impl_->channel;
   const std::size_t bytes = data.count * size_of(data.type);
-  const bool shared = channel.size() > 1 &&
-                      bytes > collectives::one_round_all_reduce_limit(channel.slot_bytes(), channel.size()) &&
-                      impl_->in_arena(data.data, bytes);
+  const bool shared = channel.size() > 1 && bytes > impl_->one_round_limit && impl_->in_arena(data.data, bytes);
   CollectiveCall call = reducing(call_of(CollectiveOp::AllReduce, data.type, data.count), op);
   call.detail = shared ? kSharedBuffer : 0;
   channel.begin(call);
   if (shared) {
     collectives::all_reduce_shared(channel, data.data, data.count, data.type, op);
   } else {
-    collectives::all_reduce(channel, data.data, data.count, data.type, op);
+    collectives::all_reduce(channel, data.data, data.count, data.type, op, impl_->one_round_limit);
   }
 }
 

@@ -69,6 +69,10 @@ struct ArenaBackend::Impl {
   std::shared_ptr<RankState> state;
   GroupAreaHold area;    // released after the channel is gone
   ArenaChannel channel;
+  // collectives::one_round_all_reduce_limit of the channel, once: it is asked
+  // on every all-reduce, where a few dozen instructions are a measurable
+  // part of a 4-byte one.
+  std::size_t one_round_limit;
 };
 
 }  // namespace axonml::distributed

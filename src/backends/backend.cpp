@@ -38,14 +38,12 @@ void Backend::check_size(std::string_view op, std::string_view what, std::size_t
   }
 }
 
-void Backend::check_count(std::string_view op, std::string_view what, std::size_t count,
-                          std::size_t element_bytes) const {
-  if (count > static_cast<std::size_t>(PTRDIFF_MAX) / element_bytes) {
-    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + ": " +
-                          std::string(what) + " has " + std::to_string(count) + " elements of " +
-                          std::to_string(element_bytes) +
-                          " bytes, more than can exist (the byte count overflows)");
-  }
+void Backend::count_overflows(std::string_view op, std::string_view what, std::size_t count,
+                              std::size_t element_bytes) const {
+  throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + ": " +
+                        std::string(what) + " has " + std::to_string(count) + " elements of " +
+                        std::to_string(element_bytes) +
+                        " bytes, more than can exist (the byte count overflows)");
 }
 
 std::size_t Backend::times_world_size(std::string_view op, std::string_view what,

@@ -64,16 +64,4 @@ std::string_view to_string(DataType type) {
   return "unknown-type";
 }
 
-std::size_t size_of(DataType type) {
-  switch (type) {
-    case DataType::F32: return 4;
-    case DataType::F64: return 8;
-    case DataType::BF16: return 2;
-    case DataType::F16: return 2;
-    case DataType::I32: return 4;
-    case DataType::I64: return 8;
-  }
-  return 0;
-}
-
 }  // namespace axonml::distributed

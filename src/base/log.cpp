@@ -89,6 +89,7 @@ class Logging {
 
   void apply(const Settings& settings) {
     threshold_.store(settings.threshold, std::memory_order_relaxed);
+    detail::threshold.store(static_cast<int>(settings.threshold), std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(mutex_);
     tagged_rank_ = settings.tagged ? process_rank() : -1;
     loggers_.clear();  // their patterns depend on tagged_rank_
@@ -132,7 +133,7 @@ std::string_view to_string(Level level) {
   return "unknown-level";
 }
 
-Level level() { return logging().threshold(); }
+Level detail::read_threshold() { return logging().threshold(); }
 
 void reload_from_environment() { logging().reload(); }
 

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <string_view>
 #include <utility>
 
@@ -27,8 +28,20 @@ enum class Level { Trace, Debug, Info, Warn, Error, Off };
 
 std::string_view to_string(Level level);
 
+namespace detail {
+// The threshold as last applied, or kUnread before the settings were first
+// read: every collective asks whether its debug line is enabled, so the
+// answer is one relaxed load of this word, not a call.
+inline constexpr int kUnread = -1;
+inline std::atomic<int> threshold{kUnread};
+Level read_threshold();  // reads the settings once (see reload_from_environment)
+}  // namespace detail
+
 // The current threshold; lines below it are dropped.
-Level level();
+inline Level level() {
+  const int t = detail::threshold.load(std::memory_order_relaxed);
+  return t == detail::kUnread ? detail::read_threshold() : static_cast<Level>(t);
+}
 inline bool enabled(Level at) { return at != Level::Off && at >= level(); }
 
 // Re-reads AXON_LOG_LEVEL, AXON_DEBUG and AXON_TAG_OUTPUT; a bad value

@@ -24,8 +24,10 @@ namespace axonml::distributed::collectives {
 // the number of members); the slot size caps it.
 std::size_t one_round_all_reduce_limit(std::size_t slot_bytes, int members);
 
+// `one_round_limit`: one_round_all_reduce_limit() of this channel, which its
+// owner computes once (it depends on the channel and the environment only).
 void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
-                ReduceOp op);
+                ReduceOp op, std::size_t one_round_limit);
 // Zero copy: `data` lies in the shared region on every member. Three
 // exchanges: addresses; each member reduces its slice of all buffers in
 // place; each copies the other slices out of their owners' buffers.

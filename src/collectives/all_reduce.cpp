@@ -24,8 +24,9 @@ void all_reduce_one_round(RoundChannel& channel, std::byte* data, std::size_t co
   const std::size_t es = size_of(type);
   const std::size_t per_round = channel.slot_bytes() / es;
   // The sources on the stack up to 64 members: this is the small-message
-  // path, where a heap allocation per call is a measurable part of the time.
-  std::array<const std::byte*, 64> local{};
+  // path, where a heap allocation per call (or zeroing 512 bytes of
+  // pointers) is a measurable part of the time.
+  std::array<const std::byte*, 64> local;
   std::vector<const std::byte*> heap;
   std::span<const std::byte*> sources(local.data(), static_cast<std::size_t>(n));
   if (static_cast<std::size_t>(n) > local.size()) {
@@ -141,13 +142,13 @@ std::size_t one_round_all_reduce_limit(std::size_t slot_bytes, int members) {
 }
 
 void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
-                ReduceOp op) {
+                ReduceOp op, std::size_t one_round_limit) {
   const std::size_t bytes = count * size_of(type);
   if (channel.size() == 1) {
     channel.exchange();  // nothing to combine: x op nothing is x, and Average of one is x
     return;
   }
-  if (bytes <= one_round_all_reduce_limit(channel.slot_bytes(), channel.size()) ||
+  if (bytes <= one_round_limit ||
       pipelined_block_limit(channel.slot_bytes(), size_of(type),
                             static_cast<std::size_t>(channel.size())) == 0) {
     all_reduce_one_round(channel, data, count, type, op);

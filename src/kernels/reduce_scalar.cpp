@@ -31,10 +31,45 @@ template <typename Acc> Acc multiply(Acc a, Acc b) {
   }
 }
 
+// Elements [begin, end) one at a time, for a few of them (a scalar's
+// all-reduce, a vector kernel's tail): the same operations in the same order
+// as reduce_typed below, so bitwise its results, without the passes over a
+// block that cost more than the arithmetic when there are only a few.
+template <typename T, typename Acc>
+void reduce_few(ReduceOp op, std::span<const std::byte* const> sources, T* dest, std::size_t begin,
+                std::size_t end) {
+  const std::size_t n = sources.size();
+  for (std::size_t i = begin; i < end; ++i) {
+    Acc acc = static_cast<Acc>(reinterpret_cast<const T*>(sources[0])[i]);
+    for (std::size_t s = 1; s < n; ++s) {
+      const Acc x = static_cast<Acc>(reinterpret_cast<const T*>(sources[s])[i]);
+      switch (op) {
+        case ReduceOp::Sum:
+        case ReduceOp::Average: acc = add(acc, x); break;
+        case ReduceOp::Product: acc = multiply(acc, x); break;
+        case ReduceOp::Min: acc = std::min(acc, x); break;
+        case ReduceOp::Max: acc = std::max(acc, x); break;
+      }
+    }
+    if (op == ReduceOp::Average) {
+      if constexpr (std::is_floating_point_v<Acc>) {
+        acc = acc * (Acc(1) / static_cast<Acc>(n));
+      } else {
+        acc = acc / static_cast<Acc>(n);
+      }
+    }
+    if constexpr (std::is_floating_point_v<Acc>) {
+      if (op != ReduceOp::Min && op != ReduceOp::Max && std::isnan(acc)) acc = std::numeric_limits<Acc>::quiet_NaN();
+    }
+    dest[i] = static_cast<T>(acc);
+  }
+}
+
 // Storage type T, accumulated in Acc, in blocks that stay in L1.
 template <typename T, typename Acc>
 void reduce_typed(ReduceOp op, std::span<const std::byte* const> sources, std::byte* dest_bytes,
                   std::size_t begin, std::size_t end) {
+  if (end - begin <= kFewElements) return reduce_few<T, Acc>(op, sources, reinterpret_cast<T*>(dest_bytes), begin, end);
   constexpr std::size_t kBlock = 1024;
   Acc acc[kBlock];
   T* dest = reinterpret_cast<T*>(dest_bytes);

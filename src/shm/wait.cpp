@@ -20,9 +20,6 @@
 #include "axonml/distributed/error.hpp"
 #include "base/env.hpp"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 namespace axonml::distributed::shm {
 
@@ -239,12 +236,6 @@ void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point 
     waits.abort(waits.rank(), what);
     throw Timeout(what);
   }
-}
-
-void pause_cpu() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#endif
 }
 
 void yield_cpu() { sched_yield(); }

@@ -165,7 +165,12 @@ namespace detail {
 // is being waited for ("all_reduce call #3 in group [0, 1]: waiting for rank 1").
 void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point started,
                 const std::function<std::string()>& describe);
-void pause_cpu();
+// A spin-wait hint (PAUSE); inline, as it sits in every poll loop.
+inline void pause_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 void yield_cpu();
 }  // namespace detail
 

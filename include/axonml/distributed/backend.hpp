@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -149,9 +150,16 @@ class Backend {
   void check_blocks(std::string_view op, std::string_view what, std::size_t actual) const;
   void check_tag(std::string_view op, int tag) const;
   // Throws when `count` elements of `element_bytes` could not exist (their
-  // byte count overflows), naming the op and the count.
+  // byte count overflows), naming the op and the count. Inline: it is on the
+  // way into every collective, and the comparison is against a constant.
   void check_count(std::string_view op, std::string_view what, std::size_t count,
-                   std::size_t element_bytes) const;
+                   std::size_t element_bytes) const {
+    if (count > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()) / element_bytes) [[unlikely]] {
+      count_overflows(op, what, count, element_bytes);
+    }
+  }
+  [[noreturn]] void count_overflows(std::string_view op, std::string_view what, std::size_t count,
+                                    std::size_t element_bytes) const;
   // count x world_size(), or InvalidArgument when that overflows.
   std::size_t times_world_size(std::string_view op, std::string_view what, std::size_t count,
                                std::size_t element_bytes) const;

@@ -49,7 +49,18 @@ struct float16 {
 
 std::string_view to_string(ReduceOp op);
 std::string_view to_string(DataType type);
-std::size_t size_of(DataType type);
+// Bytes per element; inline, as every collective asks it on its way in.
+constexpr std::size_t size_of(DataType type) {
+  switch (type) {
+    case DataType::F32: return 4;
+    case DataType::F64: return 8;
+    case DataType::BF16: return 2;
+    case DataType::F16: return 2;
+    case DataType::I32: return 4;
+    case DataType::I64: return 8;
+  }
+  return 0;
+}
 
 template <typename T> struct data_type_of;
 template <> struct data_type_of<float> { static constexpr DataType value = DataType::F32; };
