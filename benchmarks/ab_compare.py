@@ -8,7 +8,8 @@ each side's median time as a multiple of the hand-off floor its own run
 measured (axon-bench's handoff column).
 
     benchmarks/ab_compare.py --a OLD/axon-bench --b NEW/axon-bench \\
-        [--launcher build/release/launcher/axon-launch] [--ranks 2 8] [--rounds 7] \\
+        [--launcher build/release/launcher/axon-launch] [--launcher-b NEW/axon-launch] \\
+        [--ranks 2 8] [--rounds 7] [--env-b NAME=VALUE] \\
         [-- extra axon-bench options, e.g. -b 4 -e 4M -f 4 -n 200]
 
 Every axon-bench run checks its results (a wrong element fails the run), so
@@ -46,7 +47,9 @@ def main():
     parser.add_argument("--a", required=True, help="axon-bench of the baseline build")
     parser.add_argument("--b", required=True, help="axon-bench of the build under test")
     here = os.path.dirname(os.path.abspath(__file__))
-    parser.add_argument("--launcher", default=os.path.join(here, "..", "build", "release", "launcher", "axon-launch"))
+    parser.add_argument("--launcher", default=os.path.join(here, "..", "build", "release", "launcher", "axon-launch"),
+                        help="axon-launch for A (and for B unless --launcher-b)")
+    parser.add_argument("--launcher-b", help="axon-launch of B's build, when its arena layout differs from A's")
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--rounds", type=int, default=7, help="A/B pairs per world size")
     parser.add_argument("--env-b", action="append", default=[], metavar="NAME=VALUE",
@@ -67,7 +70,8 @@ def main():
             order = ("a", "b") if r % 2 == 0 else ("b", "a")
             for side in order:
                 bench, env = (args.a, env_a) if side == "a" else (args.b, env_b)
-                runs[side].append(run_once(args.launcher, bench, ranks, extra, env))
+                launcher = args.launcher_b if side == "b" and args.launcher_b else args.launcher
+                runs[side].append(run_once(launcher, bench, ranks, extra, env))
         print(f"# n={ranks}: {args.rounds} interleaved rounds; A={args.a}; B={args.b} {' '.join(args.env_b)}")
         print(f"# {'collective':<14} {'bytes':>10} {'A us':>10} {'B us':>10} {'B/A':>6} "
               f"{'B/A min':>7} {'B/A max':>7} {'A x_hand':>8} {'B x_hand':>8}")

@@ -106,6 +106,27 @@ TEST_CASE("ranks that all-reduce different counts both get a mismatch error", "[
   REQUIRE(messages[1] == "collective mismatch in group [0, 1] at call #1: rank 1: all_reduce(f32, 200, sum) vs rank 0: all_reduce(f32, 100, sum)");
 }
 
+// A scalar's payload travels beside the round counter, a larger one in the
+// slot: ranks that disagree on the count look in different places, and must
+// get the mismatch before either reads the other's data.
+TEST_CASE("a scalar all-reduce against a larger one is a mismatch, and neither buffer changes", "[errors][mismatch]") {
+  std::vector<std::string> messages(2);
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<float> data(r == 0 ? 1 : 100, 1.0f + static_cast<float>(r));
+    const std::vector<float> before = data;
+    b->barrier();
+    try {
+      b->all_reduce(data, ReduceOp::Sum);
+      RANK_FAIL("no mismatch reported on rank " << r);
+    } catch (const CollectiveMismatch& e) {
+      messages[static_cast<std::size_t>(r)] = e.what();
+    }
+    RANK_REQUIRE(data == before);
+  });
+  REQUIRE(messages[0] == "collective mismatch in group [0, 1] at call #1: rank 0: all_reduce(f32, 1, sum) vs rank 1: all_reduce(f32, 100, sum)");
+  REQUIRE(messages[1] == "collective mismatch in group [0, 1] at call #1: rank 1: all_reduce(f32, 100, sum) vs rank 0: all_reduce(f32, 1, sum)");
+}
+
 TEST_CASE("a broadcast against an all_gather, or different roots, is reported", "[errors][mismatch]") {
   std::vector<std::string> messages(3);
   run_ranks(3, [&](std::shared_ptr<Backend> b, int r) {

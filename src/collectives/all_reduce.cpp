@@ -17,7 +17,10 @@ namespace {
 // One round per slotful: copy in, exchange, every member reduces all slots in
 // rank order straight into its own output. Reads n times the message per
 // member, so it pays off only while latency dominates (one slotful), or when
-// slots are too small for the pipelined algorithm's n + 1 blocks.
+// slots are too small for the pipelined algorithm's n + 1 blocks. A payload
+// that fits RoundChannel::small_bytes() (a scalar) travels beside the round
+// counters instead: peers then fetch one cache line per member, not two
+// (4 and 8 bytes at n=2: 0.51 -> 0.39 us, 9 interleaved rounds).
 void all_reduce_one_round(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                           ReduceOp op) {
   const int n = channel.size();
@@ -32,6 +35,13 @@ void all_reduce_one_round(RoundChannel& channel, std::byte* data, std::size_t co
   if (static_cast<std::size_t>(n) > local.size()) {
     heap.resize(static_cast<std::size_t>(n));
     sources = heap;
+  }
+  if (count * es <= channel.small_bytes()) {  // a scalar: beside the round counters
+    copy_bytes(channel.small_outbox(), data, count * es);
+    channel.exchange();
+    for (int m = 0; m < n; ++m) sources[static_cast<std::size_t>(m)] = channel.small_inbox(m);
+    kernels::reduce(type, op, sources, data, count);
+    return;
   }
   std::size_t offset = 0;
   do {

@@ -34,6 +34,12 @@ void broadcast(RoundChannel& channel, std::byte* data, std::size_t count, DataTy
     channel.exchange();  // the root already holds the data
     return;
   }
+  if (count * es <= channel.small_bytes()) {  // a scalar: beside the root's round counter
+    if (is_root) copy_bytes(channel.small_outbox(), data, count * es);
+    channel.exchange();
+    if (!is_root) copy_bytes(data, channel.small_inbox(root), count * es);
+    return;
+  }
   for (std::size_t k = 0; k < rounds; ++k) {
     const std::size_t offset = k * per_round;
     const std::size_t len = std::min(per_round, count - std::min(count, offset));
@@ -52,6 +58,15 @@ void gather_pieces(RoundChannel& channel, const std::byte* send, std::byte* recv
   const int n = channel.size();
   const std::size_t per_round = channel.slot_bytes() / es;
   const std::size_t rounds = rounds_for(count, per_round);
+  if (count * es <= channel.small_bytes()) {  // a scalar each: beside the round counters
+    copy_bytes(channel.small_outbox(), send, count * es);
+    channel.exchange();
+    if (!keep) return;
+    for (int m = 0; m < n; ++m) {
+      copy_bytes(recv + static_cast<std::size_t>(m) * count * es, channel.small_inbox(m), count * es);
+    }
+    return;
+  }
   for (std::size_t k = 0; k < rounds; ++k) {
     const std::size_t offset = k * per_round;
     const std::size_t len = std::min(per_round, count - std::min(count, offset));

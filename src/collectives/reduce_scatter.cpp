@@ -51,6 +51,14 @@ void reduce(RoundChannel& channel, const std::byte* send, std::byte* recv, std::
   const std::size_t per_round = channel.slot_bytes() / es;
   const std::size_t rounds = std::max<std::size_t>(1, (count + per_round - 1) / per_round);
   std::vector<const std::byte*> sources(n);
+  if (count * es <= channel.small_bytes()) {  // a scalar each: beside the round counters
+    copy_bytes(channel.small_outbox(), send, count * es);
+    channel.exchange();
+    if (channel.rank() != root) return;
+    for (std::size_t m = 0; m < n; ++m) sources[m] = channel.small_inbox(static_cast<int>(m));
+    kernels::reduce(type, op, sources, recv, count);
+    return;
+  }
   for (std::size_t k = 0; k < rounds; ++k) {
     const std::size_t offset = k * per_round;
     const std::size_t len = std::min(per_round, count - std::min(count, offset));

@@ -33,6 +33,14 @@ class RoundChannel {
   // Member m's slot as published in the last exchange(); read-only, valid
   // until the next exchange().
   virtual const std::byte* inbox(int member) const = 0;
+  // A second, tiny outbox and inbox, used instead of the slot by a round
+  // whose payload fits (a scalar's all-reduce): where the transport can put
+  // it beside what peers poll anyway, a round then costs one cache-line
+  // transfer instead of two. Same rules as outbox()/inbox(); a round uses
+  // one or the other, the same on every member. 0 bytes: none.
+  virtual std::size_t small_bytes() const { return 0; }
+  virtual std::byte* small_outbox() { return outbox(); }
+  virtual const std::byte* small_inbox(int member) const { return inbox(member); }
   // Publishes outbox() and waits until every member has published the same
   // round. Throws on abort, timeout, or a collective mismatch.
   virtual void exchange() = 0;

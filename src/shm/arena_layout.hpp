@@ -27,7 +27,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 8;
+inline constexpr std::uint32_t kLayoutVersion = 9;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -175,6 +175,9 @@ struct Descriptor {
 };
 static_assert(sizeof(Descriptor) == 32);  // two fill one cache line
 
+// Bytes of a round's payload that fit beside a member's round counter.
+inline constexpr std::size_t kSmallPayloadBytes = 8;
+
 // One member's control block within a group.
 struct alignas(kCacheLine) MemberControl {
   // Written by: this member. The last round it has published; its slot of
@@ -196,6 +199,11 @@ struct alignas(kCacheLine) MemberControl {
   // as arrived (ArenaChannel::peers_arrived), so that two members that reach
   // a call together do not each wait for the other to publish a round.
   std::atomic<std::uint64_t> intent;
+  // Written by: this member, indexed by round parity, before publishing: the
+  // payload of a collective's round when it is this small (RoundChannel::
+  // small_outbox), on the very line peers read for `round`, so that they
+  // need one cache-line transfer for both instead of two.
+  std::byte small[2][kSmallPayloadBytes];
   // Written by: this member, indexed by round parity, before publishing.
   alignas(kCacheLine) Descriptor descriptor[2];
 };
@@ -203,6 +211,7 @@ static_assert(sizeof(MemberControl) == 2 * kCacheLine);  // docs/arena.md: 128 b
 static_assert(offsetof(MemberControl, descriptor) == kCacheLine);
 static_assert(offsetof(MemberControl, relay) == 24);  // docs/arena.md
 static_assert(offsetof(MemberControl, intent) == 32);  // docs/arena.md
+static_assert(offsetof(MemberControl, small) == 40);  // docs/arena.md
 
 // MemberControl::relay of a member in step `step` (1-based) of the barrier
 // that publishes `round`: monotone over rounds and steps (at most 64 steps).
