@@ -140,11 +140,15 @@ void all_reduce_pipelined(RoundChannel& channel, std::byte* data, std::size_t co
 
 std::size_t one_round_all_reduce_limit(std::size_t slot_bytes, int members) {
   // Every member reads every slot, n times the message: worth it while the
-  // message is small next to the cost of the extra rounds of the pipelined
-  // algorithm. 256 KiB / n came out best on 2 to 16 ranks (16-core run:
-  // 64 KiB one-round took 147 us at n=16, the pipelined 256 KiB 116 us).
-  std::size_t limit = std::clamp<std::size_t>((std::size_t{256} << 10) / static_cast<std::size_t>(members),
-                                              std::size_t{4} << 10, std::size_t{128} << 10);
+  // message is small next to the cost of the extra round of the pipelined
+  // algorithm. Since the pipelined one keeps each member's own slice out of
+  // the slots, it wins from 32 KiB at n=2 (0.87-0.91x the one-round time at
+  // 32-128 KiB, 16 KiB equal) and from 16 KiB at n=8 (0.69-0.71x at 16 and
+  // 32 KiB), 7 interleaved rounds each on 2 cores; hence 32 KiB / n within
+  // 4..16 KiB. (Before, 256 KiB / n within 4..128 KiB; the 16-core run had
+  // shown 64 KiB one-round slower at n=16 than the pipelined 256 KiB.)
+  std::size_t limit = std::clamp<std::size_t>((std::size_t{32} << 10) / static_cast<std::size_t>(members),
+                                              std::size_t{4} << 10, std::size_t{16} << 10);
   static const std::optional<long long> requested =
       env::integer("AXON_ALLREDUCE_ONE_ROUND_BYTES", 0, 1LL << 40);
   if (requested) limit = static_cast<std::size_t>(*requested);
