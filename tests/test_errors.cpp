@@ -2,6 +2,7 @@
 // corrupt data. Each case checks the message names what was wrong.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <thread>
@@ -90,29 +91,14 @@ TEST_CASE("a collective on a group the caller is not in names the rank and the g
   });
 }
 
-TEST_CASE("ranks that all-reduce different counts both get a mismatch error", "[errors][mismatch]") {
-  std::vector<std::string> messages(2);
-  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
-    std::vector<float> data(r == 0 ? 100 : 200);
-    b->barrier();
-    try {
-      b->all_reduce(data, ReduceOp::Sum);
-      RANK_FAIL("no mismatch reported on rank " << r);
-    } catch (const CollectiveMismatch& e) {
-      messages[static_cast<std::size_t>(r)] = e.what();
-    }
-  });
-  REQUIRE(messages[0] == "collective mismatch in group [0, 1] at call #1: rank 0: all_reduce(f32, 100, sum) vs rank 1: all_reduce(f32, 200, sum)");
-  REQUIRE(messages[1] == "collective mismatch in group [0, 1] at call #1: rank 1: all_reduce(f32, 200, sum) vs rank 0: all_reduce(f32, 100, sum)");
-}
+namespace {
 
-// A scalar's payload travels beside the round counter, a larger one in the
-// slot: ranks that disagree on the count look in different places, and must
-// get the mismatch before either reads the other's data.
-TEST_CASE("a scalar all-reduce against a larger one is a mismatch, and neither buffer changes", "[errors][mismatch]") {
+// Two ranks all-reduce `counts[r]` floats after a barrier; each must throw
+// CollectiveMismatch and leave its buffer as it was. Returns the messages.
+std::vector<std::string> mismatch_of_counts(std::array<std::size_t, 2> counts) {
   std::vector<std::string> messages(2);
   run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
-    std::vector<float> data(r == 0 ? 1 : 100, 1.0f + static_cast<float>(r));
+    std::vector<float> data(counts[static_cast<std::size_t>(r)], 1.0f + static_cast<float>(r));
     const std::vector<float> before = data;
     b->barrier();
     try {
@@ -123,6 +109,22 @@ TEST_CASE("a scalar all-reduce against a larger one is a mismatch, and neither b
     }
     RANK_REQUIRE(data == before);
   });
+  return messages;
+}
+
+}  // namespace
+
+TEST_CASE("ranks that all-reduce different counts both get a mismatch error", "[errors][mismatch]") {
+  const auto messages = mismatch_of_counts({100, 200});
+  REQUIRE(messages[0] == "collective mismatch in group [0, 1] at call #1: rank 0: all_reduce(f32, 100, sum) vs rank 1: all_reduce(f32, 200, sum)");
+  REQUIRE(messages[1] == "collective mismatch in group [0, 1] at call #1: rank 1: all_reduce(f32, 200, sum) vs rank 0: all_reduce(f32, 100, sum)");
+}
+
+// A scalar's payload travels beside the round counter, a larger one in the
+// slot: ranks that disagree on the count look in different places, and must
+// get the mismatch before either reads the other's data.
+TEST_CASE("a scalar all-reduce against a larger one is a mismatch, and neither buffer changes", "[errors][mismatch]") {
+  const auto messages = mismatch_of_counts({1, 100});
   REQUIRE(messages[0] == "collective mismatch in group [0, 1] at call #1: rank 0: all_reduce(f32, 1, sum) vs rank 1: all_reduce(f32, 100, sum)");
   REQUIRE(messages[1] == "collective mismatch in group [0, 1] at call #1: rank 1: all_reduce(f32, 100, sum) vs rank 0: all_reduce(f32, 1, sum)");
 }
