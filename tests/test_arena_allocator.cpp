@@ -1,5 +1,6 @@
-// The arena's free space comes back: ArenaAllocator on its own (first fit,
-// reuse, coalescing, a full arena, its lock), and through MockBackend (shared
+// The arena's free space comes back: ArenaAllocator on its own (small
+// requests first fit from the low end, large ones from the high end, reuse,
+// coalescing, a full arena, its lock), and through MockBackend (shared
 // tensors and group areas returned when their last holder drops them).
 #include <catch2/catch.hpp>
 
@@ -122,6 +123,34 @@ TEST_CASE("neighbouring free blocks merge in whatever order they are released", 
     REQUIRE(usage.free_bytes == fresh.free_bytes);
     REQUIRE(usage.largest_free == fresh.free_bytes);
   } while (std::next_permutation(order.begin(), order.end()));
+}
+
+// Why (tests/programs/arena_epochs.cpp, its ctest): with both kinds from the
+// front, per-epoch shared tensors landed in the holes group areas left, and
+// the next area found no piece large enough with plenty free.
+TEST_CASE("small requests come from the low end, large ones from the high end into the smallest hole that fits",
+          "[arena][allocator]") {
+  constexpr std::size_t kLarge = shm::ArenaAllocator::kLargeBytes;
+  HeapArena arena(8 << 20);
+  const shm::ArenaUsage fresh = arena.allocator.usage();
+  const std::uint64_t small = arena.allocator.allocate(kPage);
+  const std::uint64_t top = arena.allocator.allocate(kLarge);
+  const std::uint64_t next_small = arena.allocator.allocate(kPage);
+  REQUIRE(next_small == small + kPage);
+  REQUIRE(top + kLarge == arena.header().arena_bytes);
+  // A hole of exactly kLarge between `top` and the one below it, and the big
+  // free block below that: the next large request fills the hole.
+  const std::uint64_t middle = arena.allocator.allocate(kLarge);
+  const std::uint64_t below = arena.allocator.allocate(kLarge);
+  REQUIRE(middle == top - kLarge);
+  REQUIRE(below == middle - kLarge);
+  arena.allocator.release(middle, kLarge);
+  REQUIRE(arena.allocator.allocate(kLarge) == middle);
+  for (std::uint64_t at : {top, middle, below}) arena.allocator.release(at, kLarge);
+  arena.allocator.release(small, kPage);
+  arena.allocator.release(next_small, kPage);
+  REQUIRE(arena.allocator.usage().free_blocks == 1);
+  REQUIRE(arena.allocator.usage().free_bytes == fresh.free_bytes);
 }
 
 TEST_CASE("a request no free block can hold gets 0 and the free space seen", "[arena][allocator][errors]") {

@@ -279,6 +279,11 @@ TEST_CASE("sizes in messages are written one way: bytes, then KiB or MiB with on
   CHECK(format_bytes(260 * 1024 + 512) == "260.5 KiB");
   CHECK(format_bytes(std::size_t{3} << 20) == "3 MiB");
   CHECK(format_bytes((std::size_t{7} << 19)) == "3.5 MiB");
+  // A refused request says exactly how much it asked for when the rounding
+  // would make it look equal to a free block.
+  CHECK(format_bytes_exactly((std::size_t{2} << 20) + 8192) == "2.0 MiB (2105344 bytes)");
+  CHECK(format_bytes_exactly(std::size_t{2} << 20) == "2 MiB");
+  CHECK(format_bytes_exactly(512) == "512 bytes");
 }
 
 TEST_CASE("an arena with no room for another group says so on every rank, with the sizes", "[errors][groups]") {

@@ -247,7 +247,7 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
                                 reply.free_blocks};
     throw InvalidArgument("new_group of " + std::to_string(ranks.size()) + " ranks on rank " +
                           std::to_string(state.world_rank) + ": no room in the arena for a group area of " +
-                          format_bytes(layout.total_bytes) + ": " + shm::describe(usage) +
+                          format_bytes_exactly(layout.total_bytes) + ": " + shm::describe(usage) +
                           " (raise --arena-mb, or drop unused groups and shared tensors)");
   }
   const auto position = std::find(ranks.begin(), ranks.end(), channel.rank());

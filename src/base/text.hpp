@@ -44,4 +44,13 @@ inline std::string format_bytes(std::size_t bytes) {
   return text + std::string(name);
 }
 
+// format_bytes, and the exact count too where it rounds: for a request that
+// is refused while a free block of the rounded size exists ("a group area of
+// 2.0 MiB (2101248 bytes)" beside "the largest free block 2 MiB").
+inline std::string format_bytes_exactly(std::size_t bytes) {
+  const std::string rounded = format_bytes(bytes);
+  if (rounded.find('.') == std::string::npos) return rounded;
+  return rounded + " (" + std::to_string(bytes) + " bytes)";
+}
+
 }  // namespace axonml::distributed

@@ -125,9 +125,13 @@ ArenaUsage ArenaAllocator::usage() {
   return usage_locked();
 }
 
-// First fit: walk the list in offset order and take the front of the first
-// block at least `need` bytes long; what remains of it stays a free block,
-// its header moved up by `need`.
+// Small: first fit. Walk the list in offset order and take the front of the
+// first block at least `need` bytes long; what remains of it stays a free
+// block, its header moved up by `need`.
+// Large: best fit from the high end. Walk the whole list and take the back of
+// the smallest block that is long enough (the last of equals); its header
+// stays where it is, shorter by `need`. A group area then goes into the hole
+// an area of its size left rather than carving the largest block.
 std::uint64_t ArenaAllocator::allocate(std::size_t bytes, ArenaUsage* usage_when_full) {
   const bool fits_at_all = bytes <= header_.arena_bytes;
   const std::size_t need = fits_at_all ? footprint(bytes) : 0;
@@ -135,7 +139,31 @@ std::uint64_t ArenaAllocator::allocate(std::size_t bytes, ArenaUsage* usage_when
   AtScopeExit hold([this] { unlock(); });
   ArenaAllocatorControl& control = header_.allocator;
   std::uint64_t previous = 0;
-  for (std::uint64_t at = control.free_head; fits_at_all && at != 0;) {
+  if (fits_at_all && need >= kLargeBytes) {
+    std::uint64_t chosen = 0;
+    std::uint64_t before_chosen = 0;
+    std::uint64_t chosen_bytes = 0;
+    for (std::uint64_t at = control.free_head; at != 0; previous = at, at = block_at(at).next) {
+      const std::uint64_t bytes_here = block_at(at).bytes;
+      if (bytes_here >= need && (chosen == 0 || bytes_here <= chosen_bytes)) {
+        chosen = at;
+        chosen_bytes = bytes_here;
+        before_chosen = previous;
+      }
+    }
+    if (chosen != 0) {
+      FreeBlock& block = block_at(chosen);
+      control.free_bytes -= need;
+      if (block.bytes > need) {
+        block.bytes -= need;
+        return chosen + block.bytes;
+      }
+      (before_chosen == 0 ? control.free_head : block_at(before_chosen).next) = block.next;
+      control.free_blocks -= 1;
+      return chosen;
+    }
+  }
+  for (std::uint64_t at = control.free_head; fits_at_all && need < kLargeBytes && at != 0;) {
     const FreeBlock block = block_at(at);
     if (block.bytes >= need) {
       std::uint64_t rest = block.next;
