@@ -176,7 +176,10 @@ std::string Supervisor::describe(const Failure& failure) const {
     case Blame::Failed:
       break;
   }
-  if (failure.joined) return s + describe_status(failure.status);
+  // "Before joining" tells only once some rank has joined: a program that
+  // never uses the arena (a PyTorch program, whose groups make their own)
+  // joins nothing, and its ranks die after their work has begun.
+  if (failure.joined || arena_.attached() == 0) return s + describe_status(failure.status);
   return s + describe_status(failure.status) + " before joining the job";
 }
 

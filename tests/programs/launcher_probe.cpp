@@ -9,8 +9,9 @@
 //   launcher_probe lines COUNT            write COUNT stdout and stderr lines
 //                                         in pieces, then an unterminated one
 //   launcher_probe early RANK CODE        rank RANK exits CODE without calling
-//                                         World::init(); the others init and
-//                                         wait in a barrier
+//                                         World::init() (a CODE other than 0
+//                                         once every other rank has joined);
+//                                         the others init and wait in a barrier
 //   launcher_probe leave RANK             rank RANK exits 0 after its last
 //                                         collective; the others go on without
 //                                         it for a while, then exit 0
@@ -40,8 +41,11 @@
 // (or PROBE_CAUGHT_EXIT, to play a program that handles the error and ends
 // normally).
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +76,22 @@ int lines(int count) {
   }
   write_piece(1, "tail-" + r);
   return 0;
+}
+
+// Reads the launcher's arena without attaching to it (ArenaHeader::attached,
+// at byte 128: docs/arena.md) until every other rank has attached, so that
+// this rank's exit comes after theirs and the launcher's summary can say
+// "before joining the job" (it says so only when someone has joined).
+void wait_until_others_joined() {
+  const char* fd = std::getenv("AXON_ARENA_FD");
+  const char* bytes = std::getenv("AXON_ARENA_BYTES");
+  const char* size = std::getenv("WORLD_SIZE");
+  if (fd == nullptr || bytes == nullptr || size == nullptr) return;
+  void* arena = ::mmap(nullptr, std::strtoull(bytes, nullptr, 10), PROT_READ, MAP_SHARED, std::atoi(fd), 0);
+  if (arena == MAP_FAILED) return;
+  auto* attached = reinterpret_cast<const std::atomic<std::uint32_t>*>(static_cast<const char*>(arena) + 128);
+  const auto others = static_cast<std::uint32_t>(std::atoi(size) - 1);
+  for (int i = 0; i < 60000 && attached->load(std::memory_order_acquire) < others; ++i) ::usleep(1000);
 }
 
 int blocked_forever(World& world) {
@@ -111,7 +131,9 @@ int main(int argc, char** argv) {
   if (args[0] == "early" && args.size() == 3) {
     const char* my_rank = std::getenv("RANK");
     if (my_rank != nullptr && std::atoi(my_rank) == std::atoi(args[1].c_str())) {
-      return std::atoi(args[2].c_str());
+      const int code = std::atoi(args[2].c_str());
+      if (code != 0) wait_until_others_joined();
+      return code;
     }
   }
 
