@@ -24,6 +24,16 @@
 //                   subgroup's endpoint sent), from src, with its tag; those
 //                   arrive in the order they were sent. A send completes even
 //                   when its peer receives only after a collective.
+// In place: besides all_reduce, send and recv may overlap only as "this
+// rank's block": all_gather's and gather's (on dst) send may be the caller's
+// block of recv (recv + rank * count), reduce_scatter's recv the caller's
+// block of send, scatter's recv on src its block of send, reduce's recv on
+// dst its send; all_to_all's send and recv may overlap in any way. Results
+// are then as with separate buffers. Other overlaps are not supported.
+//
+// A group whose ranks called different collectives (CollectiveMismatch) stays
+// unusable: every later collective on it throws the same mismatch, rather
+// than exchanging data with ranks that disagree on what comes next.
 //
 // Thread safety: one thread at a time per Backend object. Different Backend
 // objects may be used concurrently: the ranks of a mock world, and one
