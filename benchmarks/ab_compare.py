@@ -3,7 +3,8 @@
 host moves its vCPUs between fast and slow every few seconds, so only
 interleaved, repeated runs compare fairly. Per world size and message size
 it prints the median time of each side, the median of the per-run ratios
-B/A (each ratio taken between an A run and the B run right after it), and
+B/A (each ratio between the A and B runs of one round, which run back to
+back, A first in even rounds and B first in odd ones), and
 each side's median time as a multiple of the hand-off floor its own run
 measured (axon-bench's handoff column).
 

@@ -131,24 +131,32 @@ TEST_CASE("neighbouring free blocks merge in whatever order they are released", 
 TEST_CASE("small requests come from the low end, large ones from the high end into the smallest hole that fits",
           "[arena][allocator]") {
   constexpr std::size_t kLarge = shm::ArenaAllocator::kLargeBytes;
-  HeapArena arena(8 << 20);
+  HeapArena arena(16 << 20);
   const shm::ArenaUsage fresh = arena.allocator.usage();
-  const std::uint64_t small = arena.allocator.allocate(kPage);
-  const std::uint64_t top = arena.allocator.allocate(kLarge);
-  const std::uint64_t next_small = arena.allocator.allocate(kPage);
-  REQUIRE(next_small == small + kPage);
-  REQUIRE(top + kLarge == arena.header().arena_bytes);
-  // A hole of exactly kLarge between `top` and the one below it, and the big
-  // free block below that: the next large request fills the hole.
-  const std::uint64_t middle = arena.allocator.allocate(kLarge);
-  const std::uint64_t below = arena.allocator.allocate(kLarge);
-  REQUIRE(middle == top - kLarge);
-  REQUIRE(below == middle - kLarge);
-  arena.allocator.release(middle, kLarge);
-  REQUIRE(arena.allocator.allocate(kLarge) == middle);
-  for (std::uint64_t at : {top, middle, below}) arena.allocator.release(at, kLarge);
-  arena.allocator.release(small, kPage);
-  arena.allocator.release(next_small, kPage);
+  const std::uint64_t low = arena.allocator.allocate(kPage);
+  const std::uint64_t just_small = arena.allocator.allocate(kLarge - kPage);  // the largest small request
+  REQUIRE(just_small == low + kPage);
+  // From the top down: A (kLarge), fence, B (2 kLarge), fence, C (kLarge), fence, D (kLarge).
+  std::vector<std::uint64_t> taken;
+  for (std::size_t bytes : {kLarge, kLarge, 2 * kLarge, kLarge, kLarge, kLarge, kLarge}) {
+    taken.push_back(arena.allocator.allocate(bytes));
+  }
+  const std::uint64_t a = taken[0], b = taken[2], c = taken[4], d = taken[6];
+  REQUIRE(a + kLarge == arena.header().arena_bytes);
+  REQUIRE(b + 2 * kLarge == taken[1]);
+  // Holes: A and C (kLarge each) and B (2 kLarge) above the big free block.
+  arena.allocator.release(a, kLarge);
+  arena.allocator.release(b, 2 * kLarge);
+  arena.allocator.release(c, kLarge);
+  // The smallest hole that fits, not the highest block: C or A, not B; of
+  // the equal ones, the higher (A).
+  REQUIRE(arena.allocator.allocate(kLarge) == a);
+  REQUIRE(arena.allocator.allocate(kLarge) == c);
+  REQUIRE(arena.allocator.allocate(2 * kLarge) == b);
+  for (std::uint64_t at : {a, c, d, taken[1], taken[3], taken[5]}) arena.allocator.release(at, kLarge);
+  arena.allocator.release(b, 2 * kLarge);
+  arena.allocator.release(low, kPage);
+  arena.allocator.release(just_small, kLarge - kPage);
   REQUIRE(arena.allocator.usage().free_blocks == 1);
   REQUIRE(arena.allocator.usage().free_bytes == fresh.free_bytes);
 }
@@ -170,7 +178,7 @@ TEST_CASE("a request no free block can hold gets 0 and the free space seen", "[a
   REQUIRE(seen.largest_free == tail);
   REQUIRE(seen.free_blocks == 2);
   REQUIRE(shm::describe(seen) == format_bytes(seen.free_bytes) + " free of the 1 MiB arena, the largest free block " +
-                                     format_bytes(tail) + " (2 free blocks)");
+                                     format_bytes_exactly(tail) + " (2 free blocks)");
   // Sizes beyond any arena are refused without overflowing.
   REQUIRE(arena.allocator.allocate(~std::size_t{0}, &seen) == 0);
   REQUIRE(arena.allocator.allocate(tail) == c);  // a refusal changes nothing

@@ -137,16 +137,19 @@ std::vector<Isa> vector_isas() {
   return isas;
 }
 
+// dest_source: the source that dest is (the collectives reduce in place into
+// their own part, which may be any source), or -1 for a separate dest.
 void check_matches_scalar(Isa isa, DataType type, ReduceOp op, std::size_t count, std::size_t n,
-                          std::size_t source_offset, std::size_t dest_offset, bool dest_is_first) {
+                          std::size_t source_offset, std::size_t dest_offset, int dest_source) {
   CAPTURE(kernels::to_string(isa), to_string(type), to_string(op), count, n, source_offset,
-          dest_offset, dest_is_first);
+          dest_offset, dest_source);
   const std::size_t es = size_of(type);
   Inputs in(type, count, n, source_offset, dest_offset, count * 7 + n);
   const auto expected = scalar_result(type, op, in, count);
-  if (dest_is_first) {
-    if (count) std::memcpy(in.dest, in.sources[0], count * es);
-    in.sources[0] = in.dest;
+  if (dest_source >= 0) {
+    const auto s = static_cast<std::size_t>(dest_source);
+    if (count) std::memcpy(in.dest, in.sources[s], count * es);
+    in.sources[s] = in.dest;
   }
   kernels::reduce_with(isa, type, op, in.sources, in.dest, count);
   const std::size_t at = first_difference(type, op, expected.data(), in.dest, count);
@@ -165,10 +168,10 @@ TEST_CASE("vector kernels give bitwise the scalar result for every dtype, op, co
     for (ReduceOp op : kAllOps)
       for (std::size_t count : {0, 1, 15, 16, 17, 1000, 4097})
         for (std::size_t n : {1, 2, 3, 8})
-          check_matches_scalar(isa, type, op, count, n, 0, 0, false);
+          check_matches_scalar(isa, type, op, count, n, 0, 0, -1);
 }
 
-TEST_CASE("vector kernels match the scalar kernel at every alignment and with dest equal to the first source",
+TEST_CASE("vector kernels match the scalar kernel at every alignment and with dest equal to any one source",
           "[kernels]") {
   const DataType type = GENERATE(DataType::F32, DataType::F64, DataType::BF16, DataType::F16,
                                  DataType::I32, DataType::I64);
@@ -176,8 +179,31 @@ TEST_CASE("vector kernels match the scalar kernel at every alignment and with de
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Min, ReduceOp::Average})
       for (std::size_t source_offset : {0, 1, 3})
         for (std::size_t dest_offset : {0, 1, 5})
-          for (bool dest_is_first : {false, true})
-            check_matches_scalar(isa, type, op, 1000, 3, source_offset, dest_offset, dest_is_first);
+          for (int dest_source : {-1, 0, 1, 2})
+            check_matches_scalar(isa, type, op, 1000, 3, source_offset, dest_offset, dest_source);
+}
+
+// Up to kernels::kFewElements elements go element by element (reduce_few),
+// longer runs through blocks: the two must agree bit for bit, or a scalar's
+// all-reduce would differ from the same element's in a larger one.
+TEST_CASE("a reduction of a few elements gives bitwise the result of the same elements in a longer one",
+          "[kernels]") {
+  const DataType type = GENERATE(DataType::F32, DataType::F64, DataType::BF16, DataType::F16,
+                                 DataType::I32, DataType::I64);
+  const std::size_t es = size_of(type);
+  for (ReduceOp op : kAllOps) {
+    for (std::size_t n : {1, 2, 3, 8}) {
+      CAPTURE(to_string(type), to_string(op), n);
+      Inputs in(type, 64, n, 0, 0, 17 + n);
+      const auto longer = scalar_result(type, op, in, 64);
+      for (std::size_t count = 1; count <= kernels::kFewElements; ++count) {
+        std::vector<std::byte> few(count * es);
+        kernels::reduce(type, op, in.sources, few.data(), count);
+        CAPTURE(count);
+        REQUIRE(first_difference(type, op, longer.data(), few.data(), count) == count);
+      }
+    }
+  }
 }
 
 TEST_CASE("vector kernels keep order and one rounding with more sources than one pass combines",

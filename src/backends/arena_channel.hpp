@@ -61,8 +61,8 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::byte* outbox() override;
   const std::byte* inbox(int member) const override;
   std::size_t small_bytes() const override { return shm::kSmallPayloadBytes; }
-  std::byte* small_outbox() override { return controls_[member_].small[(round_ + 1) & 1]; }
-  const std::byte* small_inbox(int member) const override { return controls_[member].small[round_ & 1]; }
+  std::byte* small_outbox() override { return controls_[member_].small_payload[(round_ + 1) & 1]; }
+  const std::byte* small_inbox(int member) const override { return controls_[member].small_payload[round_ & 1]; }
   void exchange() override;
   void synchronize() override;
   std::uint64_t offset_of(const std::byte* p) const override {

@@ -65,7 +65,7 @@ class Logging {
     }
   }
 
-  Level threshold() const { return threshold_.load(std::memory_order_relaxed); }
+  Level threshold() const { return static_cast<Level>(detail::threshold.load(std::memory_order_relaxed)); }
 
   // Throws on a bad value, leaving the settings as they were.
   void reload() { apply(read_settings()); }
@@ -88,7 +88,6 @@ class Logging {
   }
 
   void apply(const Settings& settings) {
-    threshold_.store(settings.threshold, std::memory_order_relaxed);
     detail::threshold.store(static_cast<int>(settings.threshold), std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(mutex_);
     tagged_rank_ = settings.tagged ? process_rank() : -1;
@@ -107,7 +106,6 @@ class Logging {
     return slot;
   }
 
-  std::atomic<Level> threshold_{kDefaultLevel};
   std::shared_ptr<spdlog::sinks::stderr_sink_mt> sink_;
   std::mutex mutex_;  // guards tagged_rank_ and loggers_
   int tagged_rank_ = -1;

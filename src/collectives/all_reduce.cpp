@@ -20,7 +20,8 @@ namespace {
 // slots are too small for the pipelined algorithm's n + 1 blocks. A payload
 // that fits RoundChannel::small_bytes() (a scalar) travels beside the round
 // counters instead: peers then fetch one cache line per member, not two
-// (4 and 8 bytes at n=2: 0.51 -> 0.39 us, 9 interleaved rounds).
+// (4 bytes at n=2: 0.35 us against 0.54 through the slot, 7 interleaved
+// rounds).
 void all_reduce_one_round(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                           ReduceOp op) {
   const int n = channel.size();
@@ -81,10 +82,10 @@ std::size_t pipelined_block_limit(std::size_t slot_bytes, std::size_t es, std::s
 // copy-in and half the copy-out. Every copy into the slots is a write to
 // lines the peers read a round earlier (so it must take them back from their
 // caches), and with the output written once, where it belongs, each rank
-// moves a third fewer bytes: a 1 MiB all-reduce at n = 2 took 174-190 us the
-// old way and 119-138 us this way in a two-process model of both
-// (2-vCPU machine, slow phase, where the cross-core hand-off of 1 MiB alone
-// takes 78 us).
+// moves a third fewer bytes: a 1 MiB all-reduce at n = 2 takes 119-138 us
+// this way against 174-190 us when every slice goes through the slots, in a
+// two-process model of both (2-vCPU machine, slow phase, where the
+// cross-core hand-off of 1 MiB alone takes 78 us).
 void all_reduce_pipelined(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                           ReduceOp op) {
   const auto n = static_cast<std::size_t>(channel.size());
@@ -141,12 +142,12 @@ void all_reduce_pipelined(RoundChannel& channel, std::byte* data, std::size_t co
 std::size_t one_round_all_reduce_limit(std::size_t slot_bytes, int members) {
   // Every member reads every slot, n times the message: worth it while the
   // message is small next to the cost of the extra round of the pipelined
-  // algorithm. Since the pipelined one keeps each member's own slice out of
-  // the slots, it wins from 32 KiB at n=2 (0.87-0.91x the one-round time at
-  // 32-128 KiB, 16 KiB equal) and from 16 KiB at n=8 (0.69-0.71x at 16 and
-  // 32 KiB), 7 interleaved rounds each on 2 cores; hence 32 KiB / n within
-  // 4..16 KiB. (Before, 256 KiB / n within 4..128 KiB; the 16-core run had
-  // shown 64 KiB one-round slower at n=16 than the pipelined 256 KiB.)
+  // algorithm, which keeps each member's own slice out of the slots. The
+  // pipelined one wins from 32 KiB at n=2 (0.87-0.91x the one-round time at
+  // 32-128 KiB, 16 KiB equal) and from 8 KiB at n=8 (0.90x at 8 KiB,
+  // 0.69-0.71x at 16 and 32 KiB), 7 interleaved rounds each on 2 cores; the
+  // 16-core run also showed 64 KiB one-round slower at n=16 than the
+  // pipelined 256 KiB. Hence 32 KiB / n within 4..16 KiB.
   std::size_t limit = std::clamp<std::size_t>((std::size_t{32} << 10) / static_cast<std::size_t>(members),
                                               std::size_t{4} << 10, std::size_t{16} << 10);
   static const std::optional<long long> requested =

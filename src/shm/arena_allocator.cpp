@@ -46,7 +46,7 @@ class AtScopeExit {
 
 std::string describe(const ArenaUsage& usage) {
   return format_bytes(usage.free_bytes) + " free of the " + format_bytes(usage.arena_bytes) +
-         " arena, the largest free block " + format_bytes(usage.largest_free) + " (" +
+         " arena, the largest free block " + format_bytes_exactly(usage.largest_free) + " (" +
          std::to_string(usage.free_blocks) + (usage.free_blocks == 1 ? " free block)" : " free blocks)");
 }
 
@@ -128,42 +128,10 @@ ArenaUsage ArenaAllocator::usage() {
 // Small: first fit. Walk the list in offset order and take the front of the
 // first block at least `need` bytes long; what remains of it stays a free
 // block, its header moved up by `need`.
-// Large: best fit from the high end. Walk the whole list and take the back of
-// the smallest block that is long enough (the last of equals); its header
-// stays where it is, shorter by `need`. A group area then goes into the hole
-// an area of its size left rather than carving the largest block.
-std::uint64_t ArenaAllocator::allocate(std::size_t bytes, ArenaUsage* usage_when_full) {
-  const bool fits_at_all = bytes <= header_.arena_bytes;
-  const std::size_t need = fits_at_all ? footprint(bytes) : 0;
-  lock();
-  AtScopeExit hold([this] { unlock(); });
+std::uint64_t ArenaAllocator::take_front_first_fit(std::size_t need) {
   ArenaAllocatorControl& control = header_.allocator;
   std::uint64_t previous = 0;
-  if (fits_at_all && need >= kLargeBytes) {
-    std::uint64_t chosen = 0;
-    std::uint64_t before_chosen = 0;
-    std::uint64_t chosen_bytes = 0;
-    for (std::uint64_t at = control.free_head; at != 0; previous = at, at = block_at(at).next) {
-      const std::uint64_t bytes_here = block_at(at).bytes;
-      if (bytes_here >= need && (chosen == 0 || bytes_here <= chosen_bytes)) {
-        chosen = at;
-        chosen_bytes = bytes_here;
-        before_chosen = previous;
-      }
-    }
-    if (chosen != 0) {
-      FreeBlock& block = block_at(chosen);
-      control.free_bytes -= need;
-      if (block.bytes > need) {
-        block.bytes -= need;
-        return chosen + block.bytes;
-      }
-      (before_chosen == 0 ? control.free_head : block_at(before_chosen).next) = block.next;
-      control.free_blocks -= 1;
-      return chosen;
-    }
-  }
-  for (std::uint64_t at = control.free_head; fits_at_all && need < kLargeBytes && at != 0;) {
+  for (std::uint64_t at = control.free_head; at != 0;) {
     const FreeBlock block = block_at(at);
     if (block.bytes >= need) {
       std::uint64_t rest = block.next;
@@ -180,8 +148,47 @@ std::uint64_t ArenaAllocator::allocate(std::size_t bytes, ArenaUsage* usage_when
     previous = at;
     at = block.next;
   }
-  if (usage_when_full != nullptr) *usage_when_full = usage_locked();
   return 0;
+}
+
+// Large: best fit from the high end. Walk the whole list and take the back of
+// the smallest block that is long enough (the highest of equals); its header
+// stays where it is, shorter by `need`. A group area then goes into the hole
+// an area of its size left rather than carving the largest block.
+std::uint64_t ArenaAllocator::take_back_best_fit(std::size_t need) {
+  ArenaAllocatorControl& control = header_.allocator;
+  std::uint64_t chosen = 0;
+  std::uint64_t before_chosen = 0;
+  std::uint64_t chosen_bytes = 0;
+  for (std::uint64_t previous = 0, at = control.free_head; at != 0; previous = at, at = block_at(at).next) {
+    const std::uint64_t bytes_here = block_at(at).bytes;
+    if (bytes_here >= need && (chosen == 0 || bytes_here <= chosen_bytes)) {
+      chosen = at;
+      chosen_bytes = bytes_here;
+      before_chosen = previous;
+    }
+  }
+  if (chosen == 0) return 0;
+  FreeBlock& block = block_at(chosen);
+  control.free_bytes -= need;
+  if (block.bytes > need) {
+    block.bytes -= need;
+    return chosen + block.bytes;
+  }
+  (before_chosen == 0 ? control.free_head : block_at(before_chosen).next) = block.next;
+  control.free_blocks -= 1;
+  return chosen;
+}
+
+std::uint64_t ArenaAllocator::allocate(std::size_t bytes, ArenaUsage* usage_when_full) {
+  const bool fits_at_all = bytes <= header_.arena_bytes;
+  const std::size_t need = fits_at_all ? footprint(bytes) : 0;
+  lock();
+  AtScopeExit hold([this] { unlock(); });
+  std::uint64_t at = 0;
+  if (fits_at_all) at = need >= kLargeBytes ? take_back_best_fit(need) : take_front_first_fit(need);
+  if (at == 0 && usage_when_full != nullptr) *usage_when_full = usage_locked();
+  return at;
 }
 
 // Finds the free blocks just below and just above the returned one and

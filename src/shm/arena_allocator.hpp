@@ -8,12 +8,13 @@
 // see src/shm/arena_layout.hpp and docs/arena.md). allocate() serves the two
 // kinds of request from opposite ends: a small one (under kLargeBytes: most
 // shared tensors) from the front of the lowest block that fits (first fit), a
-// large one (group areas, large buffers) from the back of the smallest block
-// that holds it, the highest of equals (best fit from the high end). So
-// small buffers of mixed lifetimes never split the space that group areas
-// come and go in: with one end for both, per-epoch subgroups and shared
-// tensors on 4 ranks without a barrier left the default 10 MiB arena 4.2 MiB
-// free in 4 blocks, none of them a 2 MiB group area (7 of 12 runs). release()
+// large one (group areas at the default slot sizes, large buffers) from the
+// back of the smallest block that holds it, the highest of equals (best fit
+// from the high end). So small buffers of mixed lifetimes rarely split the
+// space that group areas come and go in (only once the low end has no room
+// for them): with one end for both, per-epoch subgroups and shared tensors
+// on 4 ranks without a barrier left the default 10 MiB arena 4.2 MiB free in
+// 4 blocks, none of them a 2 MiB group area (4 of 6 runs). release()
 // puts a block back and merges it with the free blocks just before and after
 // it (coalescing), so space freed in any order becomes one block again.
 //
@@ -87,6 +88,9 @@ class ArenaAllocator {
   void lock();
   void unlock();
   FreeBlock& block_at(std::uint64_t offset) const;
+  // REQUIRES: the lock held; `need` whole pages. The offset taken, or 0.
+  std::uint64_t take_front_first_fit(std::size_t need);
+  std::uint64_t take_back_best_fit(std::size_t need);
   ArenaUsage usage_locked() const;
 
   std::byte* base_;

@@ -203,7 +203,7 @@ struct alignas(kCacheLine) MemberControl {
   // payload of a collective's round when it is this small (RoundChannel::
   // small_outbox), on the very line peers read for `round`, so that they
   // need one cache-line transfer for both instead of two.
-  std::byte small[2][kSmallPayloadBytes];
+  std::byte small_payload[2][kSmallPayloadBytes];
   // Written by: this member, indexed by round parity, before publishing.
   alignas(kCacheLine) Descriptor descriptor[2];
 };
@@ -211,7 +211,7 @@ static_assert(sizeof(MemberControl) == 2 * kCacheLine);  // docs/arena.md: 128 b
 static_assert(offsetof(MemberControl, descriptor) == kCacheLine);
 static_assert(offsetof(MemberControl, relay) == 24);  // docs/arena.md
 static_assert(offsetof(MemberControl, intent) == 32);  // docs/arena.md
-static_assert(offsetof(MemberControl, small) == 40);  // docs/arena.md
+static_assert(offsetof(MemberControl, small_payload) == 40);  // docs/arena.md
 
 // MemberControl::relay of a member in step `step` (1-based) of the barrier
 // that publishes `round`: monotone over rounds and steps (at most 64 steps).

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "axonml/distributed.hpp"
+#include "shm/arena_layout.hpp"
 
 using namespace axonml::distributed;
 
@@ -78,8 +79,8 @@ int lines(int count) {
   return 0;
 }
 
-// Reads the launcher's arena without attaching to it (ArenaHeader::attached,
-// at byte 128: docs/arena.md) until every other rank has attached, so that
+// Reads the launcher's arena without attaching to it (ArenaHeader::attached)
+// until every other rank has attached, so that
 // this rank's exit comes after theirs and the launcher's summary can say
 // "before joining the job" (it says so only when someone has joined).
 void wait_until_others_joined() {
@@ -89,9 +90,9 @@ void wait_until_others_joined() {
   if (fd == nullptr || bytes == nullptr || size == nullptr) return;
   void* arena = ::mmap(nullptr, std::strtoull(bytes, nullptr, 10), PROT_READ, MAP_SHARED, std::atoi(fd), 0);
   if (arena == MAP_FAILED) return;
-  auto* attached = reinterpret_cast<const std::atomic<std::uint32_t>*>(static_cast<const char*>(arena) + 128);
+  const auto& attached = reinterpret_cast<const shm::ArenaHeader*>(arena)->attached;
   const auto others = static_cast<std::uint32_t>(std::atoi(size) - 1);
-  for (int i = 0; i < 60000 && attached->load(std::memory_order_acquire) < others; ++i) ::usleep(1000);
+  for (int i = 0; i < 60000 && attached.load(std::memory_order_acquire) < others; ++i) ::usleep(1000);
 }
 
 int blocked_forever(World& world) {
