@@ -43,7 +43,8 @@ ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader
       area(std::move(group_area)),
       channel(state->base, group, state->header.slot_bytes, member, std::move(world_ranks),
               state->waits, state->p2p),
-      one_round_limit(collectives::one_round_all_reduce_limit(channel.slot_bytes(), channel.size())) {}
+      one_round_limit(collectives::one_round_all_reduce_limit(channel.slot_bytes(), channel.size())),
+      zero_copy_limit(std::max(one_round_limit, kZeroCopyMinBytes)) {}
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
@@ -124,7 +125,7 @@ bool ArenaBackend::Impl::in_arena(const std::byte* p, std::size_t bytes) const {
 void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   auto& channel = impl_->channel;
   const std::size_t bytes = data.count * size_of(data.type);
-  const bool shared = channel.size() > 1 && bytes > impl_->one_round_limit && impl_->in_arena(data.data, bytes);
+  const bool shared = channel.size() > 1 && bytes > impl_->zero_copy_limit && impl_->in_arena(data.data, bytes);
   CollectiveCall call = reducing(call_of(CollectiveOp::AllReduce, data.type, data.count), op);
   call.detail = shared ? kSharedBuffer : 0;
   channel.begin(call);
