@@ -13,6 +13,15 @@ if(TARGET axon-bench AND TARGET axon-launch AND Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/benchmarks/check_floor.py
             $<TARGET_FILE:axon-launch> -n 2 -- $<TARGET_FILE:axon-bench>)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 300)
+  # ab_compare.py: one build against itself, with a setting in B only; its
+  # table has a row per size with both medians and the ratio.
+  set(name "ab_compare.py: two runs of axon-bench alternated under axon-launch print one row per size with A, B and B/A")
+  add_test(NAME "${name}"
+    COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/benchmarks/ab_compare.py
+            --a $<TARGET_FILE:axon-bench> --b $<TARGET_FILE:axon-bench> --env-b AXON_SPIN_POLLS=0
+            --launcher $<TARGET_FILE:axon-launch> --ranks 2 --rounds 2 -- -b 4 -e 64K -f 128 -n 5 -w 1)
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 300
+    PASS_REGULAR_EXPRESSION "# n=2: 2 interleaved rounds.*AXON_SPIN_POLLS=0.*all_reduce +4 +[0-9.]+ +[0-9.]+ +[0-9.]+.*all_reduce +512 .*all_reduce +65536 ")
 endif()
 if(TARGET axon-bench-mpi)
   find_program(AXON_MPIRUN mpirun)
