@@ -32,6 +32,14 @@ if(TARGET axon-bench-mpi)
         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/benchmarks/check_floor.py
                 ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 2 -- $<TARGET_FILE:axon-bench-mpi>)
       set_tests_properties("${name}" PROPERTIES TIMEOUT 300)
+      if(TARGET axon-launch)
+        set(name "phase_split.py: rows of alternated axon-bench and axon-bench-mpi runs are split by their own round trip, with ours/MPI per size")
+        add_test(NAME "${name}"
+          COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/benchmarks/phase_split.py --seconds 1 --max 1K
+                  --build ${PROJECT_BINARY_DIR})
+        set_tests_properties("${name}" PROPERTIES TIMEOUT 300
+          PASS_REGULAR_EXPRESSION "# fast phase.*# slow phase.*ours/mpi")
+      endif()
     endif()
     add_test(NAME "axon-bench-mpi: every collective verifies under mpirun -np 3"
       COMMAND ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 3
