@@ -23,7 +23,9 @@ side by side and measures, interleaved (the order alternates every repeat):
               which every backend pays. Then
               the gloo and axon replicas restart from the same parameters,
               take 3 synchronised steps on the same data and must agree
-              (1e-5 of the largest parameter, relative).
+              (1e-5 of the largest parameter, relative). DDP's defaults,
+              or with --gradient-as-bucket-view every replica's gradients
+              as views into its buckets (no copies into or out of them).
 
 Prints the tables (µs and ms, ratio axon/gloo) and, with --json, writes every
 figure. Above each table: PyTorch's call path alone, dist.all_reduce of 4 B on
@@ -164,11 +166,12 @@ def ddp_steps(rank, n, cfg, groups, ctl):
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
     model = mlp()
-    ddps = {b: DDP(copy.deepcopy(model), process_group=groups[b]) for b in BACKENDS}
+    view = cfg["bucket_view"]
+    ddps = {b: DDP(copy.deepcopy(model), process_group=groups[b], gradient_as_bucket_view=view) for b in BACKENDS}
     # DDP's own cost: the same DDP with a communication hook that hands the
     # bucket back untouched (no collective), so its step - no_sync step is
     # what DDP spends on buckets (copies in and out, hooks) by itself.
-    ddps["none"] = DDP(copy.deepcopy(model), process_group=groups["axon"])
+    ddps["none"] = DDP(copy.deepcopy(model), process_group=groups["axon"], gradient_as_bucket_view=view)
     ddps["none"].register_comm_hook(None, no_communication_hook)
     variants = BACKENDS + ("none",)
     opts = {b: torch.optim.SGD(ddps[b].parameters(), lr=0.01) for b in variants}
@@ -232,7 +235,7 @@ def ddp_steps(rank, n, cfg, groups, ctl):
         diff = max(diff, float((p.detach() - q.detach()).abs().max()))
     relative = slowest([diff / max(biggest, 1e-30)], ctl)[0]
     result = {"parameters": sum(p.numel() for p in model.parameters()), "batch_per_rank": cfg["batch"],
-              "steps": cfg["ddp_steps"], "repeats": cfg["ddp_repeats"], "max_relative_difference": relative,
+              "steps": cfg["ddp_steps"], "repeats": cfg["ddp_repeats"], "bucket_view": view, "max_relative_difference": relative,
               "parameters_match": relative <= 1e-5}
     for b in variants:
         step_ms = statistics.median(ms[(b, True)])  # over every step of every repeat
@@ -353,7 +356,8 @@ def report(results):
         if "ddp" in res:
             d = res["ddp"]
             print(f"\nDDP step on {n} ranks: MLP {'-'.join(map(str, MLP_WIDTHS))} ({d['parameters'] / 1e6:.1f}M "
-                  f"parameters), batch {d['batch_per_rank']} per rank, 1 thread per rank, ms")
+                  f"parameters), batch {d['batch_per_rank']} per rank, 1 thread per rank"
+                  f"{', gradient_as_bucket_view=True' if d.get('bucket_view') else ''}, ms")
             print(f"{'backend':>8} {'step':>9} {'no_sync':>9} {'comm':>9} {'beyond DDP':>11}")
             own = d["none"]["comm_ms"] if "none" in d else None
             for b in BACKENDS + (("none",) if "none" in d else ()):
@@ -422,6 +426,9 @@ def main():
     p.add_argument("--ddp-repeats", type=int, default=5)
     p.add_argument("--ddp-warmup", type=int, default=2)
     p.add_argument("--batch", type=int, default=32, help="DDP batch per rank (default 32)")
+    p.add_argument("--gradient-as-bucket-view", action="store_true",
+                   help="every DDP replica with gradient_as_bucket_view=True (the gradients live in the "
+                        "buckets, so DDP copies nothing into or out of them)")
     p.add_argument("--build-dir", default="build/release", help="for axon-bench (default build/release)")
     p.add_argument("--no-axon-bench", action="store_true", help="leave out the axon-bench column")
     p.add_argument("--json", help="write every figure here")
@@ -456,7 +463,7 @@ def main():
         use_bench = not a.no_axon_bench
     if any(r < 1 for r in ranks) or cfg["repeats"] < 1 or cfg["ddp_repeats"] < 1:
         p.error("--ranks, --repeats and --ddp-repeats must be at least 1")
-    cfg.update(sizes=sizes, batch=a.batch)
+    cfg.update(sizes=sizes, batch=a.batch, bucket_view=a.gradient_as_bucket_view)
 
     started = time.time()
     results = []

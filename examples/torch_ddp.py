@@ -36,7 +36,10 @@ def main():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
                                 torch.nn.ReLU(), torch.nn.Linear(256, 1))
-    ddp = DDP(model)
+    # The gradients as views into DDP's buckets: DDP then copies none of them
+    # into or out of the buckets, which halves axon's communication time here
+    # (docs/benchmarks.md, "DDP with gradient_as_bucket_view=True").
+    ddp = DDP(model, gradient_as_bucket_view=True)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     teacher = torch.randn(64, 1, generator=torch.Generator().manual_seed(7))
     per_rank = args.batch // n

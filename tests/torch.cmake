@@ -32,7 +32,7 @@ axon_torch_test("collectives run in call order on 2 ranks with every one on the 
 
 foreach(n 2 4)
   axon_torch_test("every op equals Gloo or the reference on ${n} ranks, every dtype" test_ops.py ${n})
-  axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync" test_ddp.py ${n})
+  axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync, and with gradient_as_bucket_view" test_ddp.py ${n})
 endforeach()
 
 add_test(NAME "torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as one process does"
@@ -75,3 +75,21 @@ add_test(NAME "${name}"
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties("${name}" PROPERTIES TIMEOUT 600 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
                      PASS_REGULAR_EXPRESSION "torch_compare: every result checked")
+
+# The same with every DDP replica's gradients as views into its buckets.
+set(name "torch: benchmarks/torch_compare.py --quick --gradient-as-bucket-view checks DDP against gloo")
+add_test(NAME "${name}"
+         COMMAND ${AXON_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_compare.py --quick
+                 --gradient-as-bucket-view --json ${CMAKE_CURRENT_BINARY_DIR}/torch_compare_quick_view.json
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties("${name}" PROPERTIES TIMEOUT 600 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
+                     PASS_REGULAR_EXPRESSION "gradient_as_bucket_view=True, ms.*torch_compare: every result checked")
+
+# benchmarks/torch_call_path.py --quick: the call-path decomposition keeps
+# working, and a one-rank all_reduce leaves its tensor unchanged.
+set(name "torch: benchmarks/torch_call_path.py --quick times the call path and checks the tensor")
+add_test(NAME "${name}"
+         COMMAND ${AXON_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_call_path.py --quick
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties("${name}" PROPERTIES TIMEOUT 300 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
+                     PASS_REGULAR_EXPRESSION "axon.allreduce.*torch_call_path: the tensor is unchanged after every call")

@@ -1,6 +1,7 @@
 """DistributedDataParallel under axon ends with the same parameters as under
 Gloo (1e-5 relative), on the whole world and on a subgroup, with and without
-no_sync (gradient accumulation).
+no_sync (gradient accumulation), and with gradient_as_bucket_view=True (the
+gradients are views into the buckets the backend all-reduces in place).
 
     PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 tests/torch/test_ddp.py N
 """
@@ -19,10 +20,11 @@ def model():
                                torch.nn.ReLU(), torch.nn.Linear(64, 4))
 
 
-def train(group, rank, steps, accumulate):
+def train(group, rank, steps, accumulate, view=False):
     """SGD steps on this rank's batches; with accumulate, every other step's
     backward runs under no_sync and only the next one synchronizes."""
-    ddp = DDP(model(), process_group=group, bucket_cap_mb=0.01)  # many buckets: overlap with backward
+    ddp = DDP(model(), process_group=group, bucket_cap_mb=0.01,  # many buckets: overlap with backward
+              gradient_as_bucket_view=view)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(1000 + rank)
     for step in range(steps):
@@ -46,12 +48,12 @@ def check(rank, n):
     gloo_sub = dist.new_group(members, backend="gloo")
     compared = 0
     for accumulate in (False, True):
-        cases = [("world", None, gloo_world)]
+        cases = [("world", None, gloo_world, False), ("world, gradient_as_bucket_view", None, gloo_world, True)]
         if rank in members:
-            cases.append((f"subgroup {members}", axon_sub, gloo_sub))
-        for name, axon_group, gloo_group in cases:
-            got = train(axon_group, rank, 6, accumulate)
-            want = train(gloo_group, rank, 6, accumulate)
+            cases.append((f"subgroup {members}", axon_sub, gloo_sub, False))
+        for name, axon_group, gloo_group, view in cases:
+            got = train(axon_group, rank, 6, accumulate, view)
+            want = train(gloo_group, rank, 6, accumulate, view)
             for i, (a, b) in enumerate(zip(got, want)):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7,
                                            msg=lambda m: f"{name} no_sync={accumulate} parameter {i}: {m}")
