@@ -162,6 +162,14 @@ def no_communication_hook(state, bucket):
     return done
 
 
+def quartiles(values):
+    """The first and third quartiles: how far a median of differences of steps can be trusted."""
+    if len(values) < 2:
+        return [values[0], values[0]] if values else [0.0, 0.0]
+    q = statistics.quantiles(values, n=4)
+    return [q[0], q[2]]
+
+
 def ddp_steps(rank, n, cfg, groups, ctl):
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
@@ -241,6 +249,7 @@ def ddp_steps(rank, n, cfg, groups, ctl):
         step_ms = statistics.median(ms[(b, True)])  # over every step of every repeat
         no_sync_ms = statistics.median(ms[(b, False)])
         result[b] = {"step_ms": step_ms, "no_sync_ms": no_sync_ms, "comm_ms": statistics.median(diffs[b]),
+                     "comm_quartiles_ms": quartiles(diffs[b]), "pairs": len(diffs[b]),
                      "steps_ms": ms[(b, True)], "no_sync_steps_ms": ms[(b, False)]}
     return result
 
@@ -358,14 +367,18 @@ def report(results):
             print(f"\nDDP step on {n} ranks: MLP {'-'.join(map(str, MLP_WIDTHS))} ({d['parameters'] / 1e6:.1f}M "
                   f"parameters), batch {d['batch_per_rank']} per rank, 1 thread per rank"
                   f"{', gradient_as_bucket_view=True' if d.get('bucket_view') else ''}, ms")
-            print(f"{'backend':>8} {'step':>9} {'no_sync':>9} {'comm':>9} {'beyond DDP':>11}")
+            print(f"{'backend':>8} {'step':>9} {'no_sync':>9} {'comm':>9} {'beyond DDP':>11} {'comm q1..q3':>17}")
             own = d["none"]["comm_ms"] if "none" in d else None
             for b in BACKENDS + (("none",) if "none" in d else ()):
                 beyond = f"{d[b]['comm_ms'] - own:>11.2f}" if own is not None and b != "none" else f"{'':>11}"
-                print(f"{b:>8} {d[b]['step_ms']:>9.2f} {d[b]['no_sync_ms']:>9.2f} {d[b]['comm_ms']:>9.2f} {beyond}")
+                q1, q3 = d[b].get("comm_quartiles_ms", (float("nan"), float("nan")))
+                spread = f"{q1:.1f}..{q3:.1f}"
+                print(f"{b:>8} {d[b]['step_ms']:>9.2f} {d[b]['no_sync_ms']:>9.2f} {d[b]['comm_ms']:>9.2f} {beyond}"
+                      f" {spread:>17}")
             if own is not None:
                 print("(none: DDP with a hook that communicates nothing; its comm is DDP's own bucket work, and")
-                print(" 'beyond DDP' is each backend's comm less that)")
+                print(" 'beyond DDP' is each backend's comm less that; comm is the median over "
+                      f"{d['axon'].get('pairs', '?')} pairs of steps, q1..q3 their quartiles)")
             if d["gloo"]["comm_ms"] > 0:
                 print(f"communication axon/gloo: {d['axon']['comm_ms'] / d['gloo']['comm_ms']:.3f}")
             print(f"parameters gloo vs axon: largest difference {d['max_relative_difference']:.2e} of the largest "
