@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <sstream>
 
+#include "base/env.hpp"
 #include "shm/arena_layout.hpp"
 
 namespace axon_launch {
@@ -130,14 +132,13 @@ LaunchOptions parse_options(int argc, char** argv) {
   }
   auto check_seconds = [](const char* flag, double seconds) {
     // The negated comparisons also catch NaN.
-    if (!(seconds >= kMinTimeoutSeconds) || !(seconds <= kMaxTimeoutSeconds)) {
+    // The same range as AXON_TIMEOUT, which --timeout sets for the ranks.
+    if (!(seconds >= axonml::distributed::env::kMinTimeoutSeconds) || !(seconds <= axonml::distributed::env::kMaxTimeoutSeconds)) {
+      // Every digit (not %g's six): 1000001 must not read as 1e+06.
       char text[64];
-      std::snprintf(text, sizeof(text), "%g", seconds);
-      char low[32], high[32];
-      std::snprintf(low, sizeof(low), "%g", kMinTimeoutSeconds);
-      std::snprintf(high, sizeof(high), "%g", kMaxTimeoutSeconds);
-      bad_arguments(std::string(flag) + " " + text + " is not a number of seconds in " + low + ".." +
-                    high);
+      *std::to_chars(text, text + sizeof(text) - 1, seconds).ptr = '\0';
+      bad_arguments(std::string(flag) + " " + text + " is not a number of seconds in " +
+                    axonml::distributed::env::timeout_range_text());
     }
   };
   if (options.timeout_s) check_seconds("--timeout", *options.timeout_s);

@@ -33,10 +33,6 @@ inline constexpr int kExitBadArguments = 2;
 inline constexpr int kExitSetupFailed = 1;
 inline constexpr int kExitNoProgram = 127;
 
-// The range of --timeout and --start-timeout, in seconds: below it a wait
-// could not even sleep once, above it is "never" (which is not a deadline).
-inline constexpr double kMinTimeoutSeconds = 0.01;
-inline constexpr double kMaxTimeoutSeconds = 1e6;
 inline constexpr int kMaxRestarts = 1000;
 
 // Parses argv. On --help prints usage and exits 0; on a bad argument prints

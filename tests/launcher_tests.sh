@@ -84,6 +84,24 @@ case "$case_name" in
       [[ "$err" == "axon-launch: AXON_SLOT_BYTES=$slot is not a whole number in 64..1073741824" ]] ||
         fail "AXON_SLOT_BYTES='$slot': unclear message: $err"
     done
+    # --timeout and AXON_TIMEOUT (which --timeout sets for the ranks) take one
+    # range: what the launcher refuses, a rank refuses too, naming the same range.
+    for seconds in 0.005 1000001; do
+      run -n 2 --timeout "$seconds" "$probe" ok
+      expect_status 2
+      [[ "$err" == "axon-launch: --timeout $seconds is not a number of seconds in 0.01..1e+06 (see axon-launch --help)" ]] ||
+        fail "--timeout $seconds: unclear message: $err"
+      AXON_TIMEOUT=$seconds run -n 2 "$probe" ok
+      expect_status 1
+      [[ "$err" == *"AXON_TIMEOUT=$seconds is not a number of seconds in 0.01..1e+06"* ]] ||
+        fail "AXON_TIMEOUT=$seconds: the ranks did not refuse it with the launcher's range: $out $err"
+    done
+    # --timeout reaches the ranks as given, not rounded to six digits.
+    for seconds in 123456.789 0.3; do
+      run -n 1 --timeout "$seconds" /usr/bin/printenv AXON_TIMEOUT
+      expect_status 0
+      [ "$out" = "[rank 0] $seconds" ] || fail "--timeout $seconds reached the rank as: $out"
+    done
     # An empty value ('', an unset shell variable) is refused, not read as the default.
     for flag in -n --timeout --start-timeout --arena-mb --max-restarts --bind; do
       if [ "$flag" = -n ]; then run -n "" "$probe" ok; else run -n 2 "$flag" "" "$probe" ok; fi

@@ -28,7 +28,7 @@ TEST_CASE("an unset or empty variable reads as absent", "[env]") {
   CHECK_FALSE(env::text("AXON_TEST_VARIABLE"));
   CHECK_FALSE(env::integer("AXON_TEST_VARIABLE", 0, 10));
   ScopedVariable empty("AXON_TEST_VARIABLE", "");
-  CHECK_FALSE(env::seconds("AXON_TEST_VARIABLE", 10));
+  CHECK_FALSE(env::timeout_seconds("AXON_TEST_VARIABLE"));
   CHECK_FALSE(env::flag("AXON_TEST_VARIABLE"));
 }
 
@@ -45,14 +45,19 @@ TEST_CASE("integers outside the range or with leading blanks or trailing text ar
   }
 }
 
-TEST_CASE("seconds must be finite and at least a millisecond", "[env]") {
-  {
-    ScopedVariable v("AXON_TEST_VARIABLE", "2.5");
-    CHECK(env::seconds("AXON_TEST_VARIABLE", 60) == 2.5);
+TEST_CASE("a timeout in seconds takes axon-launch's --timeout range, 0.01..1e+06, and names it when refused", "[env]") {
+  for (const auto& [text, seconds] : {std::pair{"2.5", 2.5}, std::pair{"0.01", 0.01}, std::pair{"1e6", 1e6},
+                                      std::pair{"1000000", 1e6}, std::pair{"300", 300.0}}) {
+    ScopedVariable v("AXON_TEST_VARIABLE", text);
+    CHECK(env::timeout_seconds("AXON_TEST_VARIABLE") == seconds);
   }
-  for (const char* bad : {"abc", "1e-9", "0", "-3", "inf", "nan", "61", "2s", " 2.5"}) {
+  CHECK(env::timeout_range_text() == "0.01..1e+06");
+  for (const char* bad : {"abc", "1e-9", "0", "0.009", "0.001", "-3", "inf", "nan", "1000000.5", "31536000",
+                          "2s", " 2.5"}) {
     ScopedVariable v("AXON_TEST_VARIABLE", bad);
-    CHECK_THROWS_AS(env::seconds("AXON_TEST_VARIABLE", 60), InvalidArgument);
+    CHECK_THROWS_WITH(env::timeout_seconds("AXON_TEST_VARIABLE"),
+                      Contains(std::string("AXON_TEST_VARIABLE=") + bad) &&
+                          Contains("is not a number of seconds in 0.01..1e+06"));
   }
 }
 

@@ -2,7 +2,7 @@
 
 #include <cctype>
 #include <cerrno>
-#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "axonml/distributed/error.hpp"
@@ -37,16 +37,22 @@ std::optional<long long> integer(const char* name, long long low, long long high
   return parsed;
 }
 
-std::optional<double> seconds(const char* name, double max_seconds) {
+std::string timeout_range_text() {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%g..%g", kMinTimeoutSeconds, kMaxTimeoutSeconds);
+  return text;
+}
+
+std::optional<double> timeout_seconds(const char* name) {
   const auto value = text(name);
   if (!value) return std::nullopt;
   errno = 0;
   char* end = nullptr;
   const double parsed = std::strtod(value->c_str(), &end);
-  // Below a millisecond every wait would fail at once; inf and nan never end.
-  if (errno != 0 || *end != '\0' || starts_blank(*value) || !std::isfinite(parsed) || parsed < 0.001 ||
-      parsed > max_seconds) {
-    reject(name, *value, "a number of seconds in 0.001.." + std::to_string(static_cast<long long>(max_seconds)));
+  // The negated comparisons also catch NaN; inf is above the range.
+  if (errno != 0 || *end != '\0' || starts_blank(*value) || !(parsed >= kMinTimeoutSeconds) ||
+      !(parsed <= kMaxTimeoutSeconds)) {
+    reject(name, *value, "a number of seconds in " + timeout_range_text());
   }
   return parsed;
 }

@@ -6,7 +6,7 @@
 // otherwise the parsed value; a value that does not parse, or lies outside
 // the stated range, throws InvalidArgument naming the variable, the value and
 // what was expected, e.g. "AXON_TIMEOUT=abc is not a number of seconds in
-// 0.001..31536000". Nothing falls back silently on garbage.
+// 0.01..1e+06". Nothing falls back silently on garbage.
 //
 // Callers on hot paths read once (a function-local static) and keep the value.
 //
@@ -27,9 +27,18 @@ std::optional<std::string> text(const char* name);
 // A whole decimal number in [low, high].
 std::optional<long long> integer(const char* name, long long low, long long high);
 
-// A finite number of seconds in [0.001, max_seconds] (below a millisecond
-// every wait would fail at once); the message says "0.001..max_seconds".
-std::optional<double> seconds(const char* name, double max_seconds);
+// The range of every timeout, AXON_TIMEOUT and axon-launch's --timeout and
+// --start-timeout alike, in seconds: below it a wait could not even sleep
+// once, above it is "never" (which is not a deadline).
+inline constexpr double kMinTimeoutSeconds = 0.01;
+inline constexpr double kMaxTimeoutSeconds = 1e6;
+
+// A finite number of seconds in [kMinTimeoutSeconds, kMaxTimeoutSeconds];
+// the message says "0.01..1e+06", as axon-launch's does.
+std::optional<double> timeout_seconds(const char* name);
+
+// "0.01..1e+06": the range above, as messages print it.
+std::string timeout_range_text();
 
 // "0" or "1".
 std::optional<bool> flag(const char* name);

@@ -212,8 +212,7 @@ void abort_job(ArenaHeader& header, int rank, const std::string& reason) {
 }
 
 std::chrono::milliseconds default_timeout() {
-  // A year: longer is a typo, and the milliseconds must not overflow.
-  if (const auto seconds = env::seconds("AXON_TIMEOUT", 365.0 * 24 * 3600)) {
+  if (const auto seconds = env::timeout_seconds("AXON_TIMEOUT")) {
     return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000.0));
   }
   return std::chrono::seconds(300);
