@@ -11,13 +11,15 @@ tensor. Times, best and median of 9 runs of --calls calls each:
                                      Python wrapper (its checks and options)
   axon.allreduce([t], opts)          the call into the backend alone: pybind,
                                      this backend's checks, its Work and future
-  t.add_(0)                          one in-place ATen op through PyTorch's
-                                     Python binding, for scale
+  x.add_(0)                          one in-place ATen op (on another
+                                     tensor) through PyTorch's Python
+                                     binding, for scale
   a Python call of an empty lambda   the loop's own cost
 
 The differences show what PyTorch's layers cost and what this backend adds;
-benchmarks/torch_compare.py's "call path alone" is the first row. The tensor
-is checked after every call has run: a one-rank SUM must leave it unchanged.
+benchmarks/torch_compare.py's "call path alone" is the first row. A smoke
+check follows: after every call has run, the tensor must be unchanged (a
+one-rank SUM leaves it as it was).
 """
 import argparse
 import os
@@ -55,6 +57,9 @@ def main():
     calls, runs = (200, 3) if a.quick else (a.calls, 9)
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    # The default inline limit: a 4-byte op on a one-rank group then completes
+    # in the call, so the row without wait() times calls, not a growing queue.
+    os.environ.pop("AXON_TORCH_INLINE_BYTES", None)
     import axonml_torch  # noqa: F401  (registers "axon")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=0, world_size=1)
@@ -67,7 +72,7 @@ def main():
         ("dist.all_reduce(t, group=axon)", lambda: dist.all_reduce(t, group=axon)),
         ("axon.allreduce([t], opts).wait()", lambda: axon.allreduce([t], opts).wait()),
         ("axon.allreduce([t], opts)", lambda: axon.allreduce([t], opts)),
-        ("t.add_(0)", lambda: scratch.add_(0)),
+        ("x.add_(0)", lambda: scratch.add_(0)),
         ("an empty lambda", lambda: None),
     ]
     print(f"4-byte float32 all_reduce on a one-rank axon group, µs a call ({runs} runs of {calls} calls)")

@@ -166,7 +166,7 @@ def quartiles(values):
     """The first and third quartiles: how far a median of differences of steps can be trusted."""
     if len(values) < 2:
         return [values[0], values[0]] if values else [0.0, 0.0]
-    q = statistics.quantiles(values, n=4)
+    q = statistics.quantiles(values, n=4, method="inclusive")  # within the data, even for few pairs
     return [q[0], q[2]]
 
 

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "base/env.hpp"
+#include "base/text.hpp"
 #include "shm/arena_layout.hpp"
 
 namespace axon_launch {
@@ -131,14 +131,12 @@ LaunchOptions parse_options(int argc, char** argv) {
                   std::to_string(max_ranks) + ")");
   }
   auto check_seconds = [](const char* flag, double seconds) {
-    // The negated comparisons also catch NaN.
-    // The same range as AXON_TIMEOUT, which --timeout sets for the ranks.
-    if (!(seconds >= axonml::distributed::env::kMinTimeoutSeconds) || !(seconds <= axonml::distributed::env::kMaxTimeoutSeconds)) {
-      // Every digit (not %g's six): 1000001 must not read as 1e+06.
-      char text[64];
-      *std::to_chars(text, text + sizeof(text) - 1, seconds).ptr = '\0';
-      bad_arguments(std::string(flag) + " " + text + " is not a number of seconds in " +
-                    axonml::distributed::env::timeout_range_text());
+    // The same range as AXON_TIMEOUT, which --timeout sets for the ranks; the
+    // negated comparisons also catch NaN.
+    namespace env = axonml::distributed::env;
+    if (!(seconds >= env::kMinTimeoutSeconds) || !(seconds <= env::kMaxTimeoutSeconds)) {
+      bad_arguments(std::string(flag) + " " + axonml::distributed::shortest_text(seconds) +
+                    " is not a number of seconds in " + env::timeout_range_text());
     }
   };
   if (options.timeout_s) check_seconds("--timeout", *options.timeout_s);

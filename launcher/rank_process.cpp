@@ -10,11 +10,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+
+#include "base/text.hpp"
 
 namespace axon_launch {
 namespace {
@@ -75,12 +76,8 @@ void write_all(int fd, const char* data, std::size_t size) {
   // The launcher prefixes each line itself; the logger then leaves its own prefix out.
   if (out_fd >= 0) ::setenv("AXON_TAG_OUTPUT", "1", 1); else ::unsetenv("AXON_TAG_OUTPUT");
   if (env.timeout_s) {
-    // The shortest text that reads back as the same double: the ranks' deadline
-    // is the one given, not a rounding of it to six digits.
-    char timeout[64];
-    const auto written = std::to_chars(timeout, timeout + sizeof(timeout) - 1, *env.timeout_s);
-    *written.ptr = '\0';
-    ::setenv("AXON_TIMEOUT", timeout, 1);
+    // Every digit: the ranks' deadline is the one given, not a rounding of it.
+    ::setenv("AXON_TIMEOUT", axonml::distributed::shortest_text(*env.timeout_s).c_str(), 1);
   }
 
   // torch.distributed's default env:// rendezvous; a user's own values win.

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "base/text.hpp"
 #include "shm/wait.hpp"
 
 namespace axon_launch {
@@ -166,13 +167,10 @@ std::string Supervisor::describe(const Failure& failure) const {
       return s + "exited (status 0) before joining the job (did it call World::init()?)";
     case Blame::LeftWhileNeeded:
       return s + "exited (status 0) while other ranks still waited for it";
-    case Blame::NeverJoined: {
-      char seconds[32];
-      std::snprintf(seconds, sizeof(seconds), "%g",
-                    std::chrono::duration<double>(times_.start_deadline).count());
-      return s + "did not join the job within --start-timeout " + seconds +
+    case Blame::NeverJoined:
+      return s + "did not join the job within --start-timeout " +
+             axonml::distributed::shortest_text(std::chrono::duration<double>(times_.start_deadline).count()) +
              " s (did it call World::init()?)";
-    }
     case Blame::Failed:
       break;
   }

@@ -286,6 +286,18 @@ TEST_CASE("sizes in messages are written one way: bytes, then KiB or MiB with on
   CHECK(format_bytes_exactly(512) == "512 bytes");
 }
 
+TEST_CASE("seconds in messages keep every digit: one decimal when exact, else the shortest exact text", "[errors]") {
+  CHECK(format_seconds(3.0) == "3.0");
+  CHECK(format_seconds(0.3) == "0.3");
+  CHECK(format_seconds(0.05) == "0.05");  // not "0.0"
+  CHECK(format_seconds(1.005) == "1.005");
+  CHECK(format_seconds(123456.789) == "123456.789");
+  CHECK(shortest_text(123456.789) == "123456.789");  // %g: 123457
+  CHECK(shortest_text(1000001) == "1000001");        // %g: 1e+06
+  CHECK(shortest_text(1e6) == "1e+06");
+  CHECK(shortest_text(0.3) == "0.3");
+}
+
 TEST_CASE("an arena with no room for another group says so on every rank, with the sizes", "[errors][groups]") {
   const std::size_t tight = 1 << 20;
   run_ranks(2, [&](std::shared_ptr<Backend> b, int) {

@@ -90,7 +90,7 @@ endforeach()
 
 # benchmarks/torch_call_path.py --quick: the call-path decomposition keeps
 # working, and a one-rank all_reduce leaves its tensor unchanged.
-set(name "torch: benchmarks/torch_call_path.py --quick times the call path and checks the tensor")
+set(name "torch: benchmarks/torch_call_path.py --quick runs every row and leaves a one-rank all_reduce's tensor unchanged")
 add_test(NAME "${name}"
          COMMAND ${AXON_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_call_path.py --quick
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

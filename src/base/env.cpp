@@ -2,10 +2,10 @@
 
 #include <cctype>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 
 #include "axonml/distributed/error.hpp"
+#include "base/text.hpp"
 
 namespace axonml::distributed::env {
 namespace {
@@ -38,9 +38,7 @@ std::optional<long long> integer(const char* name, long long low, long long high
 }
 
 std::string timeout_range_text() {
-  char text[64];
-  std::snprintf(text, sizeof(text), "%g..%g", kMinTimeoutSeconds, kMaxTimeoutSeconds);
-  return text;
+  return shortest_text(kMinTimeoutSeconds) + ".." + shortest_text(kMaxTimeoutSeconds);
 }
 
 std::optional<double> timeout_seconds(const char* name) {

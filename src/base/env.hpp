@@ -27,9 +27,10 @@ std::optional<std::string> text(const char* name);
 // A whole decimal number in [low, high].
 std::optional<long long> integer(const char* name, long long low, long long high);
 
-// The range of every timeout, AXON_TIMEOUT and axon-launch's --timeout and
-// --start-timeout alike, in seconds: below it a wait could not even sleep
-// once, above it is "never" (which is not a deadline).
+// The range of the runtime's wait timeout (AXON_TIMEOUT) and of
+// axon-launch's --timeout, which sets it, and --start-timeout, in seconds:
+// below it a wait could not even sleep once, above it is "never" (which is
+// not a deadline). A PyTorch group's timeout is PyTorch's to check.
 inline constexpr double kMinTimeoutSeconds = 0.01;
 inline constexpr double kMaxTimeoutSeconds = 1e6;
 

@@ -4,8 +4,10 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <charconv>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace axonml::distributed {
@@ -28,6 +30,24 @@ std::string bracketed(const Range& values) {
   s += joined(values);
   s += ']';
   return s;
+}
+
+// The shortest text that reads back as the same double ("0.3", "123456.789",
+// "1e+06", "inf"): a value echoed in a message or handed on in a variable
+// keeps every digit, where %g keeps six.
+inline std::string shortest_text(double value) {
+  char text[64];
+  *std::to_chars(text, text + sizeof(text) - 1, value).ptr = '\0';
+  return text;
+}
+
+// A duration in seconds for a message: one decimal when that is exact
+// ("3.0", "0.3"), else every digit needed ("0.05", "1.005").
+inline std::string format_seconds(double seconds) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.1f", seconds);
+  if (std::strtod(text, nullptr) == seconds) return text;
+  return shortest_text(seconds);
 }
 
 // A size for people: "512 bytes", "12 KiB", "3.5 MiB" (one decimal, to the

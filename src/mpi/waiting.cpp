@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "axonml/distributed/error.hpp"
+#include "base/text.hpp"
 
 namespace axonml::distributed::mpi {
 
@@ -43,10 +44,8 @@ int wait_all(std::span<MPI_Request> requests, const WaitContext& context,
     }
     const auto waited = std::chrono::steady_clock::now() - started;
     if (waited >= context.timeout) {
-      char seconds[32];
-      std::snprintf(seconds, sizeof seconds, "%.1f",
-                    std::chrono::duration<double>(context.timeout).count());
-      throw Timeout("rank " + std::to_string(context.rank) + ": timed out after " + seconds +
+      throw Timeout("rank " + std::to_string(context.rank) + ": timed out after " +
+                    format_seconds(std::chrono::duration<double>(context.timeout).count()) +
                     " s (AXON_TIMEOUT): " + describe(requests));
     }
     if (waited < kYieldPhase) {

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <cstring>
@@ -19,6 +20,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "base/env.hpp"
+#include "base/text.hpp"
 
 
 namespace axonml::distributed::shm {
@@ -213,7 +215,7 @@ void abort_job(ArenaHeader& header, int rank, const std::string& reason) {
 
 std::chrono::milliseconds default_timeout() {
   if (const auto seconds = env::timeout_seconds("AXON_TIMEOUT")) {
-    return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000.0));
+    return std::chrono::milliseconds(std::llround(*seconds * 1000.0));  // 1.005 s is 1005 ms
   }
   return std::chrono::seconds(300);
 }
@@ -227,8 +229,7 @@ void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point 
   if (waited >= waits.timeout()) {
     const double seconds = std::chrono::duration<double>(waits.timeout()).count();
     const std::string what = "rank " + std::to_string(waits.rank()) + ": timed out after " +
-                             std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 2) +
-                             " s (" + waits.timeout_source() + "): " + describe();
+                             format_seconds(seconds) + " s (" + waits.timeout_source() + "): " + describe();
     // This rank now leaves an op its peers may still complete, reading or
     // writing its buffers out of turn, and every later op would pair with
     // the wrong call: the arena is broken for all, so say so to all.
