@@ -117,8 +117,7 @@ int launch(const LaunchOptions& options) {
   if (options.verbose) std::cerr << describe(placement);
 
   SupervisorTimes times;
-  times.start_deadline =
-      std::chrono::milliseconds(static_cast<long long>(options.start_timeout_s * 1000));
+  times.start_deadline = axonml::distributed::env::timeout_milliseconds(options.start_timeout_s);
   const int attempts = options.max_restarts + 1;
   Outcome outcome;
   for (int attempt = 0; attempt < attempts; ++attempt) {

@@ -307,10 +307,11 @@ case "$case_name" in
     run -n 3 --timeout 2 "$probe" slow-start 1 3
     expect_status 0
     [ "$(grep -c 'met rank=' "$work/out")" -eq 3 ] || fail "not every rank met: $out $err"
-    # ... and a rank still not joined after --start-timeout is named.
-    run -n 3 --timeout 60 --start-timeout 1 "$probe" slow-start 2 30
+    # ... and a rank still not joined after --start-timeout is named, with
+    # the deadline as given (1.005 s, not a truncation to 1004 ms).
+    run -n 3 --timeout 60 --start-timeout 1.005 "$probe" slow-start 2 30
     expect_status 1
-    [[ "$err" == *"axon-launch: rank 2 did not join the job within --start-timeout 1 s (did it call World::init()?)"* ]] ||
+    [[ "$err" == *"axon-launch: rank 2 did not join the job within --start-timeout 1.005 s (did it call World::init()?)"* ]] ||
       fail "no summary naming rank 2: $err"
     for r in 0 1; do
       grep -q "^\[rank $r\] probe rank $r caught PeerFailure: .*rank 2 did not join" "$work/err" ||

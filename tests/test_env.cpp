@@ -96,6 +96,14 @@ TEST_CASE("a garbage AXON_TIMEOUT is an error, not the default", "[env][timeout]
   CHECK_THROWS_WITH(shm::default_timeout(), Contains("AXON_TIMEOUT=soon"));
 }
 
+TEST_CASE("AXON_TIMEOUT becomes the nearest millisecond, not a truncation", "[env][timeout]") {
+  CHECK(env::timeout_milliseconds(1.005) == std::chrono::milliseconds(1005));
+  CHECK(env::timeout_milliseconds(0.01) == std::chrono::milliseconds(10));
+  CHECK(env::timeout_milliseconds(1e6) == std::chrono::milliseconds(1'000'000'000));
+  ScopedVariable v("AXON_TIMEOUT", "1.005");
+  CHECK(shm::default_timeout() == std::chrono::milliseconds(1005));
+}
+
 TEST_CASE("the shm backend reads the launcher's variables with the same strict reader", "[env][shm]") {
   ::unsetenv("WORLD_SIZE");
   CHECK_THROWS_WITH(ShmBackend::from_environment(),

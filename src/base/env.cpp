@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "axonml/distributed/error.hpp"
@@ -39,6 +40,10 @@ std::optional<long long> integer(const char* name, long long low, long long high
 
 std::string timeout_range_text() {
   return shortest_text(kMinTimeoutSeconds) + ".." + shortest_text(kMaxTimeoutSeconds);
+}
+
+std::chrono::milliseconds timeout_milliseconds(double seconds) {
+  return std::chrono::milliseconds(std::llround(seconds * 1000.0));
 }
 
 std::optional<double> timeout_seconds(const char* name) {

@@ -14,6 +14,7 @@
 // concurrently (a POSIX rule, not ours).
 #pragma once
 
+#include <chrono>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -40,6 +41,11 @@ std::optional<double> timeout_seconds(const char* name);
 
 // "0.01..1e+06": the range above, as messages print it.
 std::string timeout_range_text();
+
+// A timeout in seconds as the deadline's milliseconds, to the nearest
+// (1.005 s is 1005 ms, where truncating 1.005 * 1000 gives 1004), so that a
+// message printing it back says the value given. REQUIRES: seconds in range.
+std::chrono::milliseconds timeout_milliseconds(double seconds);
 
 // "0" or "1".
 std::optional<bool> flag(const char* name);

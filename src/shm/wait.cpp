@@ -12,7 +12,6 @@
 
 #include <cerrno>
 #include <climits>
-#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <cstring>
@@ -215,7 +214,7 @@ void abort_job(ArenaHeader& header, int rank, const std::string& reason) {
 
 std::chrono::milliseconds default_timeout() {
   if (const auto seconds = env::timeout_seconds("AXON_TIMEOUT")) {
-    return std::chrono::milliseconds(std::llround(*seconds * 1000.0));  // 1.005 s is 1005 ms
+    return env::timeout_milliseconds(*seconds);
   }
   return std::chrono::seconds(300);
 }
