@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/reduce.hpp"
 #include "support/run_ranks.hpp"
 
 using namespace axonml::distributed;
@@ -422,6 +423,88 @@ TEST_CASE("typed all_reduce works for every element type", "[collectives][mock]"
     b->all_reduce(std::span<float16>(h), ReduceOp::Average);
     RANK_REQUIRE(static_cast<float>(h[1]) == 0.25f);
   });
+}
+
+namespace {
+
+// Element i of rank r's input, as `type`: varied signs and magnitudes, and
+// for the integer types values that wrap when multiplied across 100 ranks.
+std::vector<std::byte> scalar_input(DataType type, int rank, std::size_t count) {
+  std::vector<std::byte> bytes(count * size_of(type));
+  for (std::size_t i = 0; i < count; ++i) {
+    const double x = (static_cast<double>((rank * 37 + static_cast<int>(i) * 11) % 19) - 9) / 4.0;
+    std::byte* at = bytes.data() + i * size_of(type);
+    auto put = [&](auto value) { std::memcpy(at, &value, sizeof(value)); };
+    switch (type) {
+      case DataType::F32: put(static_cast<float>(x)); break;
+      case DataType::F64: put(x); break;
+      case DataType::BF16: put(bfloat16(static_cast<float>(x))); break;
+      case DataType::F16: put(float16(static_cast<float>(x))); break;
+      case DataType::I32: put(static_cast<std::int32_t>(x * 4) * 65537); break;
+      case DataType::I64: put(static_cast<std::int64_t>(x * 4) * 4294967311LL); break;
+    }
+  }
+  return bytes;
+}
+
+// All-reduces `data`, elements of `type`, through the typed API.
+void all_reduce_as(Backend& b, DataType type, std::vector<std::byte>& data, ReduceOp op) {
+  auto as = [&](auto element) {
+    using T = decltype(element);
+    b.all_reduce(std::span<T>(reinterpret_cast<T*>(data.data()), data.size() / sizeof(T)), op);
+  };
+  switch (type) {
+    case DataType::F32: return as(float{});
+    case DataType::F64: return as(double{});
+    case DataType::BF16: return as(bfloat16{});
+    case DataType::F16: return as(float16{});
+    case DataType::I32: return as(std::int32_t{});
+    case DataType::I64: return as(std::int64_t{});
+  }
+}
+
+}  // namespace
+
+// A payload of at most 8 bytes takes the shortest path (beside the round
+// counters, the sources on the stack up to 64 members and on the heap
+// beyond): its result must be bitwise the reduce kernel's over the same
+// inputs in rank order, for every dtype and op, on both sides of 64.
+TEST_CASE("a scalar all-reduce of every dtype and op is bitwise the reduce kernel's result, on up to 100 members",
+          "[collectives][mock]") {
+  const int n = GENERATE(2, 3, 64, 65, 100);
+  CAPTURE(n);
+  struct Case {
+    DataType type;
+    ReduceOp op;
+    std::vector<std::vector<std::byte>> inputs;  // per rank
+    std::vector<std::byte> expected;
+    axon_test::PerRank<std::vector<std::byte>> results;
+  };
+  std::vector<Case> cases;
+  for (DataType type : {DataType::F32, DataType::F64, DataType::BF16, DataType::F16, DataType::I32, DataType::I64}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max, ReduceOp::Average}) {
+      const std::size_t count = 8 / size_of(type);  // the most that fits beside the round counter
+      Case c{type, op, {}, std::vector<std::byte>(count * size_of(type)), axon_test::PerRank<std::vector<std::byte>>(n)};
+      std::vector<const std::byte*> sources;
+      for (int r = 0; r < n; ++r) c.inputs.push_back(scalar_input(type, r, count));
+      for (const auto& in : c.inputs) sources.push_back(in.data());
+      kernels::reduce(type, op, sources, c.expected.data(), count);
+      cases.push_back(std::move(c));
+    }
+  }
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    for (Case& c : cases) {
+      auto data = c.inputs[static_cast<std::size_t>(r)];
+      all_reduce_as(*b, c.type, data, c.op);
+      c.results[r] = std::move(data);
+    }
+  });
+  for (const Case& c : cases) {
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(to_string(c.type), to_string(c.op), r);
+      REQUIRE(c.results.all()[static_cast<std::size_t>(r)] == c.expected);
+    }
+  }
 }
 
 TEST_CASE("send and recv deliver messages in order per source and tag", "[p2p][mock]") {

@@ -129,6 +129,43 @@ TEST_CASE("a scalar all-reduce against a larger one is a mismatch, and neither b
   REQUIRE(messages[1] == "collective mismatch in group [0, 1] at call #1: rank 1: all_reduce(f32, 100, sum) vs rank 0: all_reduce(f32, 1, sum)");
 }
 
+// begin() folds a descriptor's fields once and reuses the fold while they
+// repeat: a call that differs from the calls before it in any one field
+// (reduce op, dtype, count, root) must still be told apart.
+TEST_CASE("after identical calls, a call that differs in one field is still a mismatch", "[errors][mismatch]") {
+  const std::string field = GENERATE("reduce op", "dtype", "count", "root");
+  CAPTURE(field);
+  std::vector<std::string> messages(2);
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<float> one(1, 1.0f), two(2, 1.0f);
+    std::vector<std::int32_t> integer(1, 1);
+    for (int i = 0; i < 3; ++i) {  // calls #0..#2 agree
+      if (field == "root") b->broadcast(one, 0);
+      else b->all_reduce(one, ReduceOp::Sum);
+    }
+    try {
+      if (r == 0 || field == "root") {
+        if (field == "reduce op") b->all_reduce(one, ReduceOp::Max);
+        if (field == "dtype") b->all_reduce(std::span<std::int32_t>(integer), ReduceOp::Sum);
+        if (field == "count") b->all_reduce(two, ReduceOp::Sum);
+        if (field == "root") b->broadcast(one, r);
+      } else {
+        b->all_reduce(one, ReduceOp::Sum);
+      }
+      RANK_FAIL("no mismatch reported on rank " << r);
+    } catch (const CollectiveMismatch& e) {
+      messages[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  const std::string rank0 = field == "reduce op" ? "all_reduce(f32, 1, max)"
+                            : field == "dtype"   ? "all_reduce(i32, 1, sum)"
+                            : field == "count"   ? "all_reduce(f32, 2, sum)"
+                                                 : "broadcast(f32, 1, root 0)";
+  const std::string rank1 = field == "root" ? "broadcast(f32, 1, root 1)" : "all_reduce(f32, 1, sum)";
+  REQUIRE(messages[0] == "collective mismatch in group [0, 1] at call #3: rank 0: " + rank0 + " vs rank 1: " + rank1);
+  REQUIRE(messages[1] == "collective mismatch in group [0, 1] at call #3: rank 1: " + rank1 + " vs rank 0: " + rank0);
+}
+
 TEST_CASE("a broadcast against an all_gather, or different roots, is reported", "[errors][mismatch]") {
   std::vector<std::string> messages(3);
   run_ranks(3, [&](std::shared_ptr<Backend> b, int r) {

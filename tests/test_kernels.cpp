@@ -183,9 +183,10 @@ TEST_CASE("vector kernels match the scalar kernel at every alignment and with de
             check_matches_scalar(isa, type, op, 1000, 3, source_offset, dest_offset, dest_source);
 }
 
-// Up to kernels::kFewElements elements go element by element (reduce_few),
-// longer runs through blocks: the two must agree bit for bit, or a scalar's
-// all-reduce would differ from the same element's in a larger one.
+// Up to kernels::kFewElements elements go element by element (reduce_few,
+// which the scalar all-reduce also calls directly), longer runs through
+// blocks: the two must agree bit for bit, or a scalar's all-reduce would
+// differ from the same element's in a larger one.
 TEST_CASE("a reduction of a few elements gives bitwise the result of the same elements in a longer one",
           "[kernels]") {
   const DataType type = GENERATE(DataType::F32, DataType::F64, DataType::BF16, DataType::F16,
@@ -201,6 +202,9 @@ TEST_CASE("a reduction of a few elements gives bitwise the result of the same el
         kernels::reduce(type, op, in.sources, few.data(), count);
         CAPTURE(count);
         REQUIRE(first_difference(type, op, longer.data(), few.data(), count) == count);
+        std::vector<std::byte> direct(count * es);  // the scalar all-reduce's own entry
+        kernels::reduce_few(type, op, in.sources, direct.data(), count);
+        REQUIRE(first_difference(type, op, longer.data(), direct.data(), count) == count);
       }
     }
   }

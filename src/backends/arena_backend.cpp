@@ -11,6 +11,7 @@
 #include "base/text.hpp"
 #include "shm/arena_view.hpp"
 #include "collectives/algorithms.hpp"
+#include "collectives/all_reduce_small.hpp"
 #include "shm/numa_place.hpp"
 
 namespace axonml::distributed {
@@ -125,8 +126,13 @@ bool ArenaBackend::Impl::in_arena(const std::byte* p, std::size_t bytes) const {
 void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   auto& channel = impl_->channel;
   const std::size_t bytes = data.count * size_of(data.type);
-  const bool shared = channel.size() > 1 && bytes > impl_->zero_copy_limit && impl_->in_arena(data.data, bytes);
   CollectiveCall call = reducing(call_of(CollectiveOp::AllReduce, data.type, data.count), op);
+  if (bytes <= channel.small_bytes() && channel.size() > 1) {  // a scalar: the shortest path
+    channel.begin(call);
+    collectives::all_reduce_small(channel, data.data, data.count, data.type, op);
+    return;
+  }
+  const bool shared = channel.size() > 1 && bytes > impl_->zero_copy_limit && impl_->in_arena(data.data, bytes);
   call.detail = shared ? kSharedBuffer : 0;
   channel.begin(call);
   if (shared) {

@@ -85,13 +85,38 @@ class ArenaChannel final : public collectives::RoundChannel {
   void announce_next();
 
  private:
-  bool all_arrived(std::uint64_t round, int& first_missing) const;
+  // Members [first_missing, n) have all published `round`; advances
+  // first_missing past those that have, so a poll rereads only the rest.
+  bool all_arrived(std::uint64_t round, int& first_missing) const {
+    const int n = size();
+    for (; first_missing < n; ++first_missing) {
+      if (controls_[first_missing].round.load(std::memory_order_acquire) < round) return false;
+    }
+    return true;
+  }
+  // Waits until members [first_missing, n) have published `round`.
+  void wait_for_round(std::uint64_t round, int first_missing);
   std::string describe_wait(std::uint64_t round) const;
   // The world ranks of the members that have not published `round` yet.
   std::vector<int> missing_ranks(std::uint64_t round) const;
+  // Every member's digest of this round's parity equals ours (ours included:
+  // one loop without a branch per member).
+  bool digests_agree(int parity) const {
+    bool agree = true;
+    for (int m = 0; m < size(); ++m) agree &= controls_[m].digest[parity] == pending_digest_;
+    return agree;
+  }
+  // Throws the mismatch a member's differing descriptor shows, if any.
   void check_descriptors(int parity);
   std::string describe(const shm::Descriptor& d) const;
-  void post_descriptor(int parity);
+  void post_descriptor(int parity) {
+    auto& mine = controls_[member_];
+    mine.descriptor[parity] = pending_;
+    mine.digest[parity] = pending_digest_;
+  }
+  // AXON_DEBUG=1's line for the collective begin() starts (out of line: the
+  // formatting would otherwise weigh on every call).
+  void log_begin() const;
   [[noreturn]] void throw_mismatch(int member, int parity);
   [[noreturn]] void report_barrier_mismatch(std::uint64_t round, int parity);
   shm::Doorbell& doorbell_of(int member) const;
@@ -111,6 +136,11 @@ class ArenaChannel final : public collectives::RoundChannel {
   bool check_pending_ = false;
   shm::Descriptor pending_{};
   std::uint64_t pending_digest_ = 0;
+  // The last descriptor whose fields begin() folded (all but its call
+  // number), and that fold: begin() refolds only when the fields change.
+  // Op 0 is no collective, so the first begin() folds.
+  shm::Descriptor digested_{};
+  std::uint64_t fields_digest_ = 0;
   std::string broken_;       // set after a mismatch: the group is unusable
 };
 

@@ -8,6 +8,7 @@
 
 #include "base/env.hpp"
 #include "collectives/algorithms.hpp"
+#include "collectives/all_reduce_small.hpp"
 #include "collectives/copy.hpp"
 #include "kernels/reduce.hpp"
 
@@ -17,33 +18,14 @@ namespace {
 // One round per slotful: copy in, exchange, every member reduces all slots in
 // rank order straight into its own output. Reads n times the message per
 // member, so it pays off only while latency dominates (one slotful), or when
-// slots are too small for the pipelined algorithm's n + 1 blocks. A payload
-// that fits RoundChannel::small_bytes() (a scalar) travels beside the round
-// counters instead: peers then fetch one cache line per member, not two
-// (4 bytes at n=2: 0.35 us against 0.54 through the slot, 7 interleaved
-// rounds).
+// slots are too small for the pipelined algorithm's n + 1 blocks.
 void all_reduce_one_round(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                           ReduceOp op) {
   const int n = channel.size();
   const std::size_t es = size_of(type);
   const std::size_t per_round = channel.slot_bytes() / es;
-  // The sources on the stack up to 64 members: this is the small-message
-  // path, where a heap allocation per call (or zeroing 512 bytes of
-  // pointers) is a measurable part of the time.
-  std::array<const std::byte*, 64> local;
-  std::vector<const std::byte*> heap;
-  std::span<const std::byte*> sources(local.data(), static_cast<std::size_t>(n));
-  if (static_cast<std::size_t>(n) > local.size()) {
-    heap.resize(static_cast<std::size_t>(n));
-    sources = heap;
-  }
-  if (count * es <= channel.small_bytes()) {  // a scalar: beside the round counters
-    copy_bytes(channel.small_outbox(), data, count * es);
-    channel.exchange();
-    for (int m = 0; m < n; ++m) sources[static_cast<std::size_t>(m)] = channel.small_inbox(m);
-    kernels::reduce(type, op, sources, data, count);
-    return;
-  }
+  SmallSources holder(n);
+  const std::span<const std::byte*> sources = holder.get();
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(per_round, count - offset);
@@ -163,7 +145,9 @@ void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataT
     channel.exchange();  // nothing to combine: x op nothing is x, and Average of one is x
     return;
   }
-  if (bytes <= one_round_limit ||
+  if (bytes <= channel.small_bytes()) {
+    all_reduce_small<RoundChannel>(channel, data, count, type, op);
+  } else if (bytes <= one_round_limit ||
       pipelined_block_limit(channel.slot_bytes(), size_of(type),
                             static_cast<std::size_t>(channel.size())) == 0) {
     all_reduce_one_round(channel, data, count, type, op);

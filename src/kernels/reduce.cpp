@@ -89,7 +89,7 @@ void reduce_with(Isa isa, DataType type, ReduceOp op, std::span<const std::byte*
 void reduce(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
             std::byte* dest, std::size_t count) {
   check::less(std::size_t{0}, sources.size(), "reduce: at least one source");
-  if (count <= kFewElements) return reduce_scalar(type, op, sources, dest, 0, count);
+  if (count <= kFewElements) return reduce_few(type, op, sources, dest, count);
   selection().kernel(type, op, sources, dest, 0, count);
 }
 

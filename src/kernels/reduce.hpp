@@ -37,6 +37,12 @@ namespace axonml::distributed::kernels {
 void reduce(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
             std::byte* dest, std::size_t count);
 
+// reduce() for a few elements (a scalar's all-reduce): element by element,
+// the same results, without the dispatcher's checks and calls.
+// REQUIRES: as reduce(), and count <= kFewElements.
+inline constexpr std::size_t kFewElements = 16;
+void reduce_few(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
+                std::byte* dest, std::size_t count);
 // The instruction set the dispatcher selected: "avx512", "avx2" or "scalar".
 std::string_view selected_isa();
 

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "axonml/distributed/dtype.hpp"
+#include "kernels/reduce.hpp"
 
 namespace axonml::distributed::kernels {
 
@@ -24,10 +25,9 @@ std::string_view to_string(Isa isa);
 // Whether this CPU can run the kernel (AVX2 also needs FMA-era F16C for f16).
 bool isa_supported(Isa isa);
 
-// Up to this many elements reduce_scalar goes element by element, and
+// Up to kFewElements (reduce.hpp) reduce_scalar goes element by element, and
 // reduce() sends them to it whatever kernel was chosen: the vector kernels'
 // set-up (alignment split, blocks) costs more than such a count's arithmetic.
-inline constexpr std::size_t kFewElements = 16;
 
 // REQUIRES: begin <= end; as reduce() for elements [begin, end).
 void reduce_scalar(DataType type, ReduceOp op, std::span<const std::byte* const> sources,

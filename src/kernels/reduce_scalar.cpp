@@ -34,34 +34,45 @@ template <typename Acc> Acc multiply(Acc a, Acc b) {
 // Elements [begin, end) one at a time, for a few of them (a scalar's
 // all-reduce, a vector kernel's tail): the same operations in the same order
 // as reduce_typed below, so bitwise its results, without the passes over a
-// block that cost more than the arithmetic when there are only a few.
-template <typename T, typename Acc>
-void reduce_few(ReduceOp op, std::span<const std::byte* const> sources, T* dest, std::size_t begin,
-                std::size_t end) {
+// block that cost more than the arithmetic when there are only a few. The op
+// is a template argument so that the loops carry no switch: for one element
+// of two sources the switch cost more than the add.
+template <typename T, typename Acc, ReduceOp Op>
+void reduce_few_with(std::span<const std::byte* const> sources, T* dest, std::size_t begin,
+                     std::size_t end) {
   const std::size_t n = sources.size();
   for (std::size_t i = begin; i < end; ++i) {
     Acc acc = static_cast<Acc>(reinterpret_cast<const T*>(sources[0])[i]);
     for (std::size_t s = 1; s < n; ++s) {
       const Acc x = static_cast<Acc>(reinterpret_cast<const T*>(sources[s])[i]);
-      switch (op) {
-        case ReduceOp::Sum:
-        case ReduceOp::Average: acc = add(acc, x); break;
-        case ReduceOp::Product: acc = multiply(acc, x); break;
-        case ReduceOp::Min: acc = std::min(acc, x); break;
-        case ReduceOp::Max: acc = std::max(acc, x); break;
-      }
+      if constexpr (Op == ReduceOp::Sum || Op == ReduceOp::Average) acc = add(acc, x);
+      if constexpr (Op == ReduceOp::Product) acc = multiply(acc, x);
+      if constexpr (Op == ReduceOp::Min) acc = std::min(acc, x);
+      if constexpr (Op == ReduceOp::Max) acc = std::max(acc, x);
     }
-    if (op == ReduceOp::Average) {
+    if constexpr (Op == ReduceOp::Average) {
       if constexpr (std::is_floating_point_v<Acc>) {
         acc = acc * (Acc(1) / static_cast<Acc>(n));
       } else {
         acc = acc / static_cast<Acc>(n);
       }
     }
-    if constexpr (std::is_floating_point_v<Acc>) {
-      if (op != ReduceOp::Min && op != ReduceOp::Max && std::isnan(acc)) acc = std::numeric_limits<Acc>::quiet_NaN();
+    if constexpr (std::is_floating_point_v<Acc> && Op != ReduceOp::Min && Op != ReduceOp::Max) {
+      if (std::isnan(acc)) acc = std::numeric_limits<Acc>::quiet_NaN();
     }
     dest[i] = static_cast<T>(acc);
+  }
+}
+
+template <typename T, typename Acc>
+void reduce_few_typed(ReduceOp op, std::span<const std::byte* const> sources, T* dest, std::size_t begin,
+                std::size_t end) {
+  switch (op) {
+    case ReduceOp::Sum: return reduce_few_with<T, Acc, ReduceOp::Sum>(sources, dest, begin, end);
+    case ReduceOp::Product: return reduce_few_with<T, Acc, ReduceOp::Product>(sources, dest, begin, end);
+    case ReduceOp::Min: return reduce_few_with<T, Acc, ReduceOp::Min>(sources, dest, begin, end);
+    case ReduceOp::Max: return reduce_few_with<T, Acc, ReduceOp::Max>(sources, dest, begin, end);
+    case ReduceOp::Average: return reduce_few_with<T, Acc, ReduceOp::Average>(sources, dest, begin, end);
   }
 }
 
@@ -69,7 +80,7 @@ void reduce_few(ReduceOp op, std::span<const std::byte* const> sources, T* dest,
 template <typename T, typename Acc>
 void reduce_typed(ReduceOp op, std::span<const std::byte* const> sources, std::byte* dest_bytes,
                   std::size_t begin, std::size_t end) {
-  if (end - begin <= kFewElements) return reduce_few<T, Acc>(op, sources, reinterpret_cast<T*>(dest_bytes), begin, end);
+  if (end - begin <= kFewElements) return reduce_few_typed<T, Acc>(op, sources, reinterpret_cast<T*>(dest_bytes), begin, end);
   constexpr std::size_t kBlock = 1024;
   Acc acc[kBlock];
   T* dest = reinterpret_cast<T*>(dest_bytes);
@@ -122,6 +133,24 @@ void reduce_typed(ReduceOp op, std::span<const std::byte* const> sources, std::b
 }
 
 }  // namespace
+
+// kernels::reduce_few (reduce.hpp): the scalar kernel's own few-element path.
+void reduce_few(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
+                std::byte* dest, std::size_t count) {
+  switch (type) {
+    case DataType::F32: return reduce_few_typed<float, float>(op, sources, reinterpret_cast<float*>(dest), 0, count);
+    case DataType::F64:
+      return reduce_few_typed<double, double>(op, sources, reinterpret_cast<double*>(dest), 0, count);
+    case DataType::BF16:
+      return reduce_few_typed<bfloat16, float>(op, sources, reinterpret_cast<bfloat16*>(dest), 0, count);
+    case DataType::F16:
+      return reduce_few_typed<float16, float>(op, sources, reinterpret_cast<float16*>(dest), 0, count);
+    case DataType::I32:
+      return reduce_few_typed<std::int32_t, std::int32_t>(op, sources, reinterpret_cast<std::int32_t*>(dest), 0, count);
+    case DataType::I64:
+      return reduce_few_typed<std::int64_t, std::int64_t>(op, sources, reinterpret_cast<std::int64_t*>(dest), 0, count);
+  }
+}
 
 void reduce_scalar(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
                    std::byte* dest, std::size_t begin, std::size_t end) {
