@@ -10,7 +10,7 @@ measured (axon-bench's handoff column).
 
     benchmarks/ab_compare.py --a OLD/axon-bench --b NEW/axon-bench \\
         [--launcher build/release/launcher/axon-launch] [--launcher-b NEW/axon-launch] \\
-        [--ranks 2 8] [--rounds 7] [--env-b NAME=VALUE] \\
+        [--ranks 2 8] [--rounds 7] [--env-b NAME=VALUE] [--split-phases] \\
         [-- extra axon-bench options, e.g. -b 4 -e 4M -f 4 -n 200]
 
 Every axon-bench run checks its results (a wrong element fails the run), so
@@ -55,6 +55,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=7, help="A/B pairs per world size")
     parser.add_argument("--env-b", action="append", default=[], metavar="NAME=VALUE",
                         help="set only in B's environment (compare one build with two settings)")
+    parser.add_argument("--split-phases", action="store_true",
+                        help="also print each side's medians over the rows whose own run measured a round trip "
+                             "below --fast-ns (the host's fast phase) and above --slow-ns (the slow one)")
+    parser.add_argument("--fast-ns", type=float, default=100)
+    parser.add_argument("--slow-ns", type=float, default=200)
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then axon-bench options for both sides")
     args = parser.parse_args()
     extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
@@ -89,7 +94,33 @@ def main():
             print(f"  {key[0]:<14} {key[1]:>10} {statistics.median(a):10.2f} {statistics.median(b):10.2f} "
                   f"{statistics.median(ratios):6.2f} {min(ratios):7.2f} {max(ratios):7.2f} "
                   f"{x_handoff('a')} {x_handoff('b')}")
+        if args.split_phases:
+            print_phases(runs, args.fast_ns, args.slow_ns)
         sys.stdout.flush()
+
+
+def print_phases(runs, fast_ns, slow_ns):
+    """Per phase of the host, each side's median over the rows its runs saw in
+    that phase (a row's phase: the round trip its own run measured just before
+    it), and x_rt = time / that round trip. The fast phase may come in spells
+    of a second or two: a side can see it in a few rounds only, hence the row
+    counts."""
+    for name, lo, hi in (("fast", 0.0, fast_ns), ("slow", slow_ns, float("inf"))):
+        print(f"# {name} phase (round trip {lo:g}-{hi:g} ns)")
+        print(f"# {'collective':<14} {'bytes':>10} {'A rows':>6} {'B rows':>6} {'rt ns':>6} {'A us':>10} {'B us':>10} "
+              f"{'B/A':>6} {'A x_rt':>7} {'B x_rt':>7}")
+        for key in runs["a"][0]:
+            rows = {side: [run[key] for run in runs[side] if lo <= run[key].get("floor_round_trip_ns", -1) < hi]
+                    for side in ("a", "b")}
+            if not rows["a"] or not rows["b"]:
+                print(f"  {key[0]:<14} {key[1]:>10} {len(rows['a']):>6} {len(rows['b']):>6}   (not seen by both)")
+                continue
+            med = {side: statistics.median(r["time_us"] for r in rows[side]) for side in rows}
+            rt = statistics.median(r["floor_round_trip_ns"] for r in rows["a"] + rows["b"])
+            x_rt = {side: statistics.median(r["time_us"] * 1000 / r["floor_round_trip_ns"] for r in rows[side])
+                    for side in rows}
+            print(f"  {key[0]:<14} {key[1]:>10} {len(rows['a']):>6} {len(rows['b']):>6} {rt:6.0f} {med['a']:10.3f} "
+                  f"{med['b']:10.3f} {med['b'] / med['a']:6.2f} {x_rt['a']:7.1f} {x_rt['b']:7.1f}")
 
 
 if __name__ == "__main__":

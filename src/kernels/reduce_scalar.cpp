@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "base/check.hpp"
 #include "kernels/reduce_isa.hpp"
 
 namespace axonml::distributed::kernels {
@@ -31,42 +32,79 @@ template <typename Acc> Acc multiply(Acc a, Acc b) {
   }
 }
 
-// Elements [begin, end) one at a time, for a few of them (a scalar's
-// all-reduce, a vector kernel's tail): the same operations in the same order
-// as reduce_typed below, so bitwise its results, without the passes over a
-// block that cost more than the arithmetic when there are only a few. The op
-// is a template argument so that the loops carry no switch: for one element
-// of two sources the switch cost more than the add.
+template <typename Acc, ReduceOp Op> Acc combine(Acc acc, Acc x) {
+  if constexpr (Op == ReduceOp::Sum || Op == ReduceOp::Average) return add(acc, x);
+  if constexpr (Op == ReduceOp::Product) return multiply(acc, x);
+  if constexpr (Op == ReduceOp::Min) return std::min(acc, x);
+  if constexpr (Op == ReduceOp::Max) return std::max(acc, x);
+}
+
+// An element's accumulator after the last source: Average's scale, then the
+// canonical NaN for a Sum, Product or Average (see reduce_typed).
+template <typename Acc, ReduceOp Op> Acc finish(Acc acc, std::size_t n) {
+  if constexpr (Op == ReduceOp::Average) {
+    if constexpr (std::is_floating_point_v<Acc>) {
+      acc = acc * (Acc(1) / static_cast<Acc>(n));
+    } else {
+      acc = acc / static_cast<Acc>(n);
+    }
+  }
+  if constexpr (std::is_floating_point_v<Acc> && Op != ReduceOp::Min && Op != ReduceOp::Max) {
+    if (std::isnan(acc)) acc = std::numeric_limits<Acc>::quiet_NaN();
+  }
+  return acc;
+}
+
+// At most kFewElements elements [begin, end) (a scalar's all-reduce, a
+// vector kernel's tail): the same operations in the same order as
+// reduce_typed below, so bitwise its results, without the blocks that cost
+// more than the arithmetic when there are only a few. The op is a template
+// argument, so no loop carries a switch. Up to 4 elements (any scalar of 8
+// bytes) go element by element; more in one pass per source over an
+// accumulator on the stack, which the compiler vectorizes (16 floats of two
+// sources: 273 -> about 155 instructions; for one element the passes' set-up
+// costs more than the element).
 template <typename T, typename Acc, ReduceOp Op>
-void reduce_few_with(std::span<const std::byte* const> sources, T* dest, std::size_t begin,
-                     std::size_t end) {
+void reduce_few_by_element(std::span<const std::byte* const> sources, T* dest, std::size_t begin,
+                           std::size_t end) {
   const std::size_t n = sources.size();
   for (std::size_t i = begin; i < end; ++i) {
     Acc acc = static_cast<Acc>(reinterpret_cast<const T*>(sources[0])[i]);
     for (std::size_t s = 1; s < n; ++s) {
-      const Acc x = static_cast<Acc>(reinterpret_cast<const T*>(sources[s])[i]);
-      if constexpr (Op == ReduceOp::Sum || Op == ReduceOp::Average) acc = add(acc, x);
-      if constexpr (Op == ReduceOp::Product) acc = multiply(acc, x);
-      if constexpr (Op == ReduceOp::Min) acc = std::min(acc, x);
-      if constexpr (Op == ReduceOp::Max) acc = std::max(acc, x);
+      acc = combine<Acc, Op>(acc, static_cast<Acc>(reinterpret_cast<const T*>(sources[s])[i]));
     }
-    if constexpr (Op == ReduceOp::Average) {
-      if constexpr (std::is_floating_point_v<Acc>) {
-        acc = acc * (Acc(1) / static_cast<Acc>(n));
-      } else {
-        acc = acc / static_cast<Acc>(n);
-      }
-    }
-    if constexpr (std::is_floating_point_v<Acc> && Op != ReduceOp::Min && Op != ReduceOp::Max) {
-      if (std::isnan(acc)) acc = std::numeric_limits<Acc>::quiet_NaN();
-    }
-    dest[i] = static_cast<T>(acc);
+    dest[i] = static_cast<T>(finish<Acc, Op>(acc, n));
   }
+}
+
+// Not inlined into reduce_few_typed: its accumulator's frame would otherwise
+// weigh on the one-element calls too (+20 instructions for a scalar).
+template <typename T, typename Acc, ReduceOp Op>
+[[gnu::noinline]] void reduce_few_by_source(std::span<const std::byte* const> sources, T* dest, std::size_t begin,
+                          std::size_t end) {
+  const std::size_t n = sources.size();
+  const std::size_t len = end - begin;
+  Acc acc[kFewElements];
+  const T* first = reinterpret_cast<const T*>(sources[0]) + begin;
+  for (std::size_t i = 0; i < len; ++i) acc[i] = static_cast<Acc>(first[i]);
+  for (std::size_t s = 1; s < n; ++s) {
+    const T* src = reinterpret_cast<const T*>(sources[s]) + begin;
+    for (std::size_t i = 0; i < len; ++i) acc[i] = combine<Acc, Op>(acc[i], static_cast<Acc>(src[i]));
+  }
+  for (std::size_t i = 0; i < len; ++i) dest[begin + i] = static_cast<T>(finish<Acc, Op>(acc[i], n));
+}
+
+template <typename T, typename Acc, ReduceOp Op>
+void reduce_few_with(std::span<const std::byte* const> sources, T* dest, std::size_t begin,
+                     std::size_t end) {
+  check::less_equal(end - begin, kFewElements, "reduce_few: at most kFewElements elements");
+  if (end - begin <= 4) return reduce_few_by_element<T, Acc, Op>(sources, dest, begin, end);
+  reduce_few_by_source<T, Acc, Op>(sources, dest, begin, end);
 }
 
 template <typename T, typename Acc>
 void reduce_few_typed(ReduceOp op, std::span<const std::byte* const> sources, T* dest, std::size_t begin,
-                std::size_t end) {
+                      std::size_t end) {
   switch (op) {
     case ReduceOp::Sum: return reduce_few_with<T, Acc, ReduceOp::Sum>(sources, dest, begin, end);
     case ReduceOp::Product: return reduce_few_with<T, Acc, ReduceOp::Product>(sources, dest, begin, end);
