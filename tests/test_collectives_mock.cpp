@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "kernels/reduce.hpp"
 #include "support/run_ranks.hpp"
@@ -427,12 +428,19 @@ TEST_CASE("typed all_reduce works for every element type", "[collectives][mock]"
 
 namespace {
 
-// Element i of rank r's input, as `type`: varied signs and magnitudes, and
-// for the integer types values that wrap when multiplied across 100 ranks.
+// Element i of rank r's input, as `type`: varied signs and magnitudes, for
+// the floating types now and then -0.0, an infinity or a NaN with a payload,
+// and for the integer types values that wrap when multiplied across 100 ranks.
 std::vector<std::byte> scalar_input(DataType type, int rank, std::size_t count) {
   std::vector<std::byte> bytes(count * size_of(type));
   for (std::size_t i = 0; i < count; ++i) {
-    const double x = (static_cast<double>((rank * 37 + static_cast<int>(i) * 11) % 19) - 9) / 4.0;
+    const int pick = rank * 37 + static_cast<int>(i) * 11;
+    double x = (static_cast<double>(pick % 19) - 9) / 4.0;
+    if (pick % 23 == 5) x = -0.0;
+    if (pick % 29 == 7) x = (pick % 2 ? -1 : 1) * std::numeric_limits<double>::infinity();
+    if (pick % 31 == 11) x = std::numeric_limits<double>::quiet_NaN();
+    const bool integer = type == DataType::I32 || type == DataType::I64;
+    if (integer && !std::isfinite(x)) x = 3.0;
     std::byte* at = bytes.data() + i * size_of(type);
     auto put = [&](auto value) { std::memcpy(at, &value, sizeof(value)); };
     switch (type) {
@@ -485,10 +493,20 @@ TEST_CASE("a scalar all-reduce of every dtype and op is bitwise the reduce kerne
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max, ReduceOp::Average}) {
       const std::size_t count = 8 / size_of(type);  // the most that fits beside the round counter
       Case c{type, op, {}, std::vector<std::byte>(count * size_of(type)), axon_test::PerRank<std::vector<std::byte>>(n)};
-      std::vector<const std::byte*> sources;
       for (int r = 0; r < n; ++r) c.inputs.push_back(scalar_input(type, r, count));
-      for (const auto& in : c.inputs) sources.push_back(in.data());
-      kernels::reduce(type, op, sources, c.expected.data(), count);
+      // The expected bits from the kernels' block path: the same elements at
+      // the head of 64, beyond the few-element path the scalar call takes.
+      constexpr std::size_t kLonger = 64;
+      std::vector<std::vector<std::byte>> longer;
+      std::vector<const std::byte*> sources;
+      for (const auto& in : c.inputs) {
+        longer.emplace_back(kLonger * size_of(type));
+        std::memcpy(longer.back().data(), in.data(), in.size());
+        sources.push_back(longer.back().data());
+      }
+      std::vector<std::byte> reduced(kLonger * size_of(type));
+      kernels::reduce(type, op, sources, reduced.data(), kLonger);
+      std::memcpy(c.expected.data(), reduced.data(), c.expected.size());
       cases.push_back(std::move(c));
     }
   }

@@ -150,7 +150,7 @@ void ArenaChannel::exchange() {
   round_ = next;
   if (check_pending_) {
     check_pending_ = false;
-    if (!digests_agree(parity)) check_descriptors(parity);
+    if (!digests_agree(parity)) check_descriptors(parity, next);
   }
 }
 
@@ -185,8 +185,12 @@ void ArenaChannel::exchange() {
 // the mismatch. Each barrier member compares its predecessors' digests: a
 // predecessor that published this round without relaying it runs another
 // collective (mismatch); one that found a mismatch sets its relay to
-// kRelayBroken, which its successors pass on, so every member fails
-// promptly with CollectiveMismatch instead of waiting for the timeout.
+// relay_broken(round), which its successors pass on, so every member fails
+// promptly with CollectiveMismatch instead of waiting for the timeout. The
+// broken relay names its round: a member still in the barrier before it
+// (its predecessor finished that one, moved on and found the mismatch in the
+// next) completes its barrier and meets the mismatch in the next call, where
+// it belongs.
 //
 // A predecessor's digest of this round's parity stays put while we read it:
 // it can publish round next + 2 only after we publish next + 1.
@@ -225,7 +229,7 @@ void ArenaChannel::synchronize() {
       return missing;
     };
     shm::wait_until(relayed, doorbell_of(member_), waits_, [&] { return describe_wait(next); }, needed);
-    if (other_collective() || theirs.relay.load(std::memory_order_acquire) == shm::kRelayBroken ||
+    if (other_collective() || theirs.relay.load(std::memory_order_acquire) == shm::relay_broken(next) ||
         (check && theirs.digest[parity] != pending_digest_)) {
       report_barrier_mismatch(next, parity);
     }
@@ -240,7 +244,7 @@ void ArenaChannel::synchronize() {
 // descriptor differs from its own. Nobody can pass this round meanwhile:
 // a barrier completes only through every member's relay.
 void ArenaChannel::report_barrier_mismatch(std::uint64_t round, int parity) {
-  controls_[member_].relay.store(shm::kRelayBroken, std::memory_order_release);
+  controls_[member_].relay.store(shm::relay_broken(round), std::memory_order_release);
   for (int d = 1; d < size(); d *= 2) shm::ring(doorbell_of((member_ + d) % size()));
   if (collective_checks_enabled()) {
     int first_missing = 0;
@@ -251,7 +255,7 @@ void ArenaChannel::report_barrier_mismatch(std::uint64_t round, int parity) {
     };
     shm::wait_until(arrived, group_->bell, waits_, [&] { return describe_wait(round); },
                     [&] { return missing_ranks(round); }, &p2p_.traffic_bell());
-    check_descriptors(parity);  // throws when a descriptor differs
+    check_descriptors(parity, round);  // throws when a descriptor differs
   }
   broken_ = "collective mismatch in group " + group_name() + " at call #" + std::to_string(pending_.call) +
             ": rank " + std::to_string(world_ranks_[static_cast<std::size_t>(member_)]) + " is in " +
@@ -267,12 +271,12 @@ std::string ArenaChannel::describe(const shm::Descriptor& d) const {
                    d.detail == kSharedBuffer ? "shared buffer" : "");
 }
 
-void ArenaChannel::check_descriptors(int parity) {
+void ArenaChannel::check_descriptors(int parity, std::uint64_t round) {
   const shm::Descriptor& mine = controls_[member_].descriptor[parity];
   for (int m = 0; m < size(); ++m) {
     if (m == member_ || controls_[m].digest[parity] == pending_digest_) continue;
     if (controls_[m].descriptor[parity] == mine) continue;
-    throw_mismatch(m, parity);
+    throw_mismatch(m, parity, round);
   }
 }
 
@@ -286,7 +290,7 @@ std::vector<int> ArenaChannel::missing_ranks(std::uint64_t round) const {
   return missing;
 }
 
-void ArenaChannel::throw_mismatch(int m, int parity) {
+void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
   const shm::Descriptor& mine = controls_[member_].descriptor[parity];
   const shm::Descriptor& theirs = controls_[m].descriptor[parity];
   std::string where = theirs.call == mine.call
@@ -300,7 +304,7 @@ void ArenaChannel::throw_mismatch(int m, int parity) {
             std::to_string(world_ranks_[static_cast<std::size_t>(m)]) + ": " + describe(theirs);
   // Members waiting on us in a barrier learn of it from our relay.
   auto& relay = controls_[member_].relay;
-  relay.store(shm::kRelayBroken, std::memory_order_release);
+  relay.store(shm::relay_broken(round), std::memory_order_release);
   for (int d = 1; d < size(); d *= 2) shm::ring(doorbell_of((member_ + d) % size()));
   throw CollectiveMismatch(broken_);
 }

@@ -106,8 +106,9 @@ class ArenaChannel final : public collectives::RoundChannel {
     for (int m = 0; m < size(); ++m) agree &= controls_[m].digest[parity] == pending_digest_;
     return agree;
   }
-  // Throws the mismatch a member's differing descriptor shows, if any.
-  void check_descriptors(int parity);
+  // Throws the mismatch a member's differing descriptor shows, if any, in
+  // the collective that publishes `round`.
+  void check_descriptors(int parity, std::uint64_t round);
   std::string describe(const shm::Descriptor& d) const;
   void post_descriptor(int parity) {
     auto& mine = controls_[member_];
@@ -117,7 +118,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   // AXON_DEBUG=1's line for the collective begin() starts (out of line: the
   // formatting would otherwise weigh on every call).
   void log_begin() const;
-  [[noreturn]] void throw_mismatch(int member, int parity);
+  [[noreturn]] void throw_mismatch(int member, int parity, std::uint64_t round);
   [[noreturn]] void report_barrier_mismatch(std::uint64_t round, int parity);
   shm::Doorbell& doorbell_of(int member) const;
 

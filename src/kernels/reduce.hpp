@@ -37,8 +37,9 @@ namespace axonml::distributed::kernels {
 void reduce(DataType type, ReduceOp op, std::span<const std::byte* const> sources,
             std::byte* dest, std::size_t count);
 
-// reduce() for a few elements (a scalar's all-reduce): element by element,
-// the same results, without the dispatcher's checks and calls.
+// reduce() for a few elements (a scalar's all-reduce): the same results,
+// without the dispatcher's checks and calls (up to 4 elements one at a time,
+// more in one pass per source).
 // REQUIRES: as reduce(), and count <= kFewElements.
 inline constexpr std::size_t kFewElements = 16;
 void reduce_few(DataType type, ReduceOp op, std::span<const std::byte* const> sources,

@@ -25,9 +25,10 @@ std::string_view to_string(Isa isa);
 // Whether this CPU can run the kernel (AVX2 also needs FMA-era F16C for f16).
 bool isa_supported(Isa isa);
 
-// Up to kFewElements (reduce.hpp) reduce_scalar goes element by element, and
-// reduce() sends them to it whatever kernel was chosen: the vector kernels'
-// set-up (alignment split, blocks) costs more than such a count's arithmetic.
+// Up to kFewElements (reduce.hpp) reduce_scalar takes its few-element path
+// (reduce_few), and reduce() sends such counts there whatever kernel was
+// chosen: the vector kernels' set-up (alignment split, blocks) costs more
+// than such a count's arithmetic.
 
 // REQUIRES: begin <= end; as reduce() for elements [begin, end).
 void reduce_scalar(DataType type, ReduceOp op, std::span<const std::byte* const> sources,

@@ -27,7 +27,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 9;
+inline constexpr std::uint32_t kLayoutVersion = 10;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -190,8 +190,8 @@ struct alignas(kCacheLine) MemberControl {
   std::uint64_t digest[2];
   // Written by: this member, during a barrier (the dissemination barrier of
   // ArenaChannel::synchronize): relay_value(round, step) once it has heard
-  // from its first `step` predecessors, kRelayBroken after it found a
-  // mismatch. Read by one successor per step. Only grows, except to broken.
+  // from its first `step` predecessors, relay_broken(round) after it found a
+  // mismatch in that round. Read by one successor per step. Only grows.
   std::atomic<std::uint64_t> relay;
   // Written by: this member, before a collective it will run at once with
   // nothing else to do first: that collective's call number + 1. A peer
@@ -216,7 +216,13 @@ static_assert(offsetof(MemberControl, small_payload) == 40);  // docs/arena.md
 // MemberControl::relay of a member in step `step` (1-based) of the barrier
 // that publishes `round`: monotone over rounds and steps (at most 64 steps).
 inline constexpr std::uint64_t relay_value(std::uint64_t round, unsigned step) { return round << 8 | step; }
-inline constexpr std::uint64_t kRelayBroken = ~std::uint64_t{0};
+// MemberControl::relay of a member that found a mismatch in the collective
+// that publishes `round`: above every relay of that round and below those of
+// later rounds. A successor in that round's barrier reads it as broken; one
+// still finishing an earlier barrier reads it as relayed, which it is (this
+// member completed that barrier before it moved on), and meets the mismatch
+// in the next collective itself.
+inline constexpr std::uint64_t relay_broken(std::uint64_t round) { return round << 8 | 0xff; }
 
 // A group's shared state. Followed by MemberControl[size] and then the data
 // slots: member m's slot of parity p at data + (2 * m + p) * slot_bytes.
