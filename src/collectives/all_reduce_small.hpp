@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "axonml/distributed/dtype.hpp"
+#include "base/check.hpp"
 #include "kernels/reduce.hpp"
 
 namespace axonml::distributed::collectives {
@@ -58,6 +59,8 @@ inline void copy_small(std::byte* dest, const std::byte* src, std::size_t bytes)
 template <typename Channel>
 void all_reduce_small(Channel& channel, std::byte* data, std::size_t count, DataType type, ReduceOp op) {
   const int n = channel.size();
+  check::less(1, n, "all_reduce_small: more than one member");
+  check::less_equal(count * size_of(type), channel.small_bytes(), "all_reduce_small: payload fits small_bytes()");
   copy_small(channel.small_outbox(), data, count * size_of(type));
   channel.exchange();
   SmallSources holder(n);
