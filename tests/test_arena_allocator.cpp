@@ -337,6 +337,51 @@ TEST_CASE("a group's area goes back only when its last member drops it", "[arena
   }, MockOptions{std::size_t{2} << 20, 64 << 10});
 }
 
+TEST_CASE("a new_group that ends in a collective mismatch gives its area back", "[arena][groups][errors]") {
+  // As above (2 ranks, 64 KiB slots), with room for exactly two group areas:
+  // a subgroup and one group made on it. A mismatch leaves the subgroup it
+  // happens on unusable, so each attempt makes a fresh one on the world.
+  constexpr std::size_t kAreaPages = 65;
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<std::shared_ptr<std::byte>> pages;
+    if (r == 0) {
+      while (auto page = b->allocate_shared(kPage)) pages.push_back(std::move(page));
+      pages.erase(pages.begin(), pages.begin() + 2 * kAreaPages);
+    }
+    b->barrier();
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      auto g = b->new_group(std::vector<int>{0, 1});
+      // Each rank leads its own list, so both allocate (one finds no room).
+      const std::string crossed = error_of([&] {
+        g->new_group(r == 0 ? std::vector<int>{0, 1} : std::vector<int>{1, 0});
+      });
+      RANK_REQUIRE_THAT(crossed, Contains("collective mismatch"));
+      g.reset();
+      b->barrier();
+      g = b->new_group(std::vector<int>{0, 1});
+      // Rank 0 leads and allocates; rank 1 calls something else.
+      const std::string other = error_of([&] {
+        if (r == 0) {
+          g->new_group(std::vector<int>{0, 1});
+        } else {
+          std::vector<float> x{1.0f};
+          g->all_reduce(x, ReduceOp::Sum);
+        }
+      });
+      RANK_REQUIRE_THAT(other, Contains("collective mismatch"));
+      g.reset();
+      b->barrier();
+    }
+    // Both areas are free again: two groups at once.
+    auto first = b->new_group(std::vector<int>{0, 1});
+    auto second = b->new_group(std::vector<int>{0, 1});
+    std::vector<float> x{static_cast<float>(r + 1)};
+    first->all_reduce(x, ReduceOp::Sum);
+    second->all_reduce(x, ReduceOp::Sum);
+    RANK_REQUIRE(x[0] == 6.0f);
+  }, MockOptions{std::size_t{2} << 20, 64 << 10});
+}
+
 TEST_CASE("subgroups created and dropped over and over fit in an arena with room for five", "[arena][groups]") {
   // When a new group's leader allocates, each rank holds one group and a
   // slower rank may not yet have dropped the one before: at most two areas

@@ -247,7 +247,17 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
     }
     std::memcpy(channel.outbox(), &reply, sizeof(reply));
   }
-  channel.exchange();
+  try {
+    channel.exchange();
+  } catch (const CollectiveMismatch&) {
+    // Every member gets the mismatch and none reads the offset, so the
+    // leader alone gives the area back; otherwise each mismatched new_group
+    // would keep a group area for good. (After a timeout or a peer's failure
+    // a late member may still complete the round and take the area: those
+    // leave it to the end of the job.)
+    if (channel.rank() == leader && reply.offset != 0) state.allocator.release(reply.offset, layout.total_bytes);
+    throw;
+  }
   std::memcpy(&reply, channel.inbox(leader), sizeof(reply));
   if (reply.offset == 0) {
     const shm::ArenaUsage usage{state.header.arena_bytes, reply.free_bytes, reply.largest_free,
