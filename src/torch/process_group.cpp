@@ -408,26 +408,34 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_reduce_scatter_base(at::Tensor
 namespace {
 
 // All-to-all of blocks of different sizes: every rank learns every block's
-// byte count (one all_gather), pads each block to the largest, exchanges
-// equal blocks, and unpads. `send_blocks[q]` goes to rank q, `recv_blocks[p]`
-// comes from rank p (both byte views of contiguous memory).
+// byte count and every output's room for it (one all_gather), pads each
+// block to the largest, exchanges equal blocks, and unpads. Every rank checks
+// every pair, not only what comes to it, so when two ranks disagree all
+// ranks throw the same error; a rank that alone found it would leave the
+// others waiting in the exchange. `send_blocks[q]` goes to rank q,
+// `recv_blocks[p]` comes from rank p (both byte views of contiguous memory).
 void uneven_all_to_all(ad::Backend& b, const std::vector<at::Tensor>& send_blocks,
                        const std::vector<at::Tensor>& recv_blocks, const std::string& where) {
   const std::int64_t n = b.world_size();
-  const std::int64_t me = b.rank();
-  auto mine = at::empty({n}, at::kLong);
-  for (std::int64_t q = 0; q < n; ++q) mine[q] = static_cast<std::int64_t>(send_blocks[static_cast<std::size_t>(q)].numel());
-  auto all = at::empty({n * n}, at::kLong);
+  auto mine = at::empty({2 * n}, at::kLong);  // [bytes to each rank | room for each rank's bytes]
+  for (std::int64_t q = 0; q < n; ++q) {
+    mine[q] = static_cast<std::int64_t>(send_blocks[static_cast<std::size_t>(q)].numel());
+    mine[n + q] = static_cast<std::int64_t>(recv_blocks[static_cast<std::size_t>(q)].numel());
+  }
+  auto all = at::empty({n * 2 * n}, at::kLong);
   axonml::torch::all_gather(b, mine, all);
-  auto sizes = all.view({n, n});
-  const std::int64_t widest = std::max<std::int64_t>(sizes.max().item<std::int64_t>(), 0);
+  auto table = all.view({n, 2 * n});
+  const std::int64_t widest = std::max<std::int64_t>(table.narrow(1, 0, n).max().item<std::int64_t>(), 0);
+  const auto* cells = table.data_ptr<std::int64_t>();
   for (std::int64_t p = 0; p < n; ++p) {
-    const std::int64_t coming = sizes[p][me].item<std::int64_t>();
-    const std::int64_t expected = recv_blocks[static_cast<std::size_t>(p)].numel();
-    if (coming != expected) {
-      throw ad::InvalidArgument(where + ": rank " + std::to_string(p) + " sends " + std::to_string(coming) +
-                                " bytes to this rank but the output for it has room for " +
-                                std::to_string(expected) + " bytes");
+    for (std::int64_t q = 0; q < n; ++q) {
+      const std::int64_t sends = cells[p * 2 * n + q];
+      const std::int64_t room = cells[q * 2 * n + n + p];
+      if (sends != room) {
+        throw ad::InvalidArgument(where + ": the ranks' split sizes disagree: rank " + std::to_string(p) +
+                                  " sends " + std::to_string(sends) + " bytes to rank " + std::to_string(q) +
+                                  ", whose output has room for " + std::to_string(room) + " bytes from it");
+      }
     }
   }
   const std::int64_t stride = widest + (widest % 2);  // whole 16-bit words per block

@@ -61,6 +61,26 @@ def killed_rank(rank, n):
     return text
 
 
+def split_disagreement(rank, n):
+    """Uneven all_to_all_single whose split sizes disagree between two ranks:
+    every rank raises at once, the one not involved too, naming the pair;
+    the group stays in step for what follows."""
+    dist.init_process_group("axon", timeout=datetime.timedelta(seconds=20))
+    out_splits = [2, 0, 1] if rank == 1 else [1, 1, 1]  # rank 1 wants 2 from rank 0, none from itself
+    start = time.monotonic()
+    text = raises(lambda: dist.all_to_all_single(torch.zeros(3), torch.ones(3), output_split_sizes=out_splits,
+                                                 input_split_sizes=[1, 1, 1]),
+                  f"alltoall_base on rank {rank} of 3", "split sizes disagree",
+                  "rank 0 sends 4 bytes to rank 1, whose output has room for 8 bytes from it")
+    waited = time.monotonic() - start
+    assert waited < 5, f"raised only after {waited:.1f} s"
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((2,), 3.0)), t
+    dist.destroy_process_group()
+    return text
+
+
 def late_peer(rank, n):
     """A collective that times out marks the group failed: the late rank's
     call raises instead of finishing the op with a rank that has left it."""
@@ -111,6 +131,8 @@ if __name__ == "__main__":
     print("test_errors: a bad AXON_TORCH_INLINE_BYTES is reported before the rendezvous")
     run_ranks(2, bad_inputs)
     print("test_errors: bad inputs give errors naming the op and the sizes")
+    texts = run_ranks(3, split_disagreement)
+    print(f"test_errors: disagreeing all_to_all splits raised on every rank: {texts[2].splitlines()[0]}")
     texts = run_ranks(2, late_peer)
     print(f"test_errors: a late rank raised after its peer's timeout: {texts[1].splitlines()[0]}")
     texts = run_ranks(3, killed_rank, dead={2})
