@@ -1,6 +1,7 @@
 #include "axonml/torch/process_group.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <mutex>
 #include <set>
 #include <string>
@@ -109,11 +110,73 @@ std::int64_t total_bytes(const std::vector<at::Tensor>& tensors) {
 
 at::Tensor flat_of(const at::Tensor& t) { return t.contiguous().view(-1); }
 
+const char* op_name(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    default: return "another op";
+  }
+}
+
+// A reduction the runtime has no kernel for (a dtype or a bitwise op it does
+// not reduce) moves as raw bytes, where the runtime's own check sees only
+// byte counts: int8 SUM on one rank and int8 MAX on another would each get a
+// different result. So the ranks first compare what each asked for (one
+// all_gather of four numbers), and all throw the same CollectiveMismatch
+// when they differ. `root` is -1 where the op has none.
+enum class Fallback : std::int64_t { AllReduce = 1, Reduce = 2, ReduceScatter = 3 };
+
+const char* name_of(std::int64_t kind) {
+  switch (static_cast<Fallback>(kind)) {
+    case Fallback::AllReduce: return "allreduce";
+    case Fallback::Reduce: return "reduce";
+    case Fallback::ReduceScatter: return "reduce_scatter";
+  }
+  return "another reduction";
+}
+
+void agree_on_fallback(ad::Backend& b, Fallback kind, const at::Tensor& t, const c10d::ReduceOp& op, int root,
+                       const std::string& where) {
+  const std::int64_t n = b.world_size();
+  auto mine = at::empty({4}, at::kLong);
+  auto* fields = mine.data_ptr<std::int64_t>();
+  fields[0] = static_cast<std::int64_t>(kind);
+  fields[1] = static_cast<std::int64_t>(t.scalar_type());
+  fields[2] = static_cast<std::int64_t>(op.op_) << 32 | static_cast<std::uint32_t>(root);
+  fields[3] = t.numel();
+  auto all = at::empty({4 * n}, at::kLong);
+  axonml::torch::all_gather(b, mine, all);
+  const auto* table = all.data_ptr<std::int64_t>();
+  auto describe = [&](std::int64_t rank) {
+    const std::int64_t* f = table + 4 * rank;
+    const auto type = static_cast<at::ScalarType>(f[1]);
+    const auto red = static_cast<c10d::ReduceOp::RedOpType>(f[2] >> 32);
+    const auto its_root = static_cast<std::int32_t>(f[2] & 0xffffffff);
+    std::string text = "rank " + std::to_string(rank) + ": " +
+                       name_of(f[0]) + "(" +
+                       c10::toString(type) + ", " + std::to_string(f[3]) + ", " + op_name(c10d::ReduceOp(red));
+    if (its_root >= 0) text += ", root " + std::to_string(its_root);
+    return text + ")";
+  };
+  for (std::int64_t p = 1; p < n; ++p) {
+    if (!std::equal(table + 4 * p, table + 4 * p + 4, table)) {
+      throw ad::CollectiveMismatch(where + ": collective mismatch: " + describe(0) + " vs " + describe(p));
+    }
+  }
+}
+
 // t (contiguous) reduced over the group into itself, natively or by
 // gathering every rank's tensor and combining in rank order.
 void all_reduce_tensor(ad::Backend& b, at::Tensor& c, const c10d::ReduceOp& op, const std::string& where) {
   const auto native = native_op(op, where);
   if (native && native_type(c.scalar_type())) return axonml::torch::all_reduce(b, c, *native);
+  agree_on_fallback(b, Fallback::AllReduce, c, op, -1, where);
   auto stacked = at::empty({b.world_size(), c.numel()}, c.options());
   axonml::torch::all_gather(b, c, stacked);
   combine(stacked.unbind(0), op, c);
@@ -253,6 +316,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const 
           const at::Tensor send = c.clone();
           return axonml::torch::reduce(*b, send, c, root, *native);
         }
+        agree_on_fallback(*b, Fallback::Reduce, c, op, root, where);
         const bool is_root = b->rank() == root;
         auto stacked = at::empty({is_root ? b->world_size() : 0, c.numel()}, c.options());
         axonml::torch::gather(*b, c, stacked, root);
@@ -379,6 +443,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs
     in_place(output, [&](at::Tensor& c) {
       const auto native = native_op(op, where);
       if (native && native_type(c.scalar_type())) return axonml::torch::reduce_scatter(*b, send, c, *native);
+      agree_on_fallback(*b, Fallback::ReduceScatter, c, op, -1, where);
       auto blocks = at::empty_like(send);
       axonml::torch::all_to_all(*b, send, blocks);
       combine(blocks.view({b->world_size(), -1}).unbind(0), op, c);
@@ -398,6 +463,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_reduce_scatter_base(at::Tensor
     in_place(output, [&](at::Tensor& c) {
       const auto native = native_op(op, where);
       if (native && native_type(c.scalar_type())) return axonml::torch::reduce_scatter(*b, send, c, *native);
+      agree_on_fallback(*b, Fallback::ReduceScatter, c, op, -1, where);
       auto blocks = at::empty_like(send);
       axonml::torch::all_to_all(*b, send, blocks);
       combine(blocks.view({b->world_size(), -1}).unbind(0), op, c);

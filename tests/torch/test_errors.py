@@ -81,6 +81,41 @@ def split_disagreement(rank, n):
     return text
 
 
+def fallback_mismatch(rank, n):
+    """Reductions the runtime has no kernel for (int8, uint8, int16, bool,
+    the bitwise ops) move as raw bytes: ranks that ask for different ops,
+    dtypes, counts or roots get a collective mismatch naming both calls on
+    every rank, never each a different result. The group stays usable."""
+    dist.init_process_group("axon", timeout=datetime.timedelta(seconds=20))
+
+    def both(make, *words):
+        return raises(lambda: make().wait(), "collective mismatch", *words)
+
+    i8 = lambda: torch.tensor([1, 2, 3, 6], dtype=torch.int8) + rank  # noqa: E731
+    both(lambda: dist.all_reduce(i8(), op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX, async_op=True),
+         "rank 0: allreduce(Char, 4, SUM) vs rank 1: allreduce(Char, 4, MAX)")
+    both(lambda: dist.all_reduce(i8() if rank == 0 else i8().to(torch.uint8), async_op=True),
+         "rank 0: allreduce(Char, 4, SUM) vs rank 1: allreduce(Byte, 4, SUM)")
+    both(lambda: dist.all_reduce(torch.ones(4 + rank, dtype=torch.int16), async_op=True),
+         "rank 0: allreduce(Short, 4, SUM) vs rank 1: allreduce(Short, 5, SUM)")
+    both(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32),
+                                 op=dist.ReduceOp.BAND if rank == 0 else dist.ReduceOp.BOR, async_op=True),
+         "allreduce(Int, 4, BAND) vs rank 1: allreduce(Int, 4, BOR)")
+    both(lambda: dist.reduce(torch.ones(4, dtype=torch.uint8), dst=rank, async_op=True),
+         "reduce(Byte, 4, SUM, root 0) vs rank 1: reduce(Byte, 4, SUM, root 1)")
+    both(lambda: dist.reduce_scatter(torch.zeros(2, dtype=torch.int8), [torch.ones(2, dtype=torch.int8)] * n,
+                                     op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.PRODUCT, async_op=True),
+         "reduce_scatter(Char, 2, SUM) vs rank 1: reduce_scatter(Char, 2, PRODUCT)")
+    both(lambda: dist.all_reduce(i8(), async_op=True) if rank == 0 else dist.reduce(i8(), dst=0, async_op=True),
+         "rank 0: allreduce(Char, 4, SUM) vs rank 1: reduce(Char, 4, SUM, root 0)")
+    # When they agree, the same path gives every rank the result.
+    t = i8()
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.tensor([3, 5, 7, 13], dtype=torch.int8)), t
+    dist.destroy_process_group()
+    return True
+
+
 def late_peer(rank, n):
     """A collective that times out marks the group failed: the late rank's
     call raises instead of finishing the op with a rank that has left it."""
@@ -131,6 +166,8 @@ if __name__ == "__main__":
     print("test_errors: a bad AXON_TORCH_INLINE_BYTES is reported before the rendezvous")
     run_ranks(2, bad_inputs)
     print("test_errors: bad inputs give errors naming the op and the sizes")
+    run_ranks(2, fallback_mismatch)
+    print("test_errors: reductions without a runtime kernel that differ between ranks raise a mismatch on every rank")
     texts = run_ranks(3, split_disagreement)
     print(f"test_errors: disagreeing all_to_all splits raised on every rank: {texts[2].splitlines()[0]}")
     texts = run_ranks(2, late_peer)
