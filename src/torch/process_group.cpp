@@ -124,12 +124,7 @@ const char* op_name(const c10d::ReduceOp& op) {
   }
 }
 
-// A reduction the runtime has no kernel for (a dtype or a bitwise op it does
-// not reduce) moves as raw bytes, where the runtime's own check sees only
-// byte counts: int8 SUM on one rank and int8 MAX on another would each get a
-// different result. So the ranks first compare what each asked for (one
-// all_gather of four numbers), and all throw the same CollectiveMismatch
-// when they differ. `root` is -1 where the op has none.
+// The reductions that run by gathering and combining here.
 enum class Fallback : std::int64_t { AllReduce = 1, Reduce = 2, ReduceScatter = 3 };
 
 const char* name_of(std::int64_t kind) {
@@ -141,6 +136,12 @@ const char* name_of(std::int64_t kind) {
   return "another reduction";
 }
 
+// A reduction the runtime has no kernel for (a dtype or a bitwise op it does
+// not reduce) moves as raw bytes, where the runtime's own check sees only
+// byte counts: int8 SUM on one rank and int8 MAX on another would each get a
+// different result. So the ranks first compare what each asked for (one
+// all_gather of four numbers), and all throw the same CollectiveMismatch
+// when they differ. `root` is -1 where the op has none.
 void agree_on_fallback(ad::Backend& b, Fallback kind, const at::Tensor& t, const c10d::ReduceOp& op, int root,
                        const std::string& where) {
   const std::int64_t n = b.world_size();
@@ -158,9 +159,8 @@ void agree_on_fallback(ad::Backend& b, Fallback kind, const at::Tensor& t, const
     const auto type = static_cast<at::ScalarType>(f[1]);
     const auto red = static_cast<c10d::ReduceOp::RedOpType>(f[2] >> 32);
     const auto its_root = static_cast<std::int32_t>(f[2] & 0xffffffff);
-    std::string text = "rank " + std::to_string(rank) + ": " +
-                       name_of(f[0]) + "(" +
-                       c10::toString(type) + ", " + std::to_string(f[3]) + ", " + op_name(c10d::ReduceOp(red));
+    std::string text = "rank " + std::to_string(rank) + ": " + name_of(f[0]) + "(" + c10::toString(type) + ", " +
+                       std::to_string(f[3]) + ", " + op_name(c10d::ReduceOp(red));
     if (its_root >= 0) text += ", root " + std::to_string(its_root);
     return text + ")";
   };
