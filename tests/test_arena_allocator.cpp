@@ -68,6 +68,18 @@ std::size_t free_space_begins(int n, std::size_t slot_bytes) {
   return header.groups_offset + shm::group_layout(static_cast<std::size_t>(n), slot_bytes).total_bytes;
 }
 
+// Rank 0 takes every free page and gives back the first `free_pages`, so
+// that the arena has exactly that much room while the result is kept.
+std::vector<std::shared_ptr<std::byte>> leave_free_pages(Backend& b, int rank, std::size_t free_pages) {
+  std::vector<std::shared_ptr<std::byte>> pages;
+  if (rank == 0) {
+    while (auto page = b.allocate_shared(kPage)) pages.push_back(std::move(page));
+    pages.erase(pages.begin(), pages.begin() + static_cast<std::ptrdiff_t>(free_pages));
+  }
+  b.barrier();
+  return pages;
+}
+
 }  // namespace
 
 TEST_CASE("a released block is handed out again", "[arena][allocator]") {
@@ -315,13 +327,7 @@ TEST_CASE("a group's area goes back only when its last member drops it", "[arena
   // 2 ranks with 64 KiB slots: a group area of 4 KiB + 2 * 2 * 64 KiB = 65 pages.
   constexpr std::size_t kAreaPages = 65;
   run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
-    // Leave exactly one group area free: take every page, give back the first 65.
-    std::vector<std::shared_ptr<std::byte>> pages;
-    if (r == 0) {
-      while (auto page = b->allocate_shared(kPage)) pages.push_back(std::move(page));
-      pages.erase(pages.begin(), pages.begin() + kAreaPages);
-    }
-    b->barrier();
+    const auto pages = leave_free_pages(*b, r, kAreaPages);  // exactly one group area free
     auto group = b->new_group(std::vector<int>{0, 1});
     RANK_REQUIRE(group != nullptr);
     if (r == 0) group.reset();  // rank 1 still holds it
@@ -343,12 +349,7 @@ TEST_CASE("a new_group that ends in a collective mismatch gives its area back", 
   // happens on unusable, so each attempt makes a fresh one on the world.
   constexpr std::size_t kAreaPages = 65;
   run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
-    std::vector<std::shared_ptr<std::byte>> pages;
-    if (r == 0) {
-      while (auto page = b->allocate_shared(kPage)) pages.push_back(std::move(page));
-      pages.erase(pages.begin(), pages.begin() + 2 * kAreaPages);
-    }
-    b->barrier();
+    const auto pages = leave_free_pages(*b, r, 2 * kAreaPages);
     for (int attempt = 0; attempt < 3; ++attempt) {
       auto g = b->new_group(std::vector<int>{0, 1});
       // Each rank leads its own list, so both allocate (one finds no room).
