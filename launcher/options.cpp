@@ -118,8 +118,11 @@ LaunchOptions parse_options(int argc, char** argv) {
     std::exit(0);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
-    // CLI11 names -n by its long spelling, which the docs never use.
-    if (what.rfind("--nproc:", 0) == 0) what.replace(0, 7, "-n");
+    // CLI11 names -n by its long spelling, which the docs never use, both
+    // as a prefix ("--nproc: ...") and inside ("Could not convert: --nproc = 1x").
+    for (std::size_t at = what.find("--nproc"); at != std::string::npos; at = what.find("--nproc", at)) {
+      what.replace(at, 7, "-n");
+    }
     bad_arguments(what);
   }
 

@@ -109,6 +109,10 @@ case "$case_name" in
       [[ "$err" == "axon-launch: $flag: an empty value is not allowed (see axon-launch --help)" ]] ||
         fail "$flag '': unclear message: $err"
     done
+    # A value that is not a number names the option as the docs spell it.
+    run -n 1x "$probe" ok
+    expect_status 2
+    [[ "$err" == *"-n = 1x"* && "$err" != *nproc* ]] || fail "-n 1x: unclear message: $err"
     run -n 256 --help
     expect_status 0
     [[ "$out" == *Usage* ]] || fail "--help prints no usage: $out"
