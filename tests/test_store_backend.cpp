@@ -2,7 +2,12 @@
 // Store in real use), here an in-memory one with ranks as threads.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -15,8 +20,11 @@ using Catch::Matchers::Contains;
 
 namespace {
 
+// `can_check`: whether it answers has() (a store that cannot check leaves
+// create() to wait in get()).
 class MemoryStore final : public KeyValueStore {
  public:
+  explicit MemoryStore(bool can_check = false) : can_check_(can_check) {}
   void set(const std::string& key, const std::string& value) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -31,18 +39,35 @@ class MemoryStore final : public KeyValueStore {
     }
     return values_[key];
   }
+  bool has(const std::string& key) override {
+    if (!can_check_) return true;
+    std::lock_guard<std::mutex> lock(mutex_);
+    return values_.count(key) != 0;
+  }
 
  private:
+  bool can_check_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, std::string> values_;
 };
 
+// What create() publishes for a rank of this machine: "hostname boot-id pid".
+std::string this_host_entry(int pid) {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  return std::string(name) + " " + boot_id + " " + std::to_string(pid);
+}
+
 }  // namespace
 
 TEST_CASE("ranks that meet through a store share an arena and reduce together", "[store]") {
   const int n = GENERATE(1, 3);
-  MemoryStore store;
+  const bool can_check = GENERATE(false, true);
+  CAPTURE(n, can_check);
+  MemoryStore store(can_check);
   std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   std::vector<std::string> errors(static_cast<std::size_t>(n));
@@ -91,4 +116,52 @@ TEST_CASE("an arena larger than the available memory fails at set-up naming the 
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 1, options),
                       Contains("rank 0: cannot reserve 1073741824 MiB") && Contains("of memory available") &&
                           Contains("StoreOptions::arena_bytes"));
+}
+
+TEST_CASE("a store set-up gives up when a rank it has met exits before the arena is made", "[store][errors]") {
+  // Rank 0 is a child process that publishes its host and pid (here the
+  // test does it for the child) and dies before it makes the arena.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::usleep(300'000);
+    ::_exit(0);
+  }
+  MemoryStore store(true);
+  store.set("axon/host/0", this_host_entry(child));
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE_THROWS_MATCHES(StoreBackend::create(store, 1, 2, options), PeerFailure,
+                         Catch::Matchers::Predicate<PeerFailure>([&](const PeerFailure& e) {
+                           const std::string what = e.what();
+                           return what.find("rank 1: rank 0 (pid " + std::to_string(child) +
+                                            ") exited or was killed") != std::string::npos &&
+                                  what.find("rank 0's arena (axon/arena)") != std::string::npos;
+                         }, "names rank 0, its pid and what was awaited"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // not the 60 s timeout
+  int status = 0;
+  ::waitpid(child, &status, 0);
+}
+
+TEST_CASE("a store set-up whose peer never comes times out naming the entry and the timeout", "[store][errors]") {
+  MemoryStore store(true);
+  StoreOptions options;
+  options.timeout = std::chrono::milliseconds(300);
+  REQUIRE_THROWS_AS(StoreBackend::create(store, 0, 2, options), Timeout);
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options),
+                      Contains("rank 0: timed out after 0.3 s (StoreOptions::timeout) waiting for rank 1's host "
+                               "(axon/host/1)"));
+}
+
+TEST_CASE("a store set-up gives up when the caller's check throws while it waits", "[store][errors]") {
+  MemoryStore store(true);
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  int calls = 0;
+  options.while_waiting = [&] {
+    if (++calls == 3) throw PeerFailure("the caller gave up");
+  };
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options), "the caller gave up");
+  CHECK(calls == 3);
 }

@@ -14,8 +14,19 @@ import atexit
 
 from ._C import _finish_pending, create_process_group
 
+
+
+def _create_from_options(options, pg_options=None):
+    """The creator torch.distributed calls (register_backend's extended_api):
+    besides the store, rank, size and timeout it gives the group's members as
+    global ranks (empty for the default group), which the set-up needs to
+    name a process of the job that died before the group was made."""
+    return create_process_group(options.store, options.group_rank, options.group_size, options.timeout,
+                                list(options.global_ranks_in_group))
+
+
 if "AXON" not in torch.distributed.Backend._plugins:
-    torch.distributed.Backend.register_backend("axon", create_process_group)
+    torch.distributed.Backend.register_backend("axon", _create_from_options, extended_api=True)
     # A program may end without destroy_process_group(), with ops (and their
     # callbacks) still running on a group's threads; once the interpreter is
     # finalizing, those threads can no longer drop the Python objects they

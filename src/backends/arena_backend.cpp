@@ -107,6 +107,12 @@ std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
   });
 }
 
+std::vector<ExitedPeer> ArenaBackend::exited_peers() const {
+  std::vector<ExitedPeer> exited;
+  for (const auto& [rank, pid] : impl_->state->waits.exited_peers()) exited.push_back({rank, pid});
+  return exited;
+}
+
 bool ArenaBackend::peers_arrived() const { return impl_->channel.peers_arrived(); }
 void ArenaBackend::announce_next() { impl_->channel.announce_next(); }
 

@@ -5,15 +5,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
+#include "base/process_watch.hpp"
+#include "base/text.hpp"
 #include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/wait.hpp"
@@ -55,6 +61,59 @@ std::shared_ptr<void> map_shared(int fd, std::size_t bytes, const std::string& w
   return std::shared_ptr<void>(base, [bytes](void* p) { ::munmap(p, bytes); });
 }
 
+// What create() watches while it waits for a peer's entry in the store.
+class SetupWait {
+ public:
+  SetupWait(KeyValueStore& store, const StoreOptions& options, std::string who, int world_size,
+            std::chrono::milliseconds timeout)
+      : store_(store),
+        options_(options),
+        who_(std::move(who)),
+        timeout_(timeout),
+        deadline_(std::chrono::steady_clock::now() + timeout),
+        peers_(static_cast<std::size_t>(world_size)) {}
+
+  // From now on a wait also ends when `rank`'s process exits.
+  void watch(int rank, int pid) {
+    peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + "rank " + std::to_string(rank));
+  }
+
+  // The value of `key`, which `what` ("rank 1's host") publishes. A store
+  // that cannot check (has() always true) waits in get() alone.
+  std::string get(const std::string& key, const std::string& what) {
+    auto pause = std::chrono::microseconds(100);
+    while (!store_.has(key)) {
+      for (const auto& peer : peers_) {
+        if (peer.exited()) {
+          throw PeerFailure(who_ + "rank " + std::to_string(&peer - peers_.data()) + " (pid " +
+                            std::to_string(peer.pid()) + ") exited or was killed while this rank waited for " +
+                            what + " (" + key + ") to set up the shared memory");
+        }
+      }
+      if (options_.while_waiting) options_.while_waiting();
+      if (std::chrono::steady_clock::now() >= deadline_) {
+        const std::string source = options_.timeout.count() > 0
+                                       ? (options_.timeout_name.empty() ? "StoreOptions::timeout" : options_.timeout_name)
+                                       : "AXON_TIMEOUT";
+        throw Timeout(who_ + "timed out after " + format_seconds(std::chrono::duration<double>(timeout_).count()) +
+                      " s (" + source + ") waiting for " + what + " (" + key +
+                      ") in the store to set up the shared memory");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+    }
+    return store_.get(key);
+  }
+
+ private:
+  KeyValueStore& store_;
+  const StoreOptions& options_;
+  std::string who_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::vector<ProcessWatch> peers_;
+};
+
 }  // namespace
 
 std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int rank, int world_size,
@@ -70,17 +129,22 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   const std::string who = "rank " + std::to_string(rank) + ": ";
   const auto timeout = options.timeout.count() > 0 ? options.timeout : shm::default_timeout();
 
+  SetupWait setup(store, options, who, world_size, timeout);
+
   // 1. Hosts and pids.
   const std::string mine = host_identity();
   store.set("axon/host/" + std::to_string(rank), mine + " " + std::to_string(::getpid()));
   std::vector<int> pids(static_cast<std::size_t>(world_size));
   std::string elsewhere;
   for (int r = 0; r < world_size; ++r) {
-    std::istringstream entry(store.get("axon/host/" + std::to_string(r)));
+    std::istringstream entry(setup.get("axon/host/" + std::to_string(r), "rank " + std::to_string(r) + "'s host"));
     std::string name, boot_id;
-    entry >> name >> boot_id >> pids[static_cast<std::size_t>(r)];
+    int& pid = pids[static_cast<std::size_t>(r)];
+    entry >> name >> boot_id >> pid;
     if (name + " " + boot_id != mine) {
       elsewhere += (elsewhere.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on " + name;
+    } else if (r != rank && pid > 0) {
+      setup.watch(r, pid);
     }
   }
   if (!elsewhere.empty()) {
@@ -115,7 +179,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     store.set("axon/arena", std::to_string(::getpid()) + " " + std::to_string(memfd.fd) + " " +
                                 std::to_string(bytes));
   } else {
-    std::istringstream entry(store.get("axon/arena"));
+    std::istringstream entry(setup.get("axon/arena", "rank 0's arena"));
     long long pid = 0, fd = 0;
     std::size_t published = 0;
     entry >> pid >> fd >> published;

@@ -2,7 +2,6 @@
 #include "shm/arena_view.hpp"
 
 #include <linux/futex.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -94,39 +93,30 @@ WaitContext::WaitContext(ArenaHeader& header, int rank, std::chrono::millisecond
       oversubscribed_(ranks_outnumber_cores(static_cast<int>(header.world_size))),
       spin_polls_(choose_spin_polls(oversubscribed_)),
       yield_phase_(oversubscribed_ ? std::chrono::microseconds(200) : std::chrono::microseconds(2000)),
-      peer_pids_(peer_pids),
-      pidfds_(peer_pids.size(), -1) {
-  for (std::size_t r = 0; r < peer_pids_.size(); ++r) {
-    if (static_cast<int>(r) == rank_ || peer_pids_[r] <= 0) continue;
-    // A pidfd polls readable once the process has exited, zombie or not,
-    // and cannot be fooled by a reused pid.
-    pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, peer_pids_[r], 0));
-    if (pidfds_[r] < 0 && errno == ESRCH) {
-      throw PeerFailure("rank " + std::to_string(rank_) + ": rank " + std::to_string(r) + " (pid " +
-                        std::to_string(peer_pids_[r]) + ") has already exited");
-    }
+      peers_(peer_pids.size()) {
+  for (std::size_t r = 0; r < peer_pids.size(); ++r) {
+    if (static_cast<int>(r) == rank_ || peer_pids[r] <= 0) continue;
+    peers_[r] = ProcessWatch(peer_pids[r], "rank " + std::to_string(rank_) + ": rank " + std::to_string(r));
   }
 }
 
-WaitContext::~WaitContext() {
-  for (int fd : pidfds_) {
-    if (fd >= 0) ::close(fd);
+WaitContext::~WaitContext() = default;
+
+std::vector<std::pair<int, int>> WaitContext::exited_peers() const {
+  std::vector<std::pair<int, int>> exited;
+  for (std::size_t r = 0; r < peers_.size(); ++r) {
+    if (peers_[r].exited()) exited.emplace_back(static_cast<int>(r), peers_[r].pid());
   }
+  return exited;
 }
 
 void WaitContext::check_peers() const {
-  for (std::size_t r = 0; r < pidfds_.size(); ++r) {
-    bool dead = false;
-    if (pidfds_[r] >= 0) {
-      pollfd p{pidfds_[r], POLLIN, 0};
-      dead = ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
-    } else if (static_cast<int>(r) != rank_ && peer_pids_[r] > 0) {
-      dead = ::kill(peer_pids_[r], 0) != 0 && errno == ESRCH;  // no pidfd (old kernel)
-    }
-    if (!dead) continue;
-    const std::string reason = "rank " + std::to_string(r) + " (pid " + std::to_string(peer_pids_[r]) +
+  for (const auto& peer : peers_) {
+    if (!peer.exited()) continue;
+    const int r = static_cast<int>(&peer - peers_.data());
+    const std::string reason = "rank " + std::to_string(r) + " (pid " + std::to_string(peer.pid()) +
                                ") exited or was killed while its peers still needed it";
-    abort(static_cast<int>(r), reason);
+    abort(r, reason);
     throw PeerFailure("rank " + std::to_string(rank_) + ": job aborted: " + reason);
   }
 }

@@ -22,10 +22,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <type_traits>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "base/process_watch.hpp"
 #include "shm/arena_layout.hpp"
 
 namespace axonml::distributed::shm {
@@ -79,8 +81,9 @@ class WaitContext {
  public:
   // `peer_pids[r]` is rank r's process id when the ranks were started by a
   // launcher that does not watch them (empty when one does: axon-launch
-  // aborts the arena when a rank dies). Each peer is then watched through a
-  // pidfd, so that a rank that dies fails every wait within one sleep slice.
+  // aborts the arena when a rank dies). Each peer is then watched
+  // (ProcessWatch), so that a rank that dies fails every wait within one
+  // sleep slice.
   WaitContext(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
             const std::vector<int>& peer_pids = {});
   ~WaitContext();
@@ -90,6 +93,9 @@ class WaitContext {
   // Throws PeerFailure when the job was aborted, the launcher is gone, or a
   // watched peer has exited (which also aborts the job, naming that rank).
   void check_alive() const;
+  // The watched peers (world ranks) whose processes have exited, and their
+  // pids; touches nothing shared.
+  std::vector<std::pair<int, int>> exited_peers() const;
   // Marks the job aborted (first caller wins) and wakes everyone.
   void abort(int rank, const std::string& reason) const;
   bool aborted() const;
@@ -140,8 +146,7 @@ class WaitContext {
   bool oversubscribed_;
   int spin_polls_;
   std::chrono::microseconds yield_phase_;
-  std::vector<int> peer_pids_;
-  std::vector<int> pidfds_;  // -1 for this rank and for peers that cannot be watched
+  std::vector<ProcessWatch> peers_;  // by rank; empty watches for this rank and unknown pids
 };
 
 // Whether `ranks` ranks outnumber the cores they run on: AXON_OVERSUBSCRIBED

@@ -30,6 +30,7 @@ class C10dStore final : public ad::KeyValueStore {
     const auto bytes = store_->get(key);
     return std::string(bytes.begin(), bytes.end());
   }
+  bool has(const std::string& key) override { return store_->check({key}); }
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;
@@ -197,14 +198,23 @@ std::set<ProcessGroupAxon*>& live_groups() {
 }  // namespace
 
 ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                   std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size) {
+                                   std::chrono::milliseconds timeout, std::vector<int> global_ranks)
+    : c10d::ProcessGroup(rank, size), global_ranks_(std::move(global_ranks)) {
+  if (global_ranks_.empty()) {
+    for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
+  }
+  if (static_cast<int>(global_ranks_.size()) != size) {
+    throw ad::InvalidArgument("axon process group of " + std::to_string(size) + " ranks: " +
+                              std::to_string(global_ranks_.size()) + " global ranks given " +
+                              describe_global_ranks() + ", but there must be one per rank");
+  }
   // Before the rendezvous: a bad value fails here, not with peers waiting.
   inline_bytes_ = ad::env::integer("AXON_TORCH_INLINE_BYTES", 0, std::int64_t{1} << 50).value_or(kDefaultInlineBytes);
   C10dStore kv(store);
   ad::StoreOptions options;
   options.timeout = timeout;
   options.timeout_name = "the group's timeout";
+  options.while_waiting = [this] { give_up_if_a_process_exited(); };
   backend_ = ad::StoreBackend::create(kv, rank, size, options);
   thread_ = std::make_unique<CommThread>();
   send_thread_ = std::make_unique<CommThread>();
@@ -250,8 +260,35 @@ ProcessGroupAxon::~ProcessGroupAxon() {
 
 c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intrusive_ptr<c10d::Store>& store,
                                                                 int rank, int size,
-                                                                std::chrono::milliseconds timeout) {
-  return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout);
+                                                                std::chrono::milliseconds timeout,
+                                                                std::vector<int> global_ranks) {
+  return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout, std::move(global_ranks));
+}
+
+std::string ProcessGroupAxon::describe_global_ranks() const {
+  std::string text = "[";
+  for (std::size_t i = 0; i < global_ranks_.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(global_ranks_[i]);
+  }
+  return text + "]";
+}
+
+// Called by the set-up of this group, before it is live: the others are
+// those of live_groups(), whose mutex keeps them alive meanwhile.
+void ProcessGroupAxon::give_up_if_a_process_exited() const {
+  std::lock_guard<std::mutex> lock(live_groups_mutex());
+  for (const ProcessGroupAxon* group : live_groups()) {
+    for (const ad::ExitedPeer& peer : group->backend_->exited_peers()) {
+      const int global = group->global_ranks_[static_cast<std::size_t>(peer.rank)];
+      throw ad::PeerFailure(
+          "rank " + std::to_string(getRank()) + " (global rank " +
+          std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
+          "): gave up setting up the axon group of global ranks " + describe_global_ranks() +
+          ": global rank " + std::to_string(global) + " (pid " + std::to_string(peer.pid) +
+          ") exited or was killed, as this process's axon group of global ranks " +
+          group->describe_global_ranks() + " saw, and every process of the job takes part in new_group");
+    }
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors outputs, std::int64_t bytes,

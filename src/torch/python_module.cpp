@@ -1,6 +1,7 @@
 // axonml_torch._C: the creator torch.distributed calls for backend "axon".
 // The package's __init__.py registers it.
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/python.h>
 
 #include "axonml/torch/process_group.hpp"
@@ -26,13 +27,16 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         std::chrono::duration<float> timeout) {
+         std::chrono::duration<float> timeout, std::vector<int> global_ranks) {
         return axonml::torch::ProcessGroupAxon::create(
-            store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+            store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+            std::move(global_ranks));
       },
       pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
+      pybind11::arg("global_ranks") = std::vector<int>{},
       pybind11::call_guard<pybind11::gil_scoped_release>(),
-      "A process group of backend 'axon' (the creator register_backend expects)");
+      "A process group of backend 'axon'; global_ranks: the members' ranks in the job (empty: the "
+      "group is the whole job)");
   m.def("_finish_pending", &axonml::torch::ProcessGroupAxon::finish_all_pending,
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "Lets every axon group's pending ops finish (cancelling receives still waiting), so that no "

@@ -1,7 +1,8 @@
 """Bad input (arguments, AXON_TORCH_INLINE_BYTES) gives clear errors; a
 timeout fails the op on every rank, the late one included; a rank killed
 with SIGKILL makes the others' pending and next wait() raise naming it
-within about a second; nothing is left in /dev/shm.
+within about a second, and their next new_group too; nothing is left in
+/dev/shm.
 
     PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 tests/torch/test_errors.py
 """
@@ -58,6 +59,24 @@ def killed_rank(rank, n):
     waited = time.monotonic() - start
     assert waited < 5, f"noticed the dead rank only after {waited:.1f} s"
     raises(lambda: dist.all_reduce(torch.ones(3)), f"rank {n - 1}")  # and every later op
+    return text
+
+
+def killed_before_new_group(rank, n):
+    """Without axon-launch nobody ends the job when a rank dies: a new_group
+    that waits for the dead rank in the store gives up, naming it, instead of
+    waiting for the group's timeout."""
+    dist.init_process_group("axon")
+    dist.barrier()
+    if rank == n - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    text = raises(lambda: dist.new_group(timeout=datetime.timedelta(seconds=30)),
+                  f"rank {rank} (global rank {rank}): gave up setting up the axon group of global ranks "
+                  f"{list(range(n))}", f"global rank {n - 1} (pid", "exited or was killed")
+    waited = time.monotonic() - start
+    assert waited < 10, f"new_group noticed the dead rank only after {waited:.1f} s"
+    dist.destroy_process_group()
     return text
 
 
@@ -174,5 +193,7 @@ if __name__ == "__main__":
     print(f"test_errors: a late rank raised after its peer's timeout: {texts[1].splitlines()[0]}")
     texts = run_ranks(3, killed_rank, dead={2})
     print(f"test_errors: kill -9 of rank 2 raised on the others: {texts[0].splitlines()[0]}")
+    texts = run_ranks(3, killed_before_new_group, dead={2})
+    print(f"test_errors: kill -9 of rank 2 failed the others' new_group: {texts[1].splitlines()[0]}")
     left = shm_names() - before
     assert not left, f"left in /dev/shm: {left}"

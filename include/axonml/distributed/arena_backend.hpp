@@ -17,10 +17,17 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "axonml/distributed/backend.hpp"
 
 namespace axonml::distributed {
+
+// A watched peer whose process has gone (ArenaBackend::exited_peers).
+struct ExitedPeer {
+  int rank;  // in the world the arena was made for
+  int pid;
+};
 
 class ArenaBackend : public Backend {
  public:
@@ -39,6 +46,12 @@ class ArenaBackend : public Backend {
 
   // The bytes of one member's slot: messages larger than this are chunked.
   std::size_t slot_bytes() const;
+  // The peers this rank watches by process (ranks that met through a store:
+  // StoreBackend) whose processes have exited, without waiting or touching
+  // the arena; empty under axon-launch, which watches the ranks itself. Lets
+  // a caller waiting elsewhere for the same processes (setting up another
+  // group through a store) give up when one has gone.
+  std::vector<ExitedPeer> exited_peers() const;
 
  protected:
   // The shared state (src/backends/arena_backend_impl.hpp); the backends

@@ -14,7 +14,10 @@
 //      meet in a barrier on the arena, after which rank 0 closes the fd and
 //      the memory lives only in the ranks' mappings.
 // Each rank watches its peers' pids (shm::WaitContext), so a peer that dies
-// fails every current and later wait within ~50 ms, naming the rank.
+// fails every current and later wait within ~50 ms, naming the rank. While
+// create() itself waits in the store it watches the peers whose pids it has
+// read, calls StoreOptions::while_waiting, and keeps its own deadline, when
+// the store can say whether a key is there without waiting (has()).
 //
 // One store namespace makes one world: callers that build several (one per
 // process group) give each its own prefix.
@@ -24,6 +27,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,13 +35,18 @@
 
 namespace axonml::distributed {
 
-// The store create() needs: set and a blocking get.
+// The store create() needs: set, a blocking get, and ideally has().
 class KeyValueStore {
  public:
   virtual ~KeyValueStore() = default;
   virtual void set(const std::string& key, const std::string& value) = 0;
   // Waits until `key` is set; throws when the store gives up.
   virtual std::string get(const std::string& key) = 0;
+  // Whether `key` is set now, without waiting. create() polls it so that a
+  // wait for a peer can end early (the peer died) or at its deadline. The
+  // default says yes, and create() then waits in get() alone, for as long
+  // as the store lets it.
+  virtual bool has(const std::string& /*key*/) { return true; }
 };
 
 struct StoreOptions {
@@ -47,6 +56,11 @@ struct StoreOptions {
   std::string timeout_name;
   std::size_t arena_bytes = 0;           // 0: the default for the world size
   std::size_t slot_bytes = 0;            // 0: the default
+  // Called every few milliseconds while create() waits for a peer's entry
+  // in the store; throws to give up (its exception leaves create()). The
+  // PyTorch backend gives up when a process of the job has exited, as seen
+  // by another group of this process.
+  std::function<void()> while_waiting;
 };
 
 class StoreBackend final : public ArenaBackend {

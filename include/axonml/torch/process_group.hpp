@@ -46,7 +46,7 @@
 #include <vector>
 
 namespace axonml::distributed {
-class Backend;
+class StoreBackend;
 }
 
 namespace axonml::torch {
@@ -56,15 +56,23 @@ class CommThread;
 class ProcessGroupAxon final : public c10d::ProcessGroup {
  public:
   // Collective over the `size` processes sharing `store`; `timeout` bounds
-  // every wait for a peer (0: AXON_TIMEOUT or 300 s).
+  // every wait for a peer (0: AXON_TIMEOUT or 300 s). `global_ranks` are the
+  // members' ranks in the job (PyTorch's global_ranks_in_group; empty: the
+  // group is the whole job, as the default group is), for messages.
+  //
+  // While it sets up, the group also gives up (PeerFailure) when a process
+  // that another axon group of this process watches has exited: under
+  // PyTorch every process of the job takes part in new_group, so the set-up
+  // could only wait for the group's timeout.
   ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds timeout, std::vector<int> global_ranks = {});
   ~ProcessGroupAxon() override;
 
   // The creator torch.distributed.Backend.register_backend expects.
   static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
                                                        int rank, int size,
-                                                       std::chrono::milliseconds timeout);
+                                                       std::chrono::milliseconds timeout,
+                                                       std::vector<int> global_ranks = {});
 
   const std::string getBackendName() const override { return "axon"; }
 
@@ -133,7 +141,14 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   c10::intrusive_ptr<Work> point_to_point(CommThread& thread, c10d::OpType type, Tensors outputs,
                                           std::function<void()> run);
 
-  std::shared_ptr<distributed::Backend> backend_;
+  // Throws when a process another live group watches has exited (see the
+  // constructor); called while this group sets up.
+  void give_up_if_a_process_exited() const;
+  // "[0, 2, 3]": the group's members as ranks of the job.
+  std::string describe_global_ranks() const;
+
+  std::shared_ptr<distributed::StoreBackend> backend_;
+  std::vector<int> global_ranks_;  // by group rank
   std::unique_ptr<CommThread> thread_;
   // Collectives up to this many bytes run on the caller's thread when the
   // group is idle (AXON_TORCH_INLINE_BYTES; default kDefaultInlineBytes).
