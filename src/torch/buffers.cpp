@@ -131,6 +131,102 @@ bool needs_padding(const at::Tensor& t, std::int64_t blocks) {
   return !native_type(t.scalar_type()) && (t.nbytes() / static_cast<std::size_t>(blocks)) % 2 == 1;
 }
 
+// Runs fn, the runtime's call for `user` (the tensor as the caller passed
+// it). A dtype the runtime does not know moves as raw bytes, in the words
+// words_of() picks, and a mismatch the runtime finds names only those words
+// ("broadcast(i64, 1) vs broadcast(f16, 5)" for int16 tensors of 4 and 5
+// elements): the message then also says what this rank passed.
+template <typename Fn> void naming_the_dtype(const at::Tensor& user, Fn&& fn) {
+  if (native_type(user.scalar_type())) return fn();
+  try {
+    fn();
+  } catch (const ad::CollectiveMismatch& e) {
+    throw ad::CollectiveMismatch(std::string(e.what()) + " (this rank passed a " +
+                                 std::string(c10::toString(user.scalar_type())) + " tensor of " +
+                                 std::to_string(user.numel()) + " elements, " + std::to_string(user.nbytes()) +
+                                 " bytes; tensors of a dtype the runtime does not reduce move as raw bytes, "
+                                 "counted above in the widest words that divide their size: i64 = 8 bytes, "
+                                 "i32 = 4, f16 = 2, after padding an odd size by one byte)");
+  }
+}
+
+void broadcast_words(ad::Backend& b, at::Tensor& flat, int root) {
+  if (needs_padding(flat, 1)) {
+    auto staged = padded(flat, 1);
+    broadcast_words(b, staged, root);
+    return unpad(staged, flat, 1);
+  }
+  const Words w = words_of(flat);
+  typed(w.type, [&]<typename T>(T) { b.broadcast(span_of<T>(flat, w.count), root); });
+}
+
+void all_gather_words(ad::Backend& b, const at::Tensor& send, at::Tensor& recv) {
+  const std::int64_t n = b.world_size();
+  if (needs_padding(send, 1)) {
+    auto staged_send = padded(send, 1);
+    auto staged_recv = at::empty({n * staged_send.numel()}, at::kByte);
+    all_gather_words(b, staged_send, staged_recv);
+    return unpad(staged_recv, recv, n);
+  }
+  const Words w = words_of(send);
+  typed(w.type, [&]<typename T>(T) {
+    b.all_gather<T>(span_of<const T>(send, w.count), span_of<T>(recv, w.count * static_cast<std::size_t>(n)));
+  });
+}
+
+void gather_words(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, int root) {
+  const std::int64_t n = b.world_size();
+  const bool is_root = b.rank() == root;
+  if (needs_padding(send, 1)) {
+    auto staged_send = padded(send, 1);
+    auto staged_recv = at::empty({is_root ? n * staged_send.numel() : 0}, at::kByte);
+    gather_words(b, staged_send, staged_recv, root);
+    if (is_root) unpad(staged_recv, recv, n);
+    return;
+  }
+  const Words w = words_of(send);
+  typed(w.type, [&]<typename T>(T) {
+    b.gather<T>(span_of<const T>(send, w.count),
+                span_of<T>(recv, is_root ? w.count * static_cast<std::size_t>(n) : 0), root);
+  });
+}
+
+void scatter_words(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, int root) {
+  const std::int64_t n = b.world_size();
+  const bool is_root = b.rank() == root;
+  if (needs_padding(recv, 1)) {
+    auto staged_recv = at::empty({static_cast<std::int64_t>(recv.nbytes()) + 1}, at::kByte);
+    auto staged_send = is_root ? padded(send, n) : at::empty({0}, at::kByte);
+    scatter_words(b, staged_send, staged_recv, root);
+    return unpad(staged_recv, recv, 1);
+  }
+  const Words w = words_of(recv);
+  typed(w.type, [&]<typename T>(T) {
+    b.scatter<T>(span_of<const T>(send, is_root ? w.count * static_cast<std::size_t>(n) : 0),
+                 span_of<T>(recv, w.count), root);
+  });
+}
+
+void all_to_all_words(ad::Backend& b, const at::Tensor& send, at::Tensor& recv) {
+  const std::int64_t n = b.world_size();
+  if (needs_padding(send, n)) {
+    auto staged_send = padded(send, n);
+    auto staged_recv = at::empty_like(staged_send);
+    all_to_all_words(b, staged_send, staged_recv);
+    return unpad(staged_recv, recv, n);
+  }
+  // Words of one block decide the type, so that every rank picks the same.
+  const std::size_t block_bytes = send.nbytes() / static_cast<std::size_t>(n);
+  Words w = words_of(send);
+  if (!native_type(send.scalar_type()) && block_bytes % size_of(w.type) != 0) {
+    w = block_bytes % 4 == 0 ? Words{ad::DataType::I32, send.nbytes() / 4}
+                             : Words{ad::DataType::F16, send.nbytes() / 2};
+  }
+  typed(w.type, [&]<typename T>(T) {
+    b.all_to_all<T>(span_of<const T>(send, w.count), span_of<T>(recv, w.count));
+  });
+}
+
 }  // namespace
 
 void all_reduce(ad::Backend& b, at::Tensor& flat, ad::ReduceOp op) {
@@ -155,80 +251,23 @@ void reduce_scatter(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, ad
 }
 
 void broadcast(ad::Backend& b, at::Tensor& flat, int root) {
-  if (needs_padding(flat, 1)) {
-    auto staged = padded(flat, 1);
-    broadcast(b, staged, root);
-    return unpad(staged, flat, 1);
-  }
-  const Words w = words_of(flat);
-  typed(w.type, [&]<typename T>(T) { b.broadcast(span_of<T>(flat, w.count), root); });
+  naming_the_dtype(flat, [&] { broadcast_words(b, flat, root); });
 }
 
 void all_gather(ad::Backend& b, const at::Tensor& send, at::Tensor& recv) {
-  const std::int64_t n = b.world_size();
-  if (needs_padding(send, 1)) {
-    auto staged_send = padded(send, 1);
-    auto staged_recv = at::empty({n * staged_send.numel()}, at::kByte);
-    all_gather(b, staged_send, staged_recv);
-    return unpad(staged_recv, recv, n);
-  }
-  const Words w = words_of(send);
-  typed(w.type, [&]<typename T>(T) {
-    b.all_gather<T>(span_of<const T>(send, w.count), span_of<T>(recv, w.count * static_cast<std::size_t>(n)));
-  });
+  naming_the_dtype(send, [&] { all_gather_words(b, send, recv); });
 }
 
 void gather(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, int root) {
-  const std::int64_t n = b.world_size();
-  const bool is_root = b.rank() == root;
-  if (needs_padding(send, 1)) {
-    auto staged_send = padded(send, 1);
-    auto staged_recv = at::empty({is_root ? n * staged_send.numel() : 0}, at::kByte);
-    gather(b, staged_send, staged_recv, root);
-    if (is_root) unpad(staged_recv, recv, n);
-    return;
-  }
-  const Words w = words_of(send);
-  typed(w.type, [&]<typename T>(T) {
-    b.gather<T>(span_of<const T>(send, w.count),
-                span_of<T>(recv, is_root ? w.count * static_cast<std::size_t>(n) : 0), root);
-  });
+  naming_the_dtype(send, [&] { gather_words(b, send, recv, root); });
 }
 
 void scatter(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, int root) {
-  const std::int64_t n = b.world_size();
-  const bool is_root = b.rank() == root;
-  if (needs_padding(recv, 1)) {
-    auto staged_recv = at::empty({static_cast<std::int64_t>(recv.nbytes()) + 1}, at::kByte);
-    auto staged_send = is_root ? padded(send, n) : at::empty({0}, at::kByte);
-    scatter(b, staged_send, staged_recv, root);
-    return unpad(staged_recv, recv, 1);
-  }
-  const Words w = words_of(recv);
-  typed(w.type, [&]<typename T>(T) {
-    b.scatter<T>(span_of<const T>(send, is_root ? w.count * static_cast<std::size_t>(n) : 0),
-                 span_of<T>(recv, w.count), root);
-  });
+  naming_the_dtype(recv, [&] { scatter_words(b, send, recv, root); });
 }
 
 void all_to_all(ad::Backend& b, const at::Tensor& send, at::Tensor& recv) {
-  const std::int64_t n = b.world_size();
-  if (needs_padding(send, n)) {
-    auto staged_send = padded(send, n);
-    auto staged_recv = at::empty_like(staged_send);
-    all_to_all(b, staged_send, staged_recv);
-    return unpad(staged_recv, recv, n);
-  }
-  // Words of one block decide the type, so that every rank picks the same.
-  const std::size_t block_bytes = send.nbytes() / static_cast<std::size_t>(n);
-  Words w = words_of(send);
-  if (!native_type(send.scalar_type()) && block_bytes % size_of(w.type) != 0) {
-    w = block_bytes % 4 == 0 ? Words{ad::DataType::I32, send.nbytes() / 4}
-                             : Words{ad::DataType::F16, send.nbytes() / 2};
-  }
-  typed(w.type, [&]<typename T>(T) {
-    b.all_to_all<T>(span_of<const T>(send, w.count), span_of<T>(recv, w.count));
-  });
+  naming_the_dtype(send, [&] { all_to_all_words(b, send, recv); });
 }
 
 void send(ad::Backend& b, const at::Tensor& flat, int dst, int tag) {

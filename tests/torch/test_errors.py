@@ -47,6 +47,21 @@ def bad_inputs(rank, n):
     return True
 
 
+def raw_byte_mismatch(rank, n):
+    """Data movement of a dtype the runtime does not reduce goes as raw words;
+    a size mismatch then also says what this rank passed, in its dtype."""
+    dist.init_process_group("axon")
+    for make, dtype in [(lambda g: dist.broadcast(torch.ones(4 + rank, dtype=torch.int16), 0, group=g), "Short"),
+                        (lambda g: dist.all_gather([torch.empty(3 + 2 * rank, dtype=torch.uint8)] * n,
+                                                   torch.ones(3 + 2 * rank, dtype=torch.uint8), group=g), "Byte")]:
+        group = dist.new_group()  # a mismatch leaves its group failed
+        numel = 4 + rank if dtype == "Short" else 3 + 2 * rank
+        raises(lambda: make(group), "collective mismatch", f"this rank passed a {dtype} tensor of {numel} elements",
+               "raw bytes")
+    dist.destroy_process_group()
+    return True
+
+
 def killed_rank(rank, n):
     dist.init_process_group("axon")
     t = torch.ones(1000)
@@ -185,6 +200,8 @@ if __name__ == "__main__":
     print("test_errors: a bad AXON_TORCH_INLINE_BYTES is reported before the rendezvous")
     run_ranks(2, bad_inputs)
     print("test_errors: bad inputs give errors naming the op and the sizes")
+    run_ranks(2, raw_byte_mismatch)
+    print("test_errors: a size mismatch of raw-byte data movement names this rank's dtype and size")
     run_ranks(2, fallback_mismatch)
     print("test_errors: reductions without a runtime kernel that differ between ranks raise a mismatch on every rank")
     texts = run_ranks(3, split_disagreement)
