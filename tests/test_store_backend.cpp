@@ -150,8 +150,52 @@ TEST_CASE("a store set-up whose peer never comes times out naming the entry and 
   options.timeout = std::chrono::milliseconds(300);
   REQUIRE_THROWS_AS(StoreBackend::create(store, 0, 2, options), Timeout);
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options),
-                      Contains("rank 0: timed out after 0.3 s (StoreOptions::timeout) waiting for rank 1's host "
-                               "(axon/host/1)"));
+                      Contains("rank 0: timed out after 0.3 s (StoreOptions::timeout) waiting in the store for "
+                               "rank 1's host (axon/host/1)"));
+  MemoryStore three(true);
+  REQUIRE_THROWS_WITH(StoreBackend::create(three, 0, 3, options),
+                      Contains("waiting in the store for the hosts of ranks 1, 2 (axon/host/1, axon/host/2)"));
+}
+
+TEST_CASE("ranks given different groups under the same store keys fail at set-up naming both", "[store][errors]") {
+  MemoryStore store(true);
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.group = "global ranks [0, 1]";
+  store.set("axon/host/1", this_host_entry(::getpid()) + " 3 global ranks [0, 1, 2]");
+  REQUIRE_THROWS_MATCHES(StoreBackend::create(store, 0, 2, options), InvalidArgument,
+                         Catch::Matchers::Predicate<InvalidArgument>([](const InvalidArgument& e) {
+                           const std::string what = e.what();
+                           return what.find("rank 1 (pid " + std::to_string(::getpid()) +
+                                            ") sets up this group as one of 3 ranks (global ranks [0, 1, 2]), "
+                                            "this rank as one of 2 ranks (global ranks [0, 1])") != std::string::npos &&
+                                  what.find("different rank lists") != std::string::npos;
+                         }, "names both groups"));
+}
+
+TEST_CASE("a rank whose set-up fails makes the peers waiting for it fail at once with its reason",
+          "[store][errors]") {
+  MemoryStore store(true);
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.arena_bytes = std::size_t{1} << 50;  // rank 0 cannot make it
+  std::string errors[2];
+  std::vector<std::thread> ranks;
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        StoreBackend::create(store, r, 2, options);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  CHECK_THAT(errors[0], Contains("rank 0: cannot reserve"));
+  CHECK_THAT(errors[1], Contains("rank 1: gave up setting up the shared memory while it waited for rank 0's arena "
+                                 "(axon/arena): rank 0: cannot reserve"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // not the 60 s timeout
 }
 
 TEST_CASE("a store set-up gives up when the caller's check throws while it waits", "[store][errors]") {

@@ -61,6 +61,11 @@ std::shared_ptr<void> map_shared(int fd, std::size_t bytes, const std::string& w
   return std::shared_ptr<void>(base, [bytes](void* p) { ::munmap(p, bytes); });
 }
 
+// Where a rank whose set-up failed after it published its host says why,
+// so that the others, waiting for its next entry, fail at once with the
+// reason rather than at their deadline.
+constexpr const char* kFailedKey = "axon/failed";
+
 // What create() watches while it waits for a peer's entry in the store.
 class SetupWait {
  public:
@@ -78,31 +83,49 @@ class SetupWait {
     peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + "rank " + std::to_string(rank));
   }
 
-  // The value of `key`, which `what` ("rank 1's host") publishes. A store
-  // that cannot check (has() always true) waits in get() alone.
-  std::string get(const std::string& key, const std::string& what) {
+  // Waits until every one of `keys` is in the store, all at once (so that a
+  // Timeout names every one still missing), and hands each value to
+  // `arrived(i, value)` as it comes. `describe(missing)` names the entries
+  // of those indices for messages ("rank 2's host (axon/host/2)"). A store
+  // that cannot check (has() always true) waits in get() alone, key by key.
+  template <class Describe, class Arrived>
+  void get_all(const std::vector<std::string>& keys, Describe&& describe, Arrived&& arrived) {
+    std::vector<std::size_t> missing(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) missing[i] = i;
     auto pause = std::chrono::microseconds(100);
-    while (!store_.has(key)) {
+    for (;;) {
+      std::erase_if(missing, [&](std::size_t i) {
+        if (!store_.has(keys[i])) return false;
+        arrived(i, store_.get(keys[i]));
+        return true;
+      });
+      if (missing.empty()) return;
+      if (store_.has(kFailedKey)) {
+        throw PeerFailure(who_ + "gave up setting up the shared memory while it waited for " + describe(missing) +
+                          ": " + store_.get(kFailedKey));
+      }
+      // The caller's check first: under PyTorch it names a process of the
+      // job that died first, where a peer of this set-up may have exited
+      // only because that death failed it.
+      if (options_.while_waiting) options_.while_waiting();
       for (const auto& peer : peers_) {
         if (peer.exited()) {
           throw PeerFailure(who_ + "rank " + std::to_string(&peer - peers_.data()) + " (pid " +
                             std::to_string(peer.pid()) + ") exited or was killed while this rank waited for " +
-                            what + " (" + key + ") to set up the shared memory");
+                            describe(missing) + " to set up the shared memory");
         }
       }
-      if (options_.while_waiting) options_.while_waiting();
       if (std::chrono::steady_clock::now() >= deadline_) {
         const std::string source = options_.timeout.count() > 0
                                        ? (options_.timeout_name.empty() ? "StoreOptions::timeout" : options_.timeout_name)
                                        : "AXON_TIMEOUT";
         throw Timeout(who_ + "timed out after " + format_seconds(std::chrono::duration<double>(timeout_).count()) +
-                      " s (" + source + ") waiting for " + what + " (" + key +
-                      ") in the store to set up the shared memory");
+                      " s (" + source + ") waiting in the store for " + describe(missing) +
+                      " to set up the shared memory");
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(10'000));
     }
-    return store_.get(key);
   }
 
  private:
@@ -113,6 +136,141 @@ class SetupWait {
   std::chrono::steady_clock::time_point deadline_;
   std::vector<ProcessWatch> peers_;
 };
+
+// "0, 2, 5"
+std::string join(const std::vector<std::size_t>& indices) {
+  std::string text;
+  for (std::size_t i : indices) text += (text.empty() ? "" : ", ") + std::to_string(i);
+  return text;
+}
+
+// What every rank publishes at "axon/host/<rank>": "hostname boot-id pid
+// world-size group", read back by every rank.
+struct HostEntries {
+  std::vector<std::string> hosts;  // "hostname boot-id"
+  std::vector<int> pids;
+  std::vector<int> sizes;          // 0 where an entry has none
+  std::vector<std::string> groups;
+};
+
+void publish_host(KeyValueStore& store, int rank, int world_size, const std::string& mine, const std::string& group) {
+  store.set("axon/host/" + std::to_string(rank),
+            mine + " " + std::to_string(::getpid()) + " " + std::to_string(world_size) + " " + group);
+}
+
+// Every rank's entry; from each one's arrival on, its process (on this
+// host) is watched by `setup`.
+HostEntries read_hosts(SetupWait& setup, int rank, int world_size, const std::string& mine) {
+  const auto n = static_cast<std::size_t>(world_size);
+  HostEntries e{std::vector<std::string>(n), std::vector<int>(n), std::vector<int>(n), std::vector<std::string>(n)};
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back("axon/host/" + std::to_string(r));
+  setup.get_all(
+      keys,
+      [&](const std::vector<std::size_t>& missing) {
+        std::string named;
+        for (std::size_t i : missing) named += (named.empty() ? "" : ", ") + keys[i];
+        return (missing.size() == 1 ? "rank " + join(missing) + "'s host" : "the hosts of ranks " + join(missing)) +
+               " (" + named + ")";
+      },
+      [&](std::size_t r, const std::string& value) {
+        std::istringstream entry(value);
+        std::string name, boot_id;
+        entry >> name >> boot_id >> e.pids[r] >> e.sizes[r];
+        std::getline(entry >> std::ws, e.groups[r]);
+        e.hosts[r] = name + " " + boot_id;
+        if (e.hosts[r] == mine && static_cast<int>(r) != rank && e.pids[r] > 0) {
+          setup.watch(static_cast<int>(r), e.pids[r]);
+        }
+      });
+  return e;
+}
+
+void check_one_machine(const HostEntries& e, const std::string& mine, const std::string& who) {
+  std::string elsewhere;
+  for (std::size_t r = 0; r < e.hosts.size(); ++r) {
+    if (e.hosts[r] != mine) {
+      elsewhere += (elsewhere.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on " +
+                   host_name(e.hosts[r]);
+    }
+  }
+  if (!elsewhere.empty()) {
+    throw InvalidArgument(who + "the axon backend needs every rank of a group on one machine, but this rank "
+                          "runs on " + host_name(mine) + " and " + elsewhere +
+                          " (hosts with equal names differ in their boot id)");
+  }
+}
+
+// Processes given different groups (under PyTorch: different rank lists for
+// one new_group call) meet under the same keys: say so, rather than fail
+// later on an arena another process made, or wait for the timeout.
+constexpr const char* kGivenDifferentGroups =
+    " were given different groups (under PyTorch: different rank lists for one new_group call, or new_group "
+    "calls in a different order)";
+
+void check_same_group(const HostEntries& e, int rank, int world_size, const std::string& group,
+                      const std::string& who) {
+  const int claimed_by = e.pids[static_cast<std::size_t>(rank)];
+  if (claimed_by != ::getpid()) {
+    throw InvalidArgument(who + "another process (pid " + std::to_string(claimed_by) + ") set up as rank " +
+                          std::to_string(rank) + " of this group too: the processes" + kGivenDifferentGroups);
+  }
+  auto as_given = [](int size, const std::string& name) {
+    return "one of " + std::to_string(size) + " ranks" + (name.empty() ? "" : " (" + name + ")");
+  };
+  for (std::size_t r = 0; r < e.pids.size(); ++r) {
+    if (e.sizes[r] > 0 && (e.sizes[r] != world_size || e.groups[r] != group)) {
+      throw InvalidArgument(who + "rank " + std::to_string(r) + " (pid " + std::to_string(e.pids[r]) +
+                            ") sets up this group as " + as_given(e.sizes[r], e.groups[r]) + ", this rank as " +
+                            as_given(world_size, group) + ": the ranks" + kGivenDifferentGroups);
+    }
+  }
+}
+
+// Rank 0's arena, mapped, once rank 0 (pid `owner`, from its host entry)
+// has published it.
+std::shared_ptr<void> map_published_arena(SetupWait& setup, int owner, int world_size, const std::string& who) {
+  std::string published_arena;
+  setup.get_all({"axon/arena"}, [](const std::vector<std::size_t>&) { return std::string("rank 0's arena (axon/arena)"); },
+                [&](std::size_t, const std::string& value) { published_arena = value; });
+  std::istringstream entry(published_arena);
+  long long pid = 0, fd = 0;
+  std::size_t published = 0;
+  entry >> pid >> fd >> published;
+  if (pid != owner) {
+    throw InvalidArgument(who + "rank 0's arena was published by pid " + std::to_string(pid) + ", but rank 0's host by pid " +
+                          std::to_string(owner) + ": the processes" + kGivenDifferentGroups);
+  }
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  Fd opened;
+  opened.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (opened.fd < 0) {
+    throw Error(who + "cannot open rank 0's arena " + path + ": " + errno_text() +
+                " (every rank must run as the same user in one PID namespace)");
+  }
+  struct stat info {};
+  if (::fstat(opened.fd, &info) != 0 || static_cast<std::size_t>(info.st_size) != published) {
+    throw Error(who + "rank 0's arena " + path + " has " + std::to_string(info.st_size) +
+                " bytes but rank 0 published " + std::to_string(published));
+  }
+  auto memory = map_shared(opened.fd, published, who, path);
+  shm::check_arena(memory.get(), published, world_size);
+  return memory;
+}
+
+// Every rank has mapped the arena, as met through the store, where a peer
+// that gave up says why (a wait in the arena sees only that it exited).
+void wait_until_all_mapped(KeyValueStore& store, SetupWait& setup, int rank, int world_size) {
+  store.set("axon/mapped/" + std::to_string(rank), "1");
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back("axon/mapped/" + std::to_string(r));
+  setup.get_all(
+      keys,
+      [](const std::vector<std::size_t>& missing) {
+        return "rank(s) " + join(missing) + " to map the arena (axon/mapped/<rank>)";
+      },
+      [](std::size_t, const std::string&) {});
+}
 
 }  // namespace
 
@@ -128,92 +286,70 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   }
   const std::string who = "rank " + std::to_string(rank) + ": ";
   const auto timeout = options.timeout.count() > 0 ? options.timeout : shm::default_timeout();
-
   SetupWait setup(store, options, who, world_size, timeout);
-
-  // 1. Hosts and pids.
   const std::string mine = host_identity();
-  store.set("axon/host/" + std::to_string(rank), mine + " " + std::to_string(::getpid()));
-  std::vector<int> pids(static_cast<std::size_t>(world_size));
-  std::string elsewhere;
-  for (int r = 0; r < world_size; ++r) {
-    std::istringstream entry(setup.get("axon/host/" + std::to_string(r), "rank " + std::to_string(r) + "'s host"));
-    std::string name, boot_id;
-    int& pid = pids[static_cast<std::size_t>(r)];
-    entry >> name >> boot_id >> pid;
-    if (name + " " + boot_id != mine) {
-      elsewhere += (elsewhere.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on " + name;
-    } else if (r != rank && pid > 0) {
-      setup.watch(r, pid);
-    }
-  }
-  if (!elsewhere.empty()) {
-    throw InvalidArgument(who + "the axon backend needs every rank of a group on one machine, but this rank "
-                          "runs on " + host_name(mine) + " and " + elsewhere +
-                          " (hosts with equal names differ in their boot id)");
-  }
+  publish_host(store, rank, world_size, mine, options.group);
 
-  // 2. Rank 0 makes the arena.
-  shm::ArenaSpec spec;
-  spec.world_size = world_size;
-  spec.arena_bytes = options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size);
-  spec.slot_bytes = options.slot_bytes;
-  const std::size_t bytes = spec.arena_bytes;
-  Fd memfd;
-  std::shared_ptr<void> memory;
-  if (rank == 0) {
-    // The launcher's way (shm/arena_file.hpp): the available memory is
-    // checked and every page reserved, so too little memory fails here with
-    // the sizes, not as SIGBUS in a rank later.
-    shm::MemfdArena created;
-    try {
-      created = shm::create_arena_memfd("axon-arena", spec, "StoreOptions::arena_bytes sets a smaller arena");
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(who + e.what());
-    } catch (const Error& e) {
-      throw Error(who + e.what());
-    }
-    memfd.fd = created.fd;
-    memory = std::shared_ptr<void>(created.base, [bytes](void* p) { ::munmap(p, bytes); });
-    ::fchmod(memfd.fd, 0600);  // peers open it through /proc as the same user only
-    store.set("axon/arena", std::to_string(::getpid()) + " " + std::to_string(memfd.fd) + " " +
-                                std::to_string(bytes));
-  } else {
-    std::istringstream entry(setup.get("axon/arena", "rank 0's arena"));
-    long long pid = 0, fd = 0;
-    std::size_t published = 0;
-    entry >> pid >> fd >> published;
-    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-    Fd opened;
-    opened.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (opened.fd < 0) {
-      throw Error(who + "cannot open rank 0's arena " + path + ": " + errno_text() +
-                  " (every rank must run as the same user in one PID namespace)");
-    }
-    struct stat info {};
-    if (::fstat(opened.fd, &info) != 0 || static_cast<std::size_t>(info.st_size) != published) {
-      throw Error(who + "rank 0's arena " + path + " has " + std::to_string(info.st_size) +
-                  " bytes but rank 0 published " + std::to_string(published));
-    }
-    memory = map_shared(opened.fd, published, who, path);
-    shm::check_arena(memory.get(), published, world_size);
-  }
+  auto set_up = [&]() -> std::shared_ptr<StoreBackend> {
+    // 1. Hosts and pids.
+    const HostEntries hosts = read_hosts(setup, rank, world_size, mine);
+    check_one_machine(hosts, mine, who);
+    check_same_group(hosts, rank, world_size, options.group, who);
 
-  auto* base = static_cast<std::byte*>(memory.get());
-  const shm::ArenaView arena(base);
-  auto& header = arena.header();
-  arena.rank_control(rank).joined.store(1, std::memory_order_release);
-  header.attached.fetch_add(1, std::memory_order_acq_rel);
+    // 2. Rank 0 makes the arena, the others map it.
+    shm::ArenaSpec spec;
+    spec.world_size = world_size;
+    spec.arena_bytes = options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size);
+    spec.slot_bytes = options.slot_bytes;
+    const std::size_t bytes = spec.arena_bytes;
+    Fd memfd;
+    std::shared_ptr<void> memory;
+    if (rank == 0) {
+      // The launcher's way (shm/arena_file.hpp): the available memory is
+      // checked and every page reserved, so too little memory fails here with
+      // the sizes, not as SIGBUS in a rank later.
+      shm::MemfdArena created;
+      try {
+        created = shm::create_arena_memfd("axon-arena", spec, "StoreOptions::arena_bytes sets a smaller arena");
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(who + e.what());
+      } catch (const Error& e) {
+        throw Error(who + e.what());
+      }
+      memfd.fd = created.fd;
+      memory = std::shared_ptr<void>(created.base, [bytes](void* p) { ::munmap(p, bytes); });
+      ::fchmod(memfd.fd, 0600);  // peers open it through /proc as the same user only
+      store.set("axon/arena", std::to_string(::getpid()) + " " + std::to_string(memfd.fd) + " " +
+                                  std::to_string(bytes));
+    } else {
+      memory = map_published_arena(setup, hosts.pids[0], world_size, who);
+    }
 
-  auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, pids);
-  if (options.timeout.count() > 0) {
-    impl->state->waits.name_timeout(options.timeout_name.empty() ? "StoreOptions::timeout" : options.timeout_name);
+    auto* base = static_cast<std::byte*>(memory.get());
+    const shm::ArenaView arena(base);
+    arena.rank_control(rank).joined.store(1, std::memory_order_release);
+    arena.header().attached.fetch_add(1, std::memory_order_acq_rel);
+
+    // 3. Everyone has mapped it: met in the store, then in the arena, after
+    // which rank 0's descriptor (closed when memfd goes out of scope) is no
+    // longer needed.
+    wait_until_all_mapped(store, setup, rank, world_size);
+    auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, hosts.pids);
+    if (options.timeout.count() > 0) {
+      impl->state->waits.name_timeout(options.timeout_name.empty() ? "StoreOptions::timeout" : options.timeout_name);
+    }
+    auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)));
+    backend->barrier();
+    return backend;
+  };
+  // Peers waiting for this rank's next entry learn why it will not come
+  // (the first reason stays: later ones follow from it).
+  try {
+    return set_up();
+  } catch (const Error& e) {
+    if (!store.has(kFailedKey)) store.set(kFailedKey, e.what());
+    throw;
   }
-  auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)));
-  // 3. Once everyone has mapped the arena, rank 0's descriptor (closed when
-  // memfd goes out of scope) is no longer needed.
-  backend->barrier();
-  return backend;
 }
 
 }  // namespace axonml::distributed

@@ -215,6 +215,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   options.timeout = timeout;
   options.timeout_name = "the group's timeout";
   options.while_waiting = [this] { give_up_if_a_process_exited(); };
+  options.group = "global ranks " + describe_global_ranks();
   backend_ = ad::StoreBackend::create(kv, rank, size, options);
   thread_ = std::make_unique<CommThread>();
   send_thread_ = std::make_unique<CommThread>();

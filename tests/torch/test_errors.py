@@ -86,11 +86,40 @@ def killed_before_new_group(rank, n):
     if rank == n - 1:
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.monotonic()
+    # Each survivor names it: from its own watch, or from the reason the first
+    # survivor to give up left in the store.
     text = raises(lambda: dist.new_group(timeout=datetime.timedelta(seconds=30)),
-                  f"rank {rank} (global rank {rank}): gave up setting up the axon group of global ranks "
-                  f"{list(range(n))}", f"global rank {n - 1} (pid", "exited or was killed")
+                  f"gave up setting up the axon group of global ranks {list(range(n))}",
+                  f"global rank {n - 1} (pid", "exited or was killed")
     waited = time.monotonic() - start
     assert waited < 10, f"new_group noticed the dead rank only after {waited:.1f} s"
+    # Rank 0 hosts the store (PyTorch's TCPStore): it stays until every
+    # survivor is done with it, or their store calls fail with "Broken pipe".
+    store = dist.distributed_c10d._get_default_store()
+    store.add("survivors done", 1)
+    while rank == 0 and store.add("survivors done", 0) < n - 1:
+        time.sleep(0.01)
+    dist.destroy_process_group()
+    return text
+
+
+def different_rank_lists(rank, n):
+    """Processes that pass one new_group call different rank lists meet under
+    the same store keys: the set-up names both groups instead of failing on
+    an arena another process made. Rank 2 always sees it; ranks 0 and 1 see
+    it too unless their own set-up finished first, and then PyTorch's store
+    barrier at the end of new_group waits for rank 2 until the timeout."""
+    dist.init_process_group("axon")
+    ranks = [0, 2] if rank == 2 else [0, 1]
+    try:
+        dist.new_group(ranks, timeout=datetime.timedelta(seconds=5))
+    except RuntimeError as e:
+        text = str(e)
+    else:
+        raise AssertionError("new_group with different rank lists did not fail")
+    if rank == 2 or "store based barrier" not in text:
+        assert "were given different groups" in text, text
+    dist.barrier()  # rank 0 hosts the store: it stays until every rank is done with it
     dist.destroy_process_group()
     return text
 
@@ -204,6 +233,8 @@ if __name__ == "__main__":
     print("test_errors: a size mismatch of raw-byte data movement names this rank's dtype and size")
     run_ranks(2, fallback_mismatch)
     print("test_errors: reductions without a runtime kernel that differ between ranks raise a mismatch on every rank")
+    texts = run_ranks(3, different_rank_lists)
+    print(f"test_errors: new_group given different rank lists named both groups: {texts[2].splitlines()[0][:160]}")
     texts = run_ranks(3, split_disagreement)
     print(f"test_errors: disagreeing all_to_all splits raised on every rank: {texts[2].splitlines()[0]}")
     texts = run_ranks(2, late_peer)

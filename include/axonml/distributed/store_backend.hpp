@@ -10,9 +10,12 @@
 //   2. rank 0 creates the arena as an anonymous memfd (owner-only, no name
 //      in /dev/shm, so nothing can leak it even after kill -9), formats it
 //      and publishes "/proc/<pid>/fd/<fd>";
-//   3. the others open and map that path (same user, same machine) and all
-//      meet in a barrier on the arena, after which rank 0 closes the fd and
-//      the memory lives only in the ranks' mappings.
+//   3. the others open and map that path (same user, same machine); all
+//      meet in the store ("axon/mapped/<rank>") and then in a barrier on the
+//      arena, after which rank 0 closes the fd and the memory lives only in
+//      the ranks' mappings.
+// A rank whose set-up fails after step 1 publishes why ("axon/failed"), and
+// peers polling the store fail at once with that reason.
 // Each rank watches its peers' pids (shm::WaitContext), so a peer that dies
 // fails every current and later wait within ~50 ms, naming the rank. While
 // create() itself waits in the store it watches the peers whose pids it has
@@ -56,6 +59,11 @@ struct StoreOptions {
   std::string timeout_name;
   std::size_t arena_bytes = 0;           // 0: the default for the world size
   std::size_t slot_bytes = 0;            // 0: the default
+  // What the caller calls this group ("global ranks [0, 2]"), the same on
+  // every rank of it. Each rank publishes it with the world size, and a
+  // rank given another group under the same keys fails at set-up
+  // (InvalidArgument naming both), rather than on a peer's arena.
+  std::string group;
   // Called every few milliseconds while create() waits for a peer's entry
   // in the store; throws to give up (its exception leaves create()). The
   // PyTorch backend gives up when a process of the job has exited, as seen
