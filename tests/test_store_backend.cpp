@@ -20,7 +20,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// `can_check`: whether it answers has() (a store that cannot check leaves
+// `can_check`: whether it answers has() (a store that gives no answer leaves
 // create() to wait in get()).
 class MemoryStore final : public KeyValueStore {
  public:
@@ -39,8 +39,8 @@ class MemoryStore final : public KeyValueStore {
     }
     return values_[key];
   }
-  bool has(const std::string& key) override {
-    if (!can_check_) return true;
+  std::optional<bool> has(const std::string& key) override {
+    if (!can_check_) return std::nullopt;
     std::lock_guard<std::mutex> lock(mutex_);
     return values_.count(key) != 0;
   }

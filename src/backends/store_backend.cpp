@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -83,11 +84,21 @@ class SetupWait {
     peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + "rank " + std::to_string(rank));
   }
 
+  // Throws PeerFailure with the reason a peer left under kFailedKey, if
+  // any, saying what this rank was waiting for.
+  void throw_if_a_peer_failed(const std::string& waiting_for) {
+    if (store_.has(kFailedKey).value_or(false)) {
+      throw PeerFailure(who_ + "gave up setting up the shared memory while it waited for " + waiting_for + ": " +
+                        store_.get(kFailedKey));
+    }
+  }
+
   // Waits until every one of `keys` is in the store, all at once (so that a
   // Timeout names every one still missing), and hands each value to
   // `arrived(i, value)` as it comes. `describe(missing)` names the entries
   // of those indices for messages ("rank 2's host (axon/host/2)"). A store
-  // that cannot check (has() always true) waits in get() alone, key by key.
+  // that cannot check (has() gives no answer) waits in get() alone, key by
+  // key, and learns nothing of failed peers.
   template <class Describe, class Arrived>
   void get_all(const std::vector<std::string>& keys, Describe&& describe, Arrived&& arrived) {
     std::vector<std::size_t> missing(keys.size());
@@ -95,15 +106,12 @@ class SetupWait {
     auto pause = std::chrono::microseconds(100);
     for (;;) {
       std::erase_if(missing, [&](std::size_t i) {
-        if (!store_.has(keys[i])) return false;
+        if (!store_.has(keys[i]).value_or(true)) return false;  // unknown: get() waits
         arrived(i, store_.get(keys[i]));
         return true;
       });
       if (missing.empty()) return;
-      if (store_.has(kFailedKey)) {
-        throw PeerFailure(who_ + "gave up setting up the shared memory while it waited for " + describe(missing) +
-                          ": " + store_.get(kFailedKey));
-      }
+      throw_if_a_peer_failed(describe(missing));
       // The caller's check first: under PyTorch it names a process of the
       // job that died first, where a peer of this set-up may have exited
       // only because that death failed it.
@@ -245,7 +253,9 @@ std::shared_ptr<void> map_published_arena(SetupWait& setup, int owner, int world
   Fd opened;
   opened.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (opened.fd < 0) {
-    throw Error(who + "cannot open rank 0's arena " + path + ": " + errno_text() +
+    const std::string reason = errno_text();
+    setup.throw_if_a_peer_failed("rank 0's arena (" + path + ", gone)");  // rank 0 gave up and closed it
+    throw Error(who + "cannot open rank 0's arena " + path + ": " + reason +
                 " (every rank must run as the same user in one PID namespace)");
   }
   struct stat info {};
@@ -332,8 +342,15 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
 
     // 3. Everyone has mapped it: met in the store, then in the arena, after
     // which rank 0's descriptor (closed when memfd goes out of scope) is no
-    // longer needed.
-    wait_until_all_mapped(store, setup, rank, world_size);
+    // longer needed. A rank that gives up now may leave a peer that saw
+    // every entry already in the arena's barrier: the abort ends it there,
+    // with this rank's reason.
+    try {
+      wait_until_all_mapped(store, setup, rank, world_size);
+    } catch (const Error& e) {
+      shm::abort_job(arena.header(), rank, e.what());
+      throw;
+    }
     auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, hosts.pids);
     if (options.timeout.count() > 0) {
       impl->state->waits.name_timeout(options.timeout_name.empty() ? "StoreOptions::timeout" : options.timeout_name);
@@ -347,7 +364,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   try {
     return set_up();
   } catch (const Error& e) {
-    if (!store.has(kFailedKey)) store.set(kFailedKey, e.what());
+    if (store.has(kFailedKey) == std::optional<bool>(false)) store.set(kFailedKey, e.what());
     throw;
   }
 }

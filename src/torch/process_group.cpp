@@ -30,7 +30,7 @@ class C10dStore final : public ad::KeyValueStore {
     const auto bytes = store_->get(key);
     return std::string(bytes.begin(), bytes.end());
   }
-  bool has(const std::string& key) override { return store_->check({key}); }
+  std::optional<bool> has(const std::string& key) override { return store_->check({key}); }
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;

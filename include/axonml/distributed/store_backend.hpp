@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "axonml/distributed/arena_backend.hpp"
@@ -46,10 +47,10 @@ class KeyValueStore {
   // Waits until `key` is set; throws when the store gives up.
   virtual std::string get(const std::string& key) = 0;
   // Whether `key` is set now, without waiting. create() polls it so that a
-  // wait for a peer can end early (the peer died) or at its deadline. The
-  // default says yes, and create() then waits in get() alone, for as long
-  // as the store lets it.
-  virtual bool has(const std::string& /*key*/) { return true; }
+  // wait for a peer can end early (the peer died or gave up) or at its
+  // deadline. The default gives no answer (nullopt), and create() then
+  // waits in get() alone, for as long as the store lets it.
+  virtual std::optional<bool> has(const std::string& /*key*/) { return std::nullopt; }
 };
 
 struct StoreOptions {
