@@ -172,15 +172,51 @@ void agree_on_fallback(ad::Backend& b, Fallback kind, const at::Tensor& t, const
   }
 }
 
+// Runs one reduction of `t` (natively or by gathering). The runtime's
+// mismatch message names the calls as the runtime saw them, where a rank
+// reducing without a runtime kernel shows as the all_gather(i64, 4) that
+// begins it (agree_on_fallback): then the message also says what this rank
+// called and what that all_gather is.
+template <class Fn>
+void reducing(Fallback kind, const at::Tensor& t, const c10d::ReduceOp& op, Fn&& fn) {
+  try {
+    fn();
+  } catch (const ad::CollectiveMismatch& e) {
+    const std::string what = e.what();
+    if (what.find("all_gather(i64, 4)") == std::string::npos) throw;
+    throw ad::CollectiveMismatch(what + " (this rank called " + name_of(static_cast<std::int64_t>(kind)) + "(" +
+                                 c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + ", " +
+                                 op_name(op) + "); an all_gather(i64, 4) begins a reduction the runtime has "
+                                 "no kernel for: of int8, uint8, int16, bool or complex tensors, or BAND, BOR, BXOR)");
+  }
+}
+
 // t (contiguous) reduced over the group into itself, natively or by
 // gathering every rank's tensor and combining in rank order.
 void all_reduce_tensor(ad::Backend& b, at::Tensor& c, const c10d::ReduceOp& op, const std::string& where) {
-  const auto native = native_op(op, where);
-  if (native && native_type(c.scalar_type())) return axonml::torch::all_reduce(b, c, *native);
-  agree_on_fallback(b, Fallback::AllReduce, c, op, -1, where);
-  auto stacked = at::empty({b.world_size(), c.numel()}, c.options());
-  axonml::torch::all_gather(b, c, stacked);
-  combine(stacked.unbind(0), op, c);
+  reducing(Fallback::AllReduce, c, op, [&] {
+    const auto native = native_op(op, where);
+    if (native && native_type(c.scalar_type())) return axonml::torch::all_reduce(b, c, *native);
+    agree_on_fallback(b, Fallback::AllReduce, c, op, -1, where);
+    auto stacked = at::empty({b.world_size(), c.numel()}, c.options());
+    axonml::torch::all_gather(b, c, stacked);
+    combine(stacked.unbind(0), op, c);
+  });
+}
+
+// send (contiguous, world size x c's elements) reduced over the group, c
+// receiving this rank's block, natively or by exchanging blocks and
+// combining in rank order.
+void reduce_scatter_tensor(ad::Backend& b, const at::Tensor& send, at::Tensor& c, const c10d::ReduceOp& op,
+                           const std::string& where) {
+  reducing(Fallback::ReduceScatter, c, op, [&] {
+    const auto native = native_op(op, where);
+    if (native && native_type(c.scalar_type())) return axonml::torch::reduce_scatter(b, send, c, *native);
+    agree_on_fallback(b, Fallback::ReduceScatter, c, op, -1, where);
+    auto blocks = at::empty_like(send);
+    axonml::torch::all_to_all(b, send, blocks);
+    combine(blocks.view({b.world_size(), -1}).unbind(0), op, c);
+  });
 }
 
 }  // namespace
@@ -349,16 +385,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const 
   return collective(OpType::REDUCE, tensors, total_bytes(tensors), [b = backend_, tensors, op = opts.reduceOp, root, where]() mutable {
     for (auto& t : tensors) {
       in_place(t, [&](at::Tensor& c) {
-        const auto native = native_op(op, where);
-        if (native && native_type(c.scalar_type())) {
-          const at::Tensor send = c.clone();
-          return axonml::torch::reduce(*b, send, c, root, *native);
-        }
-        agree_on_fallback(*b, Fallback::Reduce, c, op, root, where);
-        const bool is_root = b->rank() == root;
-        auto stacked = at::empty({is_root ? b->world_size() : 0, c.numel()}, c.options());
-        axonml::torch::gather(*b, c, stacked, root);
-        if (is_root) combine(stacked.unbind(0), op, c);
+        reducing(Fallback::Reduce, c, op, [&] {
+          const auto native = native_op(op, where);
+          if (native && native_type(c.scalar_type())) {
+            const at::Tensor send = c.clone();
+            return axonml::torch::reduce(*b, send, c, root, *native);
+          }
+          agree_on_fallback(*b, Fallback::Reduce, c, op, root, where);
+          const bool is_root = b->rank() == root;
+          auto stacked = at::empty({is_root ? b->world_size() : 0, c.numel()}, c.options());
+          axonml::torch::gather(*b, c, stacked, root);
+          if (is_root) combine(stacked.unbind(0), op, c);
+        });
       });
     }
   });
@@ -478,14 +516,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs
     Tensors flat;
     for (auto& t : ins) flat.push_back(t.reshape(-1));
     const at::Tensor send = at::cat(flat);
-    in_place(output, [&](at::Tensor& c) {
-      const auto native = native_op(op, where);
-      if (native && native_type(c.scalar_type())) return axonml::torch::reduce_scatter(*b, send, c, *native);
-      agree_on_fallback(*b, Fallback::ReduceScatter, c, op, -1, where);
-      auto blocks = at::empty_like(send);
-      axonml::torch::all_to_all(*b, send, blocks);
-      combine(blocks.view({b->world_size(), -1}).unbind(0), op, c);
-    });
+    in_place(output, [&](at::Tensor& c) { reduce_scatter_tensor(*b, send, c, op, where); });
   });
 }
 
@@ -498,14 +529,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_reduce_scatter_base(at::Tensor
               "elements of the output x world size");
   return collective(OpType::_REDUCE_SCATTER_BASE, {output}, total_bytes({input}), [b = backend_, output, input, op = opts.reduceOp, where]() mutable {
     const at::Tensor send = flat_of(input);
-    in_place(output, [&](at::Tensor& c) {
-      const auto native = native_op(op, where);
-      if (native && native_type(c.scalar_type())) return axonml::torch::reduce_scatter(*b, send, c, *native);
-      agree_on_fallback(*b, Fallback::ReduceScatter, c, op, -1, where);
-      auto blocks = at::empty_like(send);
-      axonml::torch::all_to_all(*b, send, blocks);
-      combine(blocks.view({b->world_size(), -1}).unbind(0), op, c);
-    });
+    in_place(output, [&](at::Tensor& c) { reduce_scatter_tensor(*b, send, c, op, where); });
   });
 }
 

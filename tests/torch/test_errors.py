@@ -148,7 +148,8 @@ def fallback_mismatch(rank, n):
     """Reductions the runtime has no kernel for (int8, uint8, int16, bool,
     the bitwise ops) move as raw bytes: ranks that ask for different ops,
     dtypes, counts or roots get a collective mismatch naming both calls on
-    every rank, never each a different result. The group stays usable."""
+    every rank, never each a different result. The group stays usable: the
+    ranks found it before any data moved."""
     dist.init_process_group("axon", timeout=datetime.timedelta(seconds=20))
 
     def both(make, *words):
@@ -175,6 +176,12 @@ def fallback_mismatch(rank, n):
     t = i8()
     dist.all_reduce(t)
     assert torch.equal(t, torch.tensor([3, 5, 7, 13], dtype=torch.int8)), t
+    # A native reduction against one without a kernel meets in the runtime,
+    # whose check sees the other's first step; both ranks say what they called.
+    group = dist.new_group()  # that mismatch leaves its group failed
+    mine = "allreduce(Float, 4, SUM)" if rank == 0 else "allreduce(Char, 16, SUM)"
+    raises(lambda: dist.all_reduce(torch.ones(4) if rank == 0 else torch.ones(16, dtype=torch.int8), group=group),
+           "collective mismatch", "all_gather(i64, 4)", f"this rank called {mine}", "no kernel for")
     dist.destroy_process_group()
     return True
 
