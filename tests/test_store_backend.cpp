@@ -2,6 +2,7 @@
 // Store in real use), here an in-memory one with ranks as threads.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +60,17 @@ std::string this_host_entry(int pid) {
   std::string boot_id;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
   return std::string(name) + " " + boot_id + " " + std::to_string(pid);
+}
+
+// A process that stands for a peer: it sleeps, then exits.
+pid_t start_child_that_sleeps(useconds_t microseconds) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::usleep(microseconds);
+    ::_exit(0);
+  }
+  REQUIRE(child > 0);
+  return child;
 }
 
 }  // namespace
@@ -121,12 +133,7 @@ TEST_CASE("an arena larger than the available memory fails at set-up naming the 
 TEST_CASE("a store set-up gives up when a rank it has met exits before the arena is made", "[store][errors]") {
   // Rank 0 is a child process that publishes its host and pid (here the
   // test does it for the child) and dies before it makes the arena.
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    ::usleep(300'000);
-    ::_exit(0);
-  }
+  const pid_t child = start_child_that_sleeps(300'000);
   MemoryStore store(true);
   store.set("axon/host/0", this_host_entry(child));
   StoreOptions options;
@@ -149,7 +156,8 @@ TEST_CASE("a store set-up whose peer never comes times out naming the entry and 
   StoreOptions options;
   options.timeout = std::chrono::milliseconds(300);
   REQUIRE_THROWS_AS(StoreBackend::create(store, 0, 2, options), Timeout);
-  REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options),
+  MemoryStore again(true);  // the first left its reason in `store`
+  REQUIRE_THROWS_WITH(StoreBackend::create(again, 0, 2, options),
                       Contains("rank 0: timed out after 0.3 s (StoreOptions::timeout) waiting in the store for "
                                "rank 1's host (axon/host/1)"));
   MemoryStore three(true);
@@ -208,4 +216,22 @@ TEST_CASE("a store set-up gives up when the caller's check throws while it waits
   };
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options), "the caller gave up");
   CHECK(calls == 3);
+}
+
+TEST_CASE("a rank that rank 0's arena was not made for fails naming the process it was made for",
+          "[store][errors]") {
+  // Rank 0 (a child that only sleeps; the test publishes for it) made the
+  // arena for another process as rank 1: processes given different groups.
+  const pid_t child = start_child_that_sleeps(10'000'000);
+  MemoryStore store(true);
+  store.set("axon/host/0", this_host_entry(child) + " 2");
+  store.set("axon/arena", std::to_string(child) + " 3 4096 " + std::to_string(child) + " 12345");
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 1, 2, options),
+                      Contains("rank 1: rank 0 made the arena for pid 12345 as rank 1, not for this process") &&
+                          Contains("different groups"));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
 }

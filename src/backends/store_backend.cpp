@@ -77,12 +77,17 @@ class SetupWait {
         who_(std::move(who)),
         timeout_(timeout),
         deadline_(std::chrono::steady_clock::now() + timeout),
-        peers_(static_cast<std::size_t>(world_size)) {}
+        peers_(static_cast<std::size_t>(world_size)),
+        can_check_(store.has(kFailedKey).has_value()) {}
 
   // From now on a wait also ends when `rank`'s process exits.
   void watch(int rank, int pid) {
     peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + "rank " + std::to_string(rank));
   }
+
+  // Whether the store answers has(): only then can peers leave reasons in
+  // it, or a wait poll it.
+  bool store_can_check() const { return can_check_; }
 
   // Throws PeerFailure with the reason a peer left under kFailedKey, if
   // any, saying what this rank was waiting for.
@@ -90,6 +95,17 @@ class SetupWait {
     if (store_.has(kFailedKey).value_or(false)) {
       throw PeerFailure(who_ + "gave up setting up the shared memory while it waited for " + waiting_for + ": " +
                         store_.get(kFailedKey));
+    }
+  }
+
+  // Throws PeerFailure naming the first watched peer that has exited.
+  void throw_if_a_watched_peer_exited(const std::string& waiting_for) const {
+    for (const auto& peer : peers_) {
+      if (peer.exited()) {
+        throw PeerFailure(who_ + "rank " + std::to_string(&peer - peers_.data()) + " (pid " +
+                          std::to_string(peer.pid()) + ") exited or was killed while this rank waited for " +
+                          waiting_for + " to set up the shared memory");
+      }
     }
   }
 
@@ -105,24 +121,27 @@ class SetupWait {
     for (std::size_t i = 0; i < keys.size(); ++i) missing[i] = i;
     auto pause = std::chrono::microseconds(100);
     for (;;) {
-      std::erase_if(missing, [&](std::size_t i) {
-        if (!store_.has(keys[i]).value_or(true)) return false;  // unknown: get() waits
-        arrived(i, store_.get(keys[i]));
-        return true;
-      });
-      if (missing.empty()) return;
-      throw_if_a_peer_failed(describe(missing));
-      // The caller's check first: under PyTorch it names a process of the
-      // job that died first, where a peer of this set-up may have exited
-      // only because that death failed it.
-      if (options_.while_waiting) options_.while_waiting();
-      for (const auto& peer : peers_) {
-        if (peer.exited()) {
-          throw PeerFailure(who_ + "rank " + std::to_string(&peer - peers_.data()) + " (pid " +
-                            std::to_string(peer.pid()) + ") exited or was killed while this rank waited for " +
-                            describe(missing) + " to set up the shared memory");
-        }
+      try {
+        std::erase_if(missing, [&](std::size_t i) {
+          if (!store_.has(keys[i]).value_or(true)) return false;  // unknown: get() waits
+          arrived(i, store_.get(keys[i]));
+          return true;
+        });
+        if (missing.empty()) return;
+        throw_if_a_peer_failed(describe(missing));
+      } catch (const Error&) {
+        throw;
+      } catch (const std::exception&) {
+        // The store itself failed (PyTorch's TCPStore lives in one rank's
+        // process): a watched peer's exit is the better reason.
+        throw_if_a_watched_peer_exited(describe(missing));
+        throw;
       }
+      // The caller's check first: under PyTorch it names a process that
+      // died first, where a peer of this set-up may have exited only
+      // because that death failed it.
+      if (options_.while_waiting) options_.while_waiting();
+      throw_if_a_watched_peer_exited(describe(missing));
       if (std::chrono::steady_clock::now() >= deadline_) {
         const std::string source = options_.timeout.count() > 0
                                        ? (options_.timeout_name.empty() ? "StoreOptions::timeout" : options_.timeout_name)
@@ -143,6 +162,7 @@ class SetupWait {
   std::chrono::milliseconds timeout_;
   std::chrono::steady_clock::time_point deadline_;
   std::vector<ProcessWatch> peers_;
+  bool can_check_;
 };
 
 // "0, 2, 5"
@@ -237,7 +257,8 @@ void check_same_group(const HostEntries& e, int rank, int world_size, const std:
 
 // Rank 0's arena, mapped, once rank 0 (pid `owner`, from its host entry)
 // has published it.
-std::shared_ptr<void> map_published_arena(SetupWait& setup, int owner, int world_size, const std::string& who) {
+std::shared_ptr<void> map_published_arena(SetupWait& setup, int rank, int owner, int world_size,
+                                          const std::string& who) {
   std::string published_arena;
   setup.get_all({"axon/arena"}, [](const std::vector<std::size_t>&) { return std::string("rank 0's arena (axon/arena)"); },
                 [&](std::size_t, const std::string& value) { published_arena = value; });
@@ -245,6 +266,13 @@ std::shared_ptr<void> map_published_arena(SetupWait& setup, int owner, int world
   long long pid = 0, fd = 0;
   std::size_t published = 0;
   entry >> pid >> fd >> published;
+  std::vector<long long> members(static_cast<std::size_t>(world_size));
+  for (auto& member : members) entry >> member;
+  if (members[static_cast<std::size_t>(rank)] != ::getpid()) {
+    throw InvalidArgument(who + "rank 0 made the arena for pid " + std::to_string(members[static_cast<std::size_t>(rank)]) +
+                          " as rank " + std::to_string(rank) + ", not for this process: the processes" +
+                          kGivenDifferentGroups);
+  }
   if (pid != owner) {
     throw InvalidArgument(who + "rank 0's arena was published by pid " + std::to_string(pid) + ", but rank 0's host by pid " +
                           std::to_string(owner) + ": the processes" + kGivenDifferentGroups);
@@ -258,6 +286,9 @@ std::shared_ptr<void> map_published_arena(SetupWait& setup, int owner, int world
     throw Error(who + "cannot open rank 0's arena " + path + ": " + reason +
                 " (every rank must run as the same user in one PID namespace)");
   }
+  // Rank 0 may have given up since (and its descriptor's number may already
+  // be another arena's): touch nothing then.
+  setup.throw_if_a_peer_failed("rank 0's arena (axon/arena)");
   struct stat info {};
   if (::fstat(opened.fd, &info) != 0 || static_cast<std::size_t>(info.st_size) != published) {
     throw Error(who + "rank 0's arena " + path + " has " + std::to_string(info.st_size) +
@@ -271,6 +302,9 @@ std::shared_ptr<void> map_published_arena(SetupWait& setup, int owner, int world
 // Every rank has mapped the arena, as met through the store, where a peer
 // that gave up says why (a wait in the arena sees only that it exited).
 void wait_until_all_mapped(KeyValueStore& store, SetupWait& setup, int rank, int world_size) {
+  // A store that cannot check would block in get() without a deadline or
+  // a watch on the peers, where the arena's barrier has both.
+  if (!setup.store_can_check()) return;
   store.set("axon/mapped/" + std::to_string(rank), "1");
   std::vector<std::string> keys;
   for (int r = 0; r < world_size; ++r) keys.push_back("axon/mapped/" + std::to_string(r));
@@ -280,6 +314,19 @@ void wait_until_all_mapped(KeyValueStore& store, SetupWait& setup, int rank, int
         return "rank(s) " + join(missing) + " to map the arena (axon/mapped/<rank>)";
       },
       [](std::size_t, const std::string&) {});
+}
+
+// Two processes that both set up as rank 0 (given different groups) each
+// publish an arena; the ranks map whichever they read. Once all have
+// mapped, the one whose arena is not the published one says so.
+void check_own_arena_published(KeyValueStore& store, int world_size, const std::string& who) {
+  std::istringstream entry(store.get("axon/arena"));
+  long long pid = 0;
+  entry >> pid;
+  if (pid != ::getpid()) {
+    throw InvalidArgument(who + "another process (pid " + std::to_string(pid) + ") published its arena as rank 0 of " +
+                          "this group of " + std::to_string(world_size) + " too: the processes" + kGivenDifferentGroups);
+  }
 }
 
 }  // namespace
@@ -300,6 +347,9 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   const std::string mine = host_identity();
   publish_host(store, rank, world_size, mine, options.group);
 
+  // Rank 0's arena descriptor lives until create() returns: a peer still
+  // opening it after rank 0 gave up finds the reason in the store first.
+  Fd memfd;
   auto set_up = [&]() -> std::shared_ptr<StoreBackend> {
     // 1. Hosts and pids.
     const HostEntries hosts = read_hosts(setup, rank, world_size, mine);
@@ -312,7 +362,6 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     spec.arena_bytes = options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size);
     spec.slot_bytes = options.slot_bytes;
     const std::size_t bytes = spec.arena_bytes;
-    Fd memfd;
     std::shared_ptr<void> memory;
     if (rank == 0) {
       // The launcher's way (shm/arena_file.hpp): the available memory is
@@ -329,10 +378,13 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
       memfd.fd = created.fd;
       memory = std::shared_ptr<void>(created.base, [bytes](void* p) { ::munmap(p, bytes); });
       ::fchmod(memfd.fd, 0600);  // peers open it through /proc as the same user only
-      store.set("axon/arena", std::to_string(::getpid()) + " " + std::to_string(memfd.fd) + " " +
-                                  std::to_string(bytes));
+      // "pid fd bytes pid-of-rank-0 ... pid-of-rank-n-1": the processes the
+      // arena is for, which each checks it is one of.
+      std::string published = std::to_string(::getpid()) + " " + std::to_string(memfd.fd) + " " + std::to_string(bytes);
+      for (int pid : hosts.pids) published += " " + std::to_string(pid);
+      store.set("axon/arena", published);
     } else {
-      memory = map_published_arena(setup, hosts.pids[0], world_size, who);
+      memory = map_published_arena(setup, rank, hosts.pids[0], world_size, who);
     }
 
     auto* base = static_cast<std::byte*>(memory.get());
@@ -347,6 +399,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     // with this rank's reason.
     try {
       wait_until_all_mapped(store, setup, rank, world_size);
+      if (rank == 0 && setup.store_can_check()) check_own_arena_published(store, world_size, who);
     } catch (const Error& e) {
       shm::abort_job(arena.header(), rank, e.what());
       throw;
@@ -361,10 +414,19 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   };
   // Peers waiting for this rank's next entry learn why it will not come
   // (the first reason stays: later ones follow from it).
+  auto leave_reason = [&](const std::string& reason) {
+    try {
+      if (store.has(kFailedKey) == std::optional<bool>(false)) store.set(kFailedKey, reason);
+    } catch (...) {  // the store failing too: the peers' own checks remain
+    }
+  };
   try {
     return set_up();
   } catch (const Error& e) {
-    if (store.has(kFailedKey) == std::optional<bool>(false)) store.set(kFailedKey, e.what());
+    leave_reason(e.what());  // this library's messages name the rank
+    throw;
+  } catch (const std::exception& e) {
+    leave_reason(who + e.what());
     throw;
   }
 }

@@ -311,19 +311,21 @@ std::string ProcessGroupAxon::describe_global_ranks() const {
 }
 
 // Called by the set-up of this group, before it is live: the others are
-// those of live_groups(), whose mutex keeps them alive meanwhile.
+// those of live_groups(), whose mutex keeps them alive meanwhile. Only a
+// member of this group can hold up its set-up.
 void ProcessGroupAxon::give_up_if_a_process_exited() const {
   std::lock_guard<std::mutex> lock(live_groups_mutex());
   for (const ProcessGroupAxon* group : live_groups()) {
     for (const ad::ExitedPeer& peer : group->backend_->exited_peers()) {
       const int global = group->global_ranks_[static_cast<std::size_t>(peer.rank)];
+      if (std::find(global_ranks_.begin(), global_ranks_.end(), global) == global_ranks_.end()) continue;
       throw ad::PeerFailure(
           "rank " + std::to_string(getRank()) + " (global rank " +
           std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
           "): gave up setting up the axon group of global ranks " + describe_global_ranks() +
-          ": global rank " + std::to_string(global) + " (pid " + std::to_string(peer.pid) +
+          ": its member global rank " + std::to_string(global) + " (pid " + std::to_string(peer.pid) +
           ") exited or was killed, as this process's axon group of global ranks " +
-          group->describe_global_ranks() + " saw, and every process of the job takes part in new_group");
+          group->describe_global_ranks() + " saw");
     }
   }
 }

@@ -103,6 +103,27 @@ def killed_before_new_group(rank, n):
     return text
 
 
+def killed_non_member(rank, n):
+    """A dead process that is not a member of a new group does not fail that
+    group's set-up: only PyTorch's own store barrier at the end of new_group,
+    which waits for every process of the job, does (after its timeout)."""
+    dist.init_process_group("axon")
+    dist.barrier()
+    if rank == n - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    # The default group's watch has seen the death by now, and rank 0 waits
+    # in the set-up for rank 1, polling (where it would give up wrongly).
+    time.sleep(0.5 + 0.5 * rank)
+    text = raises(lambda: dist.new_group(list(range(n - 1)), timeout=datetime.timedelta(seconds=3)))
+    assert "store based barrier" in text and "gave up setting up" not in text, text
+    store = dist.distributed_c10d._get_default_store()  # rank 0 hosts it: see killed_before_new_group
+    store.add("survivors done", 1)
+    while rank == 0 and store.add("survivors done", 0) < n - 1:
+        time.sleep(0.01)
+    dist.destroy_process_group()
+    return text
+
+
 def different_rank_lists(rank, n):
     """Processes that pass one new_group call different rank lists meet under
     the same store keys: the set-up names both groups instead of failing on
@@ -248,6 +269,8 @@ if __name__ == "__main__":
     print(f"test_errors: a late rank raised after its peer's timeout: {texts[1].splitlines()[0]}")
     texts = run_ranks(3, killed_rank, dead={2})
     print(f"test_errors: kill -9 of rank 2 raised on the others: {texts[0].splitlines()[0]}")
+    texts = run_ranks(3, killed_non_member, dead={2})
+    print(f"test_errors: kill -9 of rank 2 left the set-up of a group without it alone: {texts[0].splitlines()[0][:120]}")
     texts = run_ranks(3, killed_before_new_group, dead={2})
     print(f"test_errors: kill -9 of rank 2 failed the others' new_group: {texts[1].splitlines()[0]}")
     left = shm_names() - before

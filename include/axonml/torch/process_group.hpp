@@ -60,10 +60,9 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // members' ranks in the job (PyTorch's global_ranks_in_group; empty: the
   // group is the whole job, as the default group is), for messages.
   //
-  // While it sets up, the group also gives up (PeerFailure) when a process
-  // that another axon group of this process watches has exited: under
-  // PyTorch every process of the job takes part in new_group, so the set-up
-  // could only wait for the group's timeout.
+  // While it sets up, the group also gives up (PeerFailure) when one of its
+  // members has exited, as another axon group of this process (one that
+  // watches it) saw: the set-up could only wait for the group's timeout.
   ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    std::chrono::milliseconds timeout, std::vector<int> global_ranks = {});
   ~ProcessGroupAxon() override;
