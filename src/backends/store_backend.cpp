@@ -90,21 +90,22 @@ class SetupWait {
   bool store_can_check() const { return can_check_; }
 
   // Throws PeerFailure with the reason a peer left under kFailedKey, if
-  // any, saying what this rank was waiting for.
-  void throw_if_a_peer_failed(const std::string& waiting_for) {
+  // any, saying what this rank was waiting for (`waiting_for()`, built only
+  // then: the polls call this every few milliseconds).
+  template <class WaitingFor> void throw_if_a_peer_failed(WaitingFor&& waiting_for) {
     if (store_.has(kFailedKey).value_or(false)) {
-      throw PeerFailure(who_ + "gave up setting up the shared memory while it waited for " + waiting_for + ": " +
+      throw PeerFailure(who_ + "gave up setting up the shared memory while it waited for " + waiting_for() + ": " +
                         store_.get(kFailedKey));
     }
   }
 
   // Throws PeerFailure naming the first watched peer that has exited.
-  void throw_if_a_watched_peer_exited(const std::string& waiting_for) const {
+  template <class WaitingFor> void throw_if_a_watched_peer_exited(WaitingFor&& waiting_for) const {
     for (const auto& peer : peers_) {
       if (peer.exited()) {
         throw PeerFailure(who_ + "rank " + std::to_string(&peer - peers_.data()) + " (pid " +
                           std::to_string(peer.pid()) + ") exited or was killed while this rank waited for " +
-                          waiting_for + " to set up the shared memory");
+                          waiting_for() + " to set up the shared memory");
       }
     }
   }
@@ -118,6 +119,7 @@ class SetupWait {
   template <class Describe, class Arrived>
   void get_all(const std::vector<std::string>& keys, Describe&& describe, Arrived&& arrived) {
     std::vector<std::size_t> missing(keys.size());
+    auto waiting_for = [&] { return describe(missing); };
     for (std::size_t i = 0; i < keys.size(); ++i) missing[i] = i;
     auto pause = std::chrono::microseconds(100);
     for (;;) {
@@ -128,20 +130,20 @@ class SetupWait {
           return true;
         });
         if (missing.empty()) return;
-        throw_if_a_peer_failed(describe(missing));
+        throw_if_a_peer_failed(waiting_for);
       } catch (const Error&) {
         throw;
       } catch (const std::exception&) {
         // The store itself failed (PyTorch's TCPStore lives in one rank's
         // process): a watched peer's exit is the better reason.
-        throw_if_a_watched_peer_exited(describe(missing));
+        throw_if_a_watched_peer_exited(waiting_for);
         throw;
       }
       // The caller's check first: under PyTorch it names a process that
       // died first, where a peer of this set-up may have exited only
       // because that death failed it.
       if (options_.while_waiting) options_.while_waiting();
-      throw_if_a_watched_peer_exited(describe(missing));
+      throw_if_a_watched_peer_exited(waiting_for);
       if (std::chrono::steady_clock::now() >= deadline_) {
         const std::string source = options_.timeout.count() > 0
                                        ? (options_.timeout_name.empty() ? "StoreOptions::timeout" : options_.timeout_name)
@@ -282,13 +284,13 @@ std::shared_ptr<void> map_published_arena(SetupWait& setup, int rank, int owner,
   opened.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (opened.fd < 0) {
     const std::string reason = errno_text();
-    setup.throw_if_a_peer_failed("rank 0's arena (" + path + ", gone)");  // rank 0 gave up and closed it
+    setup.throw_if_a_peer_failed([&] { return "rank 0's arena (" + path + ", gone)"; });  // rank 0 gave up, closed it
     throw Error(who + "cannot open rank 0's arena " + path + ": " + reason +
                 " (every rank must run as the same user in one PID namespace)");
   }
   // Rank 0 may have given up since (and its descriptor's number may already
   // be another arena's): touch nothing then.
-  setup.throw_if_a_peer_failed("rank 0's arena (axon/arena)");
+  setup.throw_if_a_peer_failed([] { return std::string("rank 0's arena (axon/arena)"); });
   struct stat info {};
   if (::fstat(opened.fd, &info) != 0 || static_cast<std::size_t>(info.st_size) != published) {
     throw Error(who + "rank 0's arena " + path + " has " + std::to_string(info.st_size) +
@@ -381,7 +383,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
       // "pid fd bytes pid-of-rank-0 ... pid-of-rank-n-1": the processes the
       // arena is for, which each checks it is one of.
       std::string published = std::to_string(::getpid()) + " " + std::to_string(memfd.fd) + " " + std::to_string(bytes);
-      for (int pid : hosts.pids) published += " " + std::to_string(pid);
+      for (int pid : hosts.pids) published.append(" ").append(std::to_string(pid));
       store.set("axon/arena", published);
     } else {
       memory = map_published_arena(setup, rank, hosts.pids[0], world_size, who);

@@ -77,6 +77,17 @@ def killed_rank(rank, n):
     return text
 
 
+def end_as_a_survivor(rank, n):
+    """Ends a run whose rank n - 1 was killed. Rank 0 hosts the store
+    (PyTorch's TCPStore): it stays until every survivor is done with it, or
+    their store calls fail with "Broken pipe"."""
+    store = dist.distributed_c10d._get_default_store()
+    store.add("survivors done", 1)
+    while rank == 0 and store.add("survivors done", 0) < n - 1:
+        time.sleep(0.01)
+    dist.destroy_process_group()
+
+
 def killed_before_new_group(rank, n):
     """Without axon-launch nobody ends the job when a rank dies: a new_group
     that waits for the dead rank in the store gives up, naming it, instead of
@@ -93,13 +104,7 @@ def killed_before_new_group(rank, n):
                   f"global rank {n - 1} (pid", "exited or was killed")
     waited = time.monotonic() - start
     assert waited < 10, f"new_group noticed the dead rank only after {waited:.1f} s"
-    # Rank 0 hosts the store (PyTorch's TCPStore): it stays until every
-    # survivor is done with it, or their store calls fail with "Broken pipe".
-    store = dist.distributed_c10d._get_default_store()
-    store.add("survivors done", 1)
-    while rank == 0 and store.add("survivors done", 0) < n - 1:
-        time.sleep(0.01)
-    dist.destroy_process_group()
+    end_as_a_survivor(rank, n)
     return text
 
 
@@ -116,11 +121,7 @@ def killed_non_member(rank, n):
     time.sleep(0.5 + 0.5 * rank)
     text = raises(lambda: dist.new_group(list(range(n - 1)), timeout=datetime.timedelta(seconds=3)))
     assert "store based barrier" in text and "gave up setting up" not in text, text
-    store = dist.distributed_c10d._get_default_store()  # rank 0 hosts it: see killed_before_new_group
-    store.add("survivors done", 1)
-    while rank == 0 and store.add("survivors done", 0) < n - 1:
-        time.sleep(0.01)
-    dist.destroy_process_group()
+    end_as_a_survivor(rank, n)
     return text
 
 
