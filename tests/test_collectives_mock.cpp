@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -341,7 +342,8 @@ std::vector<Bits> nan_all_reduce(Backend& b, ReduceOp op, std::size_t count, Bit
 TEST_CASE("all_reduce of NaNs with different payloads gives every rank the same bits at any alignment",
           "[collectives][mock][nan]") {
   const int n = GENERATE(2, 3, 5);
-  const ReduceOp op = GENERATE(ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average);
+  const ReduceOp op = GENERATE(ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average, ReduceOp::Min,
+                               ReduceOp::Max);
   // a scalar beside the round counter, one round through the slots, pipelined
   const std::size_t count = GENERATE(std::size_t{1}, 2, 3000, 200'000);
   CAPTURE(n, op, count);
@@ -365,6 +367,38 @@ TEST_CASE("all_reduce of NaNs with different payloads gives every rank the same 
   REQUIRE(f64[0] == std::vector<std::uint64_t>(count, 0x7ff8000000000000ULL));
   REQUIRE(bf16[0] == std::vector<std::uint64_t>(count, 0x7fc0u));
   REQUIRE(f16[0] == std::vector<std::uint64_t>(count, 0x7e00u));
+}
+
+TEST_CASE("all_reduce min and max are NaN wherever any one rank holds a NaN", "[collectives][mock][nan]") {
+  const int n = GENERATE(2, 3, 5);
+  // a scalar beside the round counter, one round through the slots, pipelined
+  const std::size_t count = GENERATE(std::size_t{1}, 3000, 200'000);
+  const ReduceOp op = GENERATE(ReduceOp::Min, ReduceOp::Max);
+  CAPTURE(n, count, op);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Element i is NaN on rank i % (n + 1) only (so never, where that is n);
+  // elsewhere rank r holds r + 1, so min is 1 and max is n without the NaN.
+  axon_test::PerRank<std::vector<float>> got(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<float> data(count);
+    for (std::size_t i = 0; i < count; ++i)
+      data[i] = static_cast<int>(i % static_cast<std::size_t>(n + 1)) == r ? nan : static_cast<float>(r + 1);
+    b->all_reduce(std::span<float>(data), op);
+    got[r] = std::move(data);
+  });
+  const float without_nan = op == ReduceOp::Min ? 1.0f : static_cast<float>(n);
+  for (int r = 0; r < n; ++r) {
+    std::size_t first_wrong = count;
+    for (std::size_t i = 0; i < count && first_wrong == count; ++i) {
+      const bool some_rank_nan = static_cast<int>(i % static_cast<std::size_t>(n + 1)) < n;
+      const bool right = some_rank_nan ? std::bit_cast<std::uint32_t>(got[r][i]) == 0x7fc00000u  // canonical NaN
+                                       : got[r][i] == without_nan;
+      if (!right) first_wrong = i;
+    }
+    CAPTURE(r, first_wrong);
+    if (first_wrong < count) UNSCOPED_INFO("that element: " << got[r][first_wrong]);
+    REQUIRE(first_wrong == count);
+  }
 }
 
 TEST_CASE("barrier holds every rank until all have arrived", "[collectives][mock]") {

@@ -280,15 +280,27 @@ TEST_CASE("integer average divides the sum truncating toward zero", "[kernels]")
   }
 }
 
-TEST_CASE("min and max keep a NaN of the first source and pass over a NaN of later ones", "[kernels]") {
+TEST_CASE("min and max give NaN when any source is NaN, whichever source that is", "[kernels]") {
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  const double nan64 = std::numeric_limits<double>::quiet_NaN();
   for (Isa isa : every_isa()) {
     CAPTURE(kernels::to_string(isa));
-    const std::vector<float> with_nan(64, nan), one(64, 1.0f);
-    CHECK(std::isnan(reduce_all<float>(isa, ReduceOp::Min, {with_nan, one})[40]));
-    CHECK(std::isnan(reduce_all<float>(isa, ReduceOp::Max, {with_nan, one})[40]));
-    CHECK(reduce_all<float>(isa, ReduceOp::Min, {one, with_nan})[40] == 1.0f);
-    CHECK(reduce_all<float>(isa, ReduceOp::Max, {one, with_nan})[40] == 1.0f);
+    const std::vector<float> with_nan(64, nan), one(64, 1.0f), two(64, 2.0f);
+    for (ReduceOp op : {ReduceOp::Min, ReduceOp::Max}) {
+      CAPTURE(to_string(op));
+      CHECK(std::isnan(reduce_all<float>(isa, op, {with_nan, one})[40]));
+      CHECK(std::isnan(reduce_all<float>(isa, op, {one, with_nan})[40]));
+      CHECK(std::isnan(reduce_all<float>(isa, op, {one, with_nan, two})[40]));
+      CHECK(std::isnan(reduce_all<float>(isa, op, {two, one, with_nan})[63]));
+      const std::vector<double> with_nan64(64, nan64), one64(64, 1.0);
+      CHECK(std::isnan(reduce_all<double>(isa, op, {one64, with_nan64})[40]));
+      const std::vector<bfloat16> with_nan16(64, bfloat16(nan)), one16(64, bfloat16(1.0f));
+      CHECK(std::isnan(static_cast<float>(reduce_all<bfloat16>(isa, op, {one16, with_nan16})[40])));
+      const std::vector<float16> with_nanh(64, float16(nan)), oneh(64, float16(1.0f));
+      CHECK(std::isnan(static_cast<float>(reduce_all<float16>(isa, op, {oneh, with_nanh})[40])));
+    }
+    CHECK(reduce_all<float>(isa, ReduceOp::Min, {two, one})[40] == 1.0f);
+    CHECK(reduce_all<float>(isa, ReduceOp::Max, {one, two})[40] == 2.0f);
     // Equal values compare equal: the first source's zero stays.
     const std::vector<float> plus(64, 0.0f), minus(64, -0.0f);
     CHECK(!std::signbit(reduce_all<float>(isa, ReduceOp::Min, {plus, minus})[3]));
@@ -296,7 +308,7 @@ TEST_CASE("min and max keep a NaN of the first source and pass over a NaN of lat
   }
 }
 
-TEST_CASE("sums and products of NaNs give the canonical NaN in every kernel at every alignment",
+TEST_CASE("every reduction of NaNs gives the canonical NaN in every kernel at every alignment",
           "[kernels]") {
   // Ranks whose buffers start at different offsets from a 64-byte boundary
   // split the same elements between scalar head/tail and vector body
@@ -321,7 +333,7 @@ TEST_CASE("sums and products of NaNs give the canonical NaN in every kernel at e
   std::vector<Isa> isas{Isa::Scalar};
   for (Isa isa : vector_isas()) isas.push_back(isa);
   for (Isa isa : isas)
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average, ReduceOp::Min, ReduceOp::Max})
       for (std::size_t n : {2, 3, 9})
         for (std::size_t dest_offset : {0, 1, 3, 7}) {
           CAPTURE(kernels::to_string(isa), to_string(type), to_string(op), n, dest_offset);

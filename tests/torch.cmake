@@ -31,7 +31,7 @@ axon_torch_test("collectives run in call order on 3 ranks, a short one on the ca
 axon_torch_test("collectives run in call order on 2 ranks with every one on the communication thread (AXON_TORCH_INLINE_BYTES=0)" test_order.py 2 0)
 
 foreach(n 2 4)
-  axon_torch_test("every op equals Gloo or the reference on ${n} ranks, every dtype" test_ops.py ${n})
+  axon_torch_test("every op equals Gloo or the reference on ${n} ranks, every dtype; MIN and MAX are NaN where any one rank holds a NaN" test_ops.py ${n})
   axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync, and with gradient_as_bucket_view" test_ddp.py ${n})
 endforeach()
 

@@ -7,9 +7,11 @@
 // Average is Sum followed by one multiplication by 1/sources.size() (integer
 // types divide, truncating). bf16 and f16 are widened to f32, combined in f32
 // and rounded once to nearest-even when stored. Integer Sum and Product wrap
-// around (two's complement). Min and Max follow std::min/std::max: a NaN in the
-// accumulator stays, a NaN from a later source is passed over. A Sum, Product
-// or Average whose result is NaN gives the canonical quiet NaN (f32
+// around (two's complement). Floating-point Min and Max propagate NaN, as
+// torch.minimum and torch.maximum do: an element is NaN when any source's is,
+// whichever source that is; otherwise they follow std::min/std::max (of two
+// equal values, such as 0.0 and -0.0, the earlier source's stays). Every
+// floating-point result that is NaN is the canonical quiet NaN (f32
 // 0x7fc00000, f64 0x7ff8000000000000, bf16 0x7fc0, f16 0x7e00), whatever the
 // inputs' payloads and signs: which payload an add of two NaNs passes on
 // depends on operand order, which compilers choose freely and which differed

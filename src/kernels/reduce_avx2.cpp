@@ -26,13 +26,17 @@ struct F32Acc {
   static constexpr std::size_t kLanes = 8;
   static Reg load_acc(const float* p) { return _mm256_load_ps(p); }
   static void store_acc(float* p, Reg r) { _mm256_store_ps(p, r); }
-  // std::min(acc, x) == (x < acc ? x : acc) == vminps(x, acc), NaN included.
+  // vminps(x, acc) == (x < acc ? x : acc): the scalar kernel's minimum()
+  // except where x is NaN (vminps returns acc there), so those lanes take x
+  // and a NaN of any source propagates. Max likewise.
   template <ReduceOp kOp> static Reg combine(Reg acc, Reg x) {
     if constexpr (kOp == ReduceOp::Product) return _mm256_mul_ps(acc, x);
-    else if constexpr (kOp == ReduceOp::Min) return _mm256_min_ps(x, acc);
-    else if constexpr (kOp == ReduceOp::Max) return _mm256_max_ps(x, acc);
+    else if constexpr (kOp == ReduceOp::Min) return nan_of_x_or(x, _mm256_min_ps(x, acc));
+    else if constexpr (kOp == ReduceOp::Max) return nan_of_x_or(x, _mm256_max_ps(x, acc));
     else return _mm256_add_ps(acc, x);
   }
+  // x in the lanes where x is NaN, r elsewhere.
+  static Reg nan_of_x_or(Reg x, Reg r) { return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); }
   static Reg scale(Reg r, float s) { return _mm256_mul_ps(r, _mm256_set1_ps(s)); }
   static Reg canonical_nan(Reg r) {
     return _mm256_blendv_ps(r, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()),
@@ -62,10 +66,12 @@ struct F64Lanes {
   static void store_acc(double* p, Reg r) { _mm256_store_pd(p, r); }
   template <ReduceOp kOp> static Reg combine(Reg acc, Reg x) {
     if constexpr (kOp == ReduceOp::Product) return _mm256_mul_pd(acc, x);
-    else if constexpr (kOp == ReduceOp::Min) return _mm256_min_pd(x, acc);
-    else if constexpr (kOp == ReduceOp::Max) return _mm256_max_pd(x, acc);
+    else if constexpr (kOp == ReduceOp::Min) return nan_of_x_or(x, _mm256_min_pd(x, acc));
+    else if constexpr (kOp == ReduceOp::Max) return nan_of_x_or(x, _mm256_max_pd(x, acc));
     else return _mm256_add_pd(acc, x);
   }
+  // x in the lanes where x is NaN, r elsewhere.
+  static Reg nan_of_x_or(Reg x, Reg r) { return _mm256_blendv_pd(r, x, _mm256_cmp_pd(x, x, _CMP_UNORD_Q)); }
   static Reg scale(Reg r, double s) { return _mm256_mul_pd(r, _mm256_set1_pd(s)); }
   static Reg canonical_nan(Reg r) {
     return _mm256_blendv_pd(r, _mm256_set1_pd(std::numeric_limits<double>::quiet_NaN()),

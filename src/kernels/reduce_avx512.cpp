@@ -32,13 +32,17 @@ struct F32Acc {
   static constexpr std::size_t kLanes = 16;
   static Reg load_acc(const float* p) { return _mm512_load_ps(p); }
   static void store_acc(float* p, Reg r) { _mm512_store_ps(p, r); }
-  // std::min(acc, x) == (x < acc ? x : acc) == vminps(x, acc), NaN included.
+  // vminps(x, acc) == (x < acc ? x : acc): the scalar kernel's minimum()
+  // except where x is NaN (vminps returns acc there), so those lanes take x
+  // and a NaN of any source propagates. Max likewise.
   template <ReduceOp kOp> static Reg combine(Reg acc, Reg x) {
     if constexpr (kOp == ReduceOp::Product) return _mm512_mul_ps(acc, x);
-    else if constexpr (kOp == ReduceOp::Min) return _mm512_min_ps(x, acc);
-    else if constexpr (kOp == ReduceOp::Max) return _mm512_max_ps(x, acc);
+    else if constexpr (kOp == ReduceOp::Min) return nan_of_x_or(x, _mm512_min_ps(x, acc));
+    else if constexpr (kOp == ReduceOp::Max) return nan_of_x_or(x, _mm512_max_ps(x, acc));
     else return _mm512_add_ps(acc, x);
   }
+  // x in the lanes where x is NaN, r elsewhere.
+  static Reg nan_of_x_or(Reg x, Reg r) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, x); }
   static Reg scale(Reg r, float s) { return _mm512_mul_ps(r, _mm512_set1_ps(s)); }
   static Reg canonical_nan(Reg r) {
     const __mmask16 nan = _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q);
@@ -68,10 +72,12 @@ struct F64Lanes {
   static void store_acc(double* p, Reg r) { _mm512_store_pd(p, r); }
   template <ReduceOp kOp> static Reg combine(Reg acc, Reg x) {
     if constexpr (kOp == ReduceOp::Product) return _mm512_mul_pd(acc, x);
-    else if constexpr (kOp == ReduceOp::Min) return _mm512_min_pd(x, acc);
-    else if constexpr (kOp == ReduceOp::Max) return _mm512_max_pd(x, acc);
+    else if constexpr (kOp == ReduceOp::Min) return nan_of_x_or(x, _mm512_min_pd(x, acc));
+    else if constexpr (kOp == ReduceOp::Max) return nan_of_x_or(x, _mm512_max_pd(x, acc));
     else return _mm512_add_pd(acc, x);
   }
+  // x in the lanes where x is NaN, r elsewhere.
+  static Reg nan_of_x_or(Reg x, Reg r) { return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q), r, x); }
   static Reg scale(Reg r, double s) { return _mm512_mul_pd(r, _mm512_set1_pd(s)); }
   static Reg canonical_nan(Reg r) {
     const __mmask8 nan = _mm512_cmp_pd_mask(r, r, _CMP_UNORD_Q);

@@ -32,15 +32,31 @@ template <typename Acc> Acc multiply(Acc a, Acc b) {
   }
 }
 
+// Min and Max of floating point propagate NaN: a NaN from any source makes
+// the element NaN, whichever member holds it (std::min alone keeps a NaN
+// already in the accumulator but passes over one from a later source, so the
+// answer would depend on which rank's gradient went NaN). Otherwise as
+// std::min / std::max: x replaces acc only when strictly smaller (larger), so
+// of two equal zeros the earlier source's stays.
+template <typename Acc> Acc minimum(Acc acc, Acc x) {
+  if constexpr (std::is_floating_point_v<Acc>) return (x < acc || std::isnan(x)) ? x : acc;
+  else return std::min(acc, x);
+}
+
+template <typename Acc> Acc maximum(Acc acc, Acc x) {
+  if constexpr (std::is_floating_point_v<Acc>) return (acc < x || std::isnan(x)) ? x : acc;
+  else return std::max(acc, x);
+}
+
 template <typename Acc, ReduceOp Op> Acc combine(Acc acc, Acc x) {
   if constexpr (Op == ReduceOp::Sum || Op == ReduceOp::Average) return add(acc, x);
   if constexpr (Op == ReduceOp::Product) return multiply(acc, x);
-  if constexpr (Op == ReduceOp::Min) return std::min(acc, x);
-  if constexpr (Op == ReduceOp::Max) return std::max(acc, x);
+  if constexpr (Op == ReduceOp::Min) return minimum(acc, x);
+  if constexpr (Op == ReduceOp::Max) return maximum(acc, x);
 }
 
 // An element's accumulator after the last source: Average's scale, then the
-// canonical NaN for a Sum, Product or Average (see reduce_typed).
+// canonical NaN for a floating-point result (see reduce_typed).
 template <typename Acc, ReduceOp Op> Acc finish(Acc acc, std::size_t n) {
   if constexpr (Op == ReduceOp::Average) {
     if constexpr (std::is_floating_point_v<Acc>) {
@@ -49,7 +65,7 @@ template <typename Acc, ReduceOp Op> Acc finish(Acc acc, std::size_t n) {
       acc = acc / static_cast<Acc>(n);
     }
   }
-  if constexpr (std::is_floating_point_v<Acc> && Op != ReduceOp::Min && Op != ReduceOp::Max) {
+  if constexpr (std::is_floating_point_v<Acc>) {
     if (std::isnan(acc)) acc = std::numeric_limits<Acc>::quiet_NaN();
   }
   return acc;
@@ -137,14 +153,11 @@ void reduce_typed(ReduceOp op, std::span<const std::byte* const> sources, std::b
         case ReduceOp::Product:
           for (std::size_t i = 0; i < len; ++i) acc[i] = multiply(acc[i], static_cast<Acc>(src[i]));
           break;
-        // std::min(a, b) keeps a unless b < a: a NaN already in the
-        // accumulator stays, a NaN from a later source is passed over. The
-        // vector kernels reproduce exactly this.
         case ReduceOp::Min:
-          for (std::size_t i = 0; i < len; ++i) acc[i] = std::min(acc[i], static_cast<Acc>(src[i]));
+          for (std::size_t i = 0; i < len; ++i) acc[i] = minimum(acc[i], static_cast<Acc>(src[i]));
           break;
         case ReduceOp::Max:
-          for (std::size_t i = 0; i < len; ++i) acc[i] = std::max(acc[i], static_cast<Acc>(src[i]));
+          for (std::size_t i = 0; i < len; ++i) acc[i] = maximum(acc[i], static_cast<Acc>(src[i]));
           break;
       }
     }
@@ -156,14 +169,13 @@ void reduce_typed(ReduceOp op, std::span<const std::byte* const> sources, std::b
         for (std::size_t i = 0; i < len; ++i) acc[i] = acc[i] / static_cast<Acc>(n);
       }
     }
-    // A NaN out of an add or multiply leaves as the one canonical quiet NaN:
-    // which input NaN's payload the hardware passes on depends on operand
-    // order, which compilers choose freely (see reduce.hpp).
+    // A NaN result leaves as the one canonical quiet NaN: which input NaN's
+    // payload an add or multiply passes on depends on operand order, which
+    // compilers choose freely, and which member's NaN a Min or Max met first
+    // must not show either (see reduce.hpp).
     if constexpr (std::is_floating_point_v<Acc>) {
-      if (op != ReduceOp::Min && op != ReduceOp::Max) {
-        for (std::size_t i = 0; i < len; ++i) {
-          if (std::isnan(acc[i])) acc[i] = std::numeric_limits<Acc>::quiet_NaN();
-        }
+      for (std::size_t i = 0; i < len; ++i) {
+        if (std::isnan(acc[i])) acc[i] = std::numeric_limits<Acc>::quiet_NaN();
       }
     }
     for (std::size_t i = 0; i < len; ++i) dest[base + i] = static_cast<T>(acc[i]);

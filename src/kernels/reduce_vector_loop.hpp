@@ -30,9 +30,10 @@
 //      rounding stay.
 //   3. Integer Average divides the block's wrapped sum, truncating, element by
 //      element (no vector integer division).
-//   4. Sum, Product and Average results that are NaN become the canonical
-//      quiet NaN, exactly as in reduce_scalar, so that which NaN an add meets
-//      first (the operand order, the alignment split) never shows.
+//   4. Floating-point results that are NaN become the canonical quiet NaN,
+//      exactly as in reduce_scalar, so that which NaN an add or a Min meets
+//      first (the operand order, the alignment split, the member) never
+//      shows.
 //   5. Large outputs are written with non-temporal stores (no read for
 //      ownership of lines that are wholly overwritten), fenced at the end.
 #pragma once
@@ -89,8 +90,7 @@ void pass(std::span<const std::byte* const> sources, std::size_t first, std::siz
       if constexpr (kOp == ReduceOp::Average && !std::is_integral_v<typename L::Acc>) {
         for (std::size_t u = 0; u < kUnroll; ++u) r[u] = L::scale(r[u], scale);
       }
-      if constexpr (kOp != ReduceOp::Min && kOp != ReduceOp::Max &&
-                    !std::is_integral_v<typename L::Acc>) {
+      if constexpr (!std::is_integral_v<typename L::Acc>) {
         for (std::size_t u = 0; u < kUnroll; ++u) r[u] = L::canonical_nan(r[u]);
       }
       typename L::T* out = dest + base + i;

@@ -25,7 +25,7 @@
 //                     every sender sends all four first, receivers receive in
 //                     reverse order, with equal tags on different groups, so
 //                     messages wait in the stash and must not cross groups;
-//   nan               all_reduce Sum/Product/Average of f32/f64/bf16/f16 whose
+//   nan               all_reduce (every reduce op) of f32/f64/bf16/f16 whose
 //                     inputs hold NaNs with a different payload and sign on
 //                     every rank, each rank's buffer at its own offset from a
 //                     64-byte boundary: NaN results must be the canonical NaN
@@ -190,8 +190,7 @@ class Runner {
     if (mode_ == Mode::Nan) {
       op.kind = Kind::AllReduce;
       op.type = kTypes[static_cast<std::size_t>(k) % 4];  // the floating-point types
-      constexpr ReduceOp kArithmetic[] = {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average};
-      op.reduce_op = kArithmetic[op.index % 3];
+      op.reduce_op = kReduceOps[op.index % std::size(kReduceOps)];
     }
     const int n = static_cast<int>(groups_[op.group].members.size());
     const std::size_t element = size_of(op.type);

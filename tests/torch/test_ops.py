@@ -220,8 +220,40 @@ def check(rank, n):
                     req.wait()
                 same(got, inputs[prv], f"send/recv ring {at}")
             dist.barrier()
+    check_nan_min_max(rank, n)
     dist.destroy_process_group()
     return stats
+
+
+def check_nan_min_max(rank, n):
+    """MIN and MAX propagate NaN as torch.minimum and torch.maximum do:
+    element i is NaN on rank i % (n + 1) alone, so it must be NaN in the
+    result wherever that is a rank, whichever rank it is (Gloo keeps or drops
+    it by the order it combines ranks in, so no comparison with Gloo)."""
+    count = 1000
+    holder = torch.arange(count) % (n + 1)
+    for dtype in FLOATS:
+        inputs = []
+        for r in range(n):
+            x = torch.full((count,), float(r + 1), dtype=dtype)
+            x[holder == r] = float("nan")
+            inputs.append(x)
+        for op in (R.MIN, R.MAX):
+            at = f"{op} {dtype} with a NaN on one rank, rank {rank}"
+            want = combine(inputs, op)
+            assert bool(want[holder < n].isnan().all()) and not bool(want[holder == n].isnan().any())
+            t = inputs[rank].clone()
+            dist.all_reduce(t, op=op)
+            same(t, want, f"all_reduce {at}")
+            t = inputs[rank].clone()
+            dist.reduce(t, dst=n - 1, op=op)
+            if rank == n - 1:
+                same(t, want, f"reduce {at}")
+            wide = torch.cat([inputs[(rank + q) % n] for q in range(n)])
+            wants = combine([torch.cat([inputs[(r + q) % n] for q in range(n)]) for r in range(n)], op)
+            t = torch.empty(count, dtype=dtype)
+            dist._reduce_scatter_base(t, wide, op=op)
+            same(t, wants[rank * count:(rank + 1) * count], f"_reduce_scatter_base {at}")
 
 
 if __name__ == "__main__":
