@@ -13,5 +13,6 @@ endfunction()
 axon_data_path_test("a subgroup's message is not received on the world" 2 cross-group)
 axon_data_path_test("a thread per group ping-pongs on the world and a subgroup at once" 2 threads)
 axon_data_path_test("a send larger than the mailbox completes across a barrier" 2 send-then-barrier)
+axon_data_path_test("a rank's sends to itself wait for its own recvs, across a barrier" 2 send-to-self)
 axon_data_path_test("every collective works through 64-byte slots on 8 ranks" 8 tiny-slots
                     ENVIRONMENT "AXON_SLOT_BYTES=64")

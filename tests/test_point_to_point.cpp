@@ -170,3 +170,17 @@ TEST_CASE("sends on a subgroup complete while the receiver waits in a collective
     }
   });
 }
+
+TEST_CASE("a rank's send to itself is kept until its own recv takes it, small or larger than the mailbox",
+          "[p2p][mock]") {
+  const std::size_t count = GENERATE(std::size_t{1}, 16'385, 1'000'000);
+  CAPTURE(count);
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    const float salt = static_cast<float>(10 * r);
+    b->send<const float>(pattern(count, salt), r, /*tag=*/7);
+    b->barrier();  // the message waits across a collective
+    std::vector<float> got(count);
+    b->recv<float>(got, r, 7);
+    RANK_REQUIRE(got == pattern(count, salt));
+  });
+}

@@ -8,6 +8,8 @@
 //                                                       100,000 floats on each at once
 //   axon-launch -n 2 data_path_edges send-then-barrier  send(16,385 floats); barrier()
 //                                                       against barrier(); recv()
+//   axon-launch -n 2 data_path_edges send-to-self       each rank sends 4 and 1,000,000
+//                                                       floats to itself, then receives them
 //   AXON_SLOT_BYTES=64 axon-launch -n 8 data_path_edges tiny-slots
 //                                                       every collective through 64-byte slots
 #include <cstdint>
@@ -111,6 +113,20 @@ void send_then_barrier(World& world) {
   }
 }
 
+void send_to_self(World& world) {
+  Backend& b = world.backend();
+  const float salt = static_cast<float>(10 * world.rank());
+  for (std::size_t count : {std::size_t{4}, std::size_t{1'000'000}}) {
+    b.send<const float>(pattern(count, salt), world.rank(), 5);
+    world.barrier();  // the messages wait across a collective
+  }
+  for (std::size_t count : {std::size_t{4}, std::size_t{1'000'000}}) {
+    std::vector<float> got(count);
+    b.recv<float>(got, world.rank(), 5);
+    check(got == pattern(count, salt), "the message to itself of " + std::to_string(count) + " floats arrived changed");
+  }
+}
+
 template <typename T>
 void tiny_slots_all_reduce(Backend& b, std::size_t count) {
   const int n = b.world_size();
@@ -164,6 +180,8 @@ int main(int argc, char** argv) {
       threads(world);
     } else if (which == "send-then-barrier") {
       send_then_barrier(world);
+    } else if (which == "send-to-self") {
+      send_to_self(world);
     } else if (which == "tiny-slots") {
       tiny_slots(world);
     } else {

@@ -23,7 +23,8 @@
 //                   only messages sent on the same communicator (never one a
 //                   subgroup's endpoint sent), from src, with its tag; those
 //                   arrive in the order they were sent. A send completes even
-//                   when its peer receives only after a collective.
+//                   when its peer receives only after a collective. dst may
+//                   be this rank itself: the message waits for its own recv.
 // In place: besides all_reduce, send and recv may overlap only as "this
 // rank's block": all_gather's and gather's (on dst) send may be the caller's
 // block of recv (recv + rank * count), reduce_scatter's recv the caller's
