@@ -103,6 +103,19 @@ foreach(promise IN LISTS AXON_PROMISES)
   endif()
 endforeach()
 
+# Rank 1 hangs (60 s) while the others time out: they print the tally (rank
+# 0's own, no collective) and return, and mpirun must end the job within
+# seconds rather than wait in MPI_Finalize for rank 1: the test's 30 s
+# timeout fails it otherwise.
+set(name "mpi: a rank that hangs alive does not keep the others in MPI_Finalize: mpirun ends the job after AXON_TIMEOUT (mpirun -np 4, flat)")
+add_test(NAME "${name}"
+  COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_HIERARCHICAL=0 -x AXON_TIMEOUT=1
+          $<TARGET_FILE:mpi_promises> hung-peer)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 30
+                     PASS_REGULAR_EXPRESSION "MPI_Finalize has waited 1000 ms \\(AXON_TIMEOUT\\) for peers"
+                     FAIL_REGULAR_EXPRESSION "[1-9][0-9]* failures"
+                     ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
+
 # Rank 0 alone has a short timeout: the others wait for it at the end.
 set(name "mpi: recv from a rank that never sends times out naming op and peer (mpirun -np 4, flat)")
 add_test(NAME "${name}"

@@ -35,6 +35,18 @@ constexpr std::size_t kInline = CallExchange::kInlineBytes;
 
 ReduceOp combining(ReduceOp op) { return op == ReduceOp::Average ? ReduceOp::Sum : op; }
 
+// f() on the node hierarchy, whose node arena waits as the shared-memory
+// backend does: when such a wait gives up on a peer, so has this process,
+// as when one of MPI's own waits does (mpi::note_gave_up_waiting).
+template <typename F> void through_hierarchy(F&& f) {
+  try {
+    f();
+  } catch (const PeerFailure&) {  // Timeout included
+    mpi::note_gave_up_waiting();
+    throw;
+  }
+}
+
 bool overlaps(const std::byte* a, std::size_t a_bytes, const std::byte* b, std::size_t b_bytes) {
   if (a_bytes == 0 || b_bytes == 0) return false;
   std::less<const std::byte*> before;
@@ -236,7 +248,7 @@ void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
     values = bytes_of(wide);
     type = DataType::F32;
   }
-  impl_->hierarchy->all_reduce(values, data.count, type, combining(op), impl_->wait);
+  through_hierarchy([&] { impl_->hierarchy->all_reduce(values, data.count, type, combining(op), impl_->wait); });
   if (op == ReduceOp::Average) mpi::finish_average(values, data.count, type, impl_->size());
   if (!wide.empty()) mpi::round_to_storage(wide.data(), data.data, data.count, data.type);
 }
@@ -251,7 +263,9 @@ void MpiBackend::do_broadcast(MutableBuffer data, int src) {
     if (!root && bytes > 0) std::memcpy(data.data, impl_->exchange->received(src).data(), bytes);
     return;
   }
-  if (impl_->hierarchy) return impl_->hierarchy->broadcast(data.data, data.count, data.type, src, impl_->wait);
+  if (impl_->hierarchy) {
+    return through_hierarchy([&] { impl_->hierarchy->broadcast(data.data, data.count, data.type, src, impl_->wait); });
+  }
   for (std::size_t done = 0; done < bytes;) {
     const std::size_t part = std::min(kMaxChunk, bytes - done);
     MPI_Request request = MPI_REQUEST_NULL;
@@ -286,7 +300,8 @@ void MpiBackend::do_all_gather(ConstBuffer send, MutableBuffer recv) {
       copy.assign(send.data, send.data + bytes);
       send.data = copy.data();
     }
-    return impl_->hierarchy->all_gather(send.data, recv.data, send.count, send.type, impl_->wait);
+    return through_hierarchy(
+        [&] { impl_->hierarchy->all_gather(send.data, recv.data, send.count, send.type, impl_->wait); });
   }
   const int n = int_count(bytes, "all_gather", impl_->world_rank());
   MPI_Request request = MPI_REQUEST_NULL;

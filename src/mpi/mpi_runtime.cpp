@@ -2,16 +2,59 @@
 #include "mpi/waiting.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <utility>
 
 #include "axonml/distributed/error.hpp"
 #include "base/log.hpp"
+#include "shm/wait.hpp"
 
 namespace axonml::distributed::mpi {
 namespace {
 
 std::atomic<bool> requests_abandoned{false};
+std::atomic<bool> gave_up_waiting{false};
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+// MPI_Finalize, but when this process has already given up waiting for a
+// peer: Open MPI's MPI_Finalize waits for every process to reach it, and a
+// peer that hangs (alive, never calling the collective that timed out here)
+// never does, so neither would this process nor mpirun ever end. After
+// AXON_TIMEOUT the process exits with status 1 instead, without finalizing,
+// and mpirun ends the job. A program that recovered from its timeout and
+// whose peers all finalize is not affected: they finalize together.
+void finalize_or_exit_after(std::chrono::milliseconds timeout) {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(mutex);
+    if (finished.wait_for(lock, timeout, [&] { return done; })) return;
+    log::log(log::Level::Error, world_rank(),
+             "MpiBackend: MPI_Finalize has waited {} ms (AXON_TIMEOUT) for peers that never reached "
+             "it, after this process timed out waiting for one; exiting with status 1 so that "
+             "mpirun ends the job",
+             timeout.count());
+    std::_Exit(1);
+  });
+  MPI_Finalize();
+  {
+    std::lock_guard lock(mutex);
+    done = true;
+  }
+  finished.notify_one();
+  watchdog.join();
+}
 
 // Started by the first ensure_initialized(); its destructor runs at exit,
 // after every object constructed later (a static World, say) is gone.
@@ -44,14 +87,16 @@ class Runtime {
     if (owned_ && !finalized) {
       if (requests_abandoned.load()) {
         // MPI_Finalize would wait for them (and for peers that may hang).
-        int rank = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        log::log(log::Level::Error, rank,
+        log::log(log::Level::Error, world_rank(),
                  "MpiBackend: an MPI operation timed out or was aborted and never finished; "
                  "calling MPI_Abort instead of MPI_Finalize");
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
-      MPI_Finalize();
+      if (gave_up_waiting.load()) {
+        finalize_or_exit_after(shm::default_timeout());
+      } else {
+        MPI_Finalize();
+      }
     }
   }
   Runtime(const Runtime&) = delete;
@@ -74,8 +119,11 @@ void ensure_initialized() { static Runtime runtime; }
 
 void note_abandoned_requests() { requests_abandoned.store(true); }
 
+void note_gave_up_waiting() { gave_up_waiting.store(true); }
+
 void check(int rc, std::string_view op, int rank, std::string_view detail) {
   if (rc == MPI_SUCCESS) return;
+  note_gave_up_waiting();  // MPI failed us: its MPI_Finalize may wait for a peer that is gone
   char message[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
   if (MPI_Error_string(rc, message, &length) != MPI_SUCCESS) length = 0;

@@ -39,11 +39,13 @@ int wait_all(std::span<MPI_Request> requests, const WaitContext& context,
     if (rc != MPI_SUCCESS) return rc;
     if (outcount == MPI_UNDEFINED) return MPI_SUCCESS;  // every request is MPI_REQUEST_NULL
     if (context.aborted && context.aborted->load(std::memory_order_acquire)) {
+      note_gave_up_waiting();
       throw PeerFailure("rank " + std::to_string(context.rank) + ": " + describe(requests) +
                         ": the job was aborted: " + *context.abort_reason);
     }
     const auto waited = std::chrono::steady_clock::now() - started;
     if (waited >= context.timeout) {
+      note_gave_up_waiting();
       throw Timeout("rank " + std::to_string(context.rank) + ": timed out after " +
                     format_seconds(std::chrono::duration<double>(context.timeout).count()) +
                     " s (AXON_TIMEOUT): " + describe(requests));

@@ -9,6 +9,10 @@
 //   recv-timeout      rank 0 receives what nobody sends: Timeout naming the op
 //                     and the peer within AXON_TIMEOUT (the test sets 1 s)
 //   collective-timeout  rank 1 skips a barrier: the others' Timeout names it
+//   hung-peer         rank 1 stays alive 60 s without calling the barrier the
+//                     others time out in; they return from main, and mpirun
+//                     must end the job soon after (MPI_Finalize would wait for
+//                     rank 1: after AXON_TIMEOUT they exit without it)
 //   mismatch KIND     rank 0 calls one collective, the others another:
 //                     CollectiveMismatch on every rank showing both sides.
 //                     KIND: barrier-vs-all-reduce, count-0-vs-1, gather-roots,
@@ -98,6 +102,20 @@ void collective_timeout(Backend& b) {
   if (b.rank() == 0) std::printf("[rank 0] %s\n", error.c_str());
   expect(contains(error, "barrier") && contains(error, "waiting for rank(s) 1") && contains(error, "AXON_TIMEOUT"),
          "a barrier that rank 1 skips throws Timeout naming it (or another rank's): '" + error + "'");
+}
+
+void hung_peer(Backend& b) {
+  if (b.rank() == 1) {  // alive, never calling the barrier; ends by itself should mpirun not
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return;
+  }
+  std::string error;
+  try {
+    b.barrier();
+  } catch (const PeerFailure& e) {
+    error = e.what();
+  }
+  expect(contains(error, "waiting for rank(s) 1"), "the barrier rank 1 never calls times out naming it: '" + error + "'");
 }
 
 void mismatch(Backend& b, const std::string& kind) {
@@ -214,18 +232,20 @@ int main(int argc, char** argv) {
       recv_timeout(b);
     } else if (mode == "collective-timeout") {
       collective_timeout(b);
+    } else if (mode == "hung-peer") {
+      hung_peer(b);
     } else if (mode == "mismatch") {
       mismatch(b, arg);
     } else if (mode == "rank-order") {
       rank_order_type<float>(b);
       rank_order_type<double>(b);
     } else {
-      std::fprintf(stderr, "usage: mpi_promises ring BYTES | recv-timeout | collective-timeout | "
+      std::fprintf(stderr, "usage: mpi_promises ring BYTES | recv-timeout | collective-timeout | hung-peer | "
                            "mismatch KIND | rank-order\n");
       return 2;
     }
     int total = failures;
-    if (mode != "collective-timeout") {
+    if (mode != "collective-timeout" && mode != "hung-peer") {
       tally->all_reduce(std::span<int>(&total, 1), ReduceOp::Sum);
     }
     if (me == 0) {
