@@ -305,6 +305,15 @@ void Supervisor::print_summary() const {
   if (phase_ != Phase::Running) line += "; the job was aborted and the other ranks stopped";
   line += " (exit status " + std::to_string(exit_code(f)) + ")";
   std::cerr << line << std::endl;
+  // The rank that exited first is often not where the job went wrong: a
+  // rank that timed out waiting for a hung peer aborted the job, and it or a
+  // survivor that caught the PeerFailure exited. The abort's reason names
+  // the rank(s) that never arrived. (Not repeated when the launcher itself
+  // aborted the job with the line above.)
+  const int aborter = arena_.header().abort_rank;
+  if (const auto reason = abort_reason(); reason && aborter >= 0 && *reason != describe(f)) {
+    std::cerr << "axon-launch: rank " << aborter << " had aborted the job: " << *reason << std::endl;
+  }
 }
 
 }  // namespace axon_launch

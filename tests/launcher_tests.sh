@@ -244,6 +244,15 @@ case "$case_name" in
     expect_status 3
     [[ "$err" == *"axon-launch: rank 0 exited with code 3 before joining the job"* ]] || fail "unclear summary: $err"
     ;;
+  hung-rank)
+    # A rank alive but never calling the barrier: a peer times out and
+    # aborts the job, and whichever rank exits first, the summary also says
+    # who aborted it and why, naming the rank that never arrived.
+    run -n 3 --timeout 1 "$probe" hang 1
+    expect_status 1
+    [[ "$err" == *"axon-launch: rank "[02]" had aborted the job: rank "[02]": timed out after 1.0 s (AXON_TIMEOUT): barrier() call #"*" in group [0, 1, 2]: waiting for rank(s) 1"* ]] ||
+      fail "the summary does not name the hung rank: $err"
+    ;;
   leave-early)
     # A rank that exits 0 after its last collective while the others still
     # run is a normal ending.

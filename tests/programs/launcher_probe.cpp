@@ -31,6 +31,9 @@
 //                                         rank RANK sleeps SECONDS before init;
 //                                         then everyone meets in a barrier
 //   launcher_probe init-twice RANK        rank RANK calls World::init() twice
+//   launcher_probe hang RANK              after a first barrier rank RANK stays
+//                                         alive 60 s without calling the second,
+//                                         in which the others time out
 //   launcher_probe fail-first RANK CODE   in the first attempt (AXON_RESTART_COUNT
 //                                         0) rank RANK exits CODE after init; in
 //                                         later ones every rank prints "attempt
@@ -208,6 +211,14 @@ int main(int argc, char** argv) {
       }
       world.barrier();
       std::printf("attempt %s restart-env=%s\n", attempt ? attempt : "unset", torch ? torch : "unset");
+      return 0;
+    }
+    if (args[0] == "hang" && args.size() == 2) {
+      if (rank == std::atoi(args[1].c_str())) {
+        ::sleep(60);  // until the launcher stops it after the abort
+        return 0;
+      }
+      world.barrier();
       return 0;
     }
     if (args[0] == "early") {
