@@ -1,10 +1,12 @@
 #include "axonml/torch/process_group.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/store_backend.hpp"
@@ -235,9 +237,10 @@ std::set<ProcessGroupAxon*>& live_groups() {
 
 ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout, std::vector<int> global_ranks)
-    : c10d::ProcessGroup(rank, size), global_ranks_(std::move(global_ranks)) {
+    : c10d::ProcessGroup(rank, size), global_ranks_(std::move(global_ranks)), timeout_(timeout) {
   if (global_ranks_.empty()) {
     for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
+    default_group_store_ = store;
   }
   if (static_cast<int>(global_ranks_.size()) != size) {
     throw ad::InvalidArgument("axon process group of " + std::to_string(size) + " ranks: " +
@@ -292,7 +295,42 @@ ProcessGroupAxon::~ProcessGroupAxon() {
     thread_.reset();
     send_thread_.reset();
     recv_thread_.reset();
+    close_store_together();
   });
+}
+
+// Why: PyTorch 1.13's new_group ends with a barrier in the store that every
+// rank of the job polls every 10 ms. Rank 0 may leave it, call
+// destroy_process_group() and take the store it hosts down with it while a
+// rank outside the new group has yet to see the barrier complete; that rank
+// then fails with "Broken pipe". Gloo's slower destroy (30-40 ms) mostly hides
+// the race; this group's takes about 1 ms, and a 4-rank new_group + destroy
+// failed 3 runs of 3. So every rank counts itself in as its default group
+// goes, and rank 0 waits until all have (bounded: a rank may go on without
+// destroying, or have exited; kCloseWait or the group's timeout, if
+// shorter). Nothing here may throw: a store already gone is no error.
+void ProcessGroupAxon::close_store_together() {
+  if (!default_group_store_ || getSize() == 1) return;
+  constexpr auto kCloseWait = std::chrono::seconds(5);
+  const std::string key = "axon/closed";
+  try {
+    std::int64_t closed = default_group_store_->add(key, 1);
+    if (getRank() != 0) return;
+    auto limit = std::chrono::milliseconds(kCloseWait);
+    if (timeout_.count() > 0) limit = std::min(limit, timeout_);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    auto pause = std::chrono::microseconds(200);
+    while (closed < getSize() && std::chrono::steady_clock::now() < deadline) {
+      // A rank that has exited counts itself in no more (or did, before it went).
+      const auto exited = static_cast<std::int64_t>(backend_->exited_peers().size());
+      if (closed + exited >= getSize()) break;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+      closed = default_group_store_->add(key, 0);
+    }
+  } catch (const std::exception&) {
+    // The store is gone (its host has closed it) or failing: nothing to wait for.
+  }
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intrusive_ptr<c10d::Store>& store,

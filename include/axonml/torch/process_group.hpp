@@ -146,8 +146,17 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // "[0, 2, 3]": the group's members as ranks of the job.
   std::string describe_global_ranks() const;
 
+  // The default group's last use of the store, as it goes: every rank
+  // counts itself in, and rank 0 (which hosts the store under env:// and
+  // tcp://, so takes it down with the group) waits a little for the others.
+  void close_store_together();
+
   std::shared_ptr<distributed::StoreBackend> backend_;
   std::vector<int> global_ranks_;  // by group rank
+  // Kept by the default group only (made without global_ranks): see
+  // close_store_together().
+  c10::intrusive_ptr<c10d::Store> default_group_store_;
+  std::chrono::milliseconds timeout_;
   std::unique_ptr<CommThread> thread_;
   // Collectives up to this many bytes run on the caller's thread when the
   // group is idle (AXON_TORCH_INLINE_BYTES; default kDefaultInlineBytes).

@@ -1,0 +1,43 @@
+"""A job that makes a subgroup and then destroys its default group at once,
+without a barrier, ends cleanly on every rank, and can init again.
+
+PyTorch 1.13's new_group ends with a barrier in the store that every rank
+polls every 10 ms; rank 0, which hosts the store, could leave it, destroy
+the default group and take the store down while a rank outside the
+subgroup had yet to see the barrier complete ("Broken pipe" there, 3 runs
+of 3 at 4 ranks). The default axon group's destroy now waits, on rank 0,
+until every rank has reached its own destroy (ProcessGroupAxon::
+close_store_together)."""
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from harness import free_port, run_ranks
+
+
+def body(rank, n, ports):
+    for round_, port in enumerate(ports):
+        os.environ["MASTER_PORT"] = str(port)  # a new store each time
+        dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
+        t = torch.tensor([float(rank + round_)])
+        dist.all_reduce(t)
+        assert t.item() == n * (n - 1) / 2 + n * round_, (round_, t)
+        pair = dist.new_group([0, 1])
+        if rank < 2:
+            one = torch.ones(1)
+            dist.all_reduce(one, group=pair)
+            assert one.item() == 2.0, (round_, one)
+        dist.destroy_process_group()  # no barrier first
+        assert not dist.is_initialized()
+    return "ok"
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    results = run_ranks(n, body, [free_port() for _ in range(rounds)], timeout=300)
+    assert results == ["ok"] * n, results
+    print(f"{rounds} rounds of init, new_group, destroy without a barrier end cleanly on {n} ranks")
