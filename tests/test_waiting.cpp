@@ -3,12 +3,16 @@
 // that was n wake-ups of n threads each, per round: docs/scaling.md).
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <thread>
 #include <vector>
 
 #include "axonml/distributed.hpp"
+#include "shm/arena_layout.hpp"
 #include "shm/wait.hpp"
 
 using namespace axonml::distributed;
@@ -69,4 +73,44 @@ TEST_CASE("a peer counts as arrived once it entered the next collective or annou
   world[2]->announce_next();
   CHECK(world[0]->peers_arrived());
   all_reduce_on_all();
+}
+
+TEST_CASE("a wait that finds several watched peers gone names every one of them, not only the lowest",
+          "[shm][waiting][errors]") {
+  // Under torch.multiprocessing, spawn kills the other ranks once one has
+  // failed; a survivor that looks only then must not blame rank 1 alone.
+  alignas(64) static shm::ArenaHeader header{};
+  header.abort_rank = -1;
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  // Ranks 1 and 3: children that exit once the pipe closes; rank 2: this
+  // process, which stays.
+  std::vector<int> pids{static_cast<int>(::getpid())};
+  for (int r = 1; r <= 3; ++r) {
+    if (r == 2) {
+      pids.push_back(static_cast<int>(::getpid()));
+      continue;
+    }
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::close(go[1]);
+      char byte;
+      while (::read(go[0], &byte, 1) > 0) {
+      }
+      ::_exit(0);
+    }
+    REQUIRE(child > 0);
+    pids.push_back(static_cast<int>(child));
+  }
+  ::close(go[0]);
+  shm::WaitContext wait(header, 0, std::chrono::seconds(60), pids);
+  ::close(go[1]);
+  int status = 0;
+  ::waitpid(pids[1], &status, 0);
+  ::waitpid(pids[3], &status, 0);
+  const std::string expected = "ranks 1 (pid " + std::to_string(pids[1]) + "), 3 (pid " + std::to_string(pids[3]) +
+                               ") exited or were killed while their peers still needed them";
+  REQUIRE_THROWS_WITH(wait.check_alive(), Catch::Matchers::Contains("rank 0: job aborted: " + expected));
+  CHECK(header.abort_rank == 1);
+  CHECK(std::string(header.abort_reason) == expected);
 }

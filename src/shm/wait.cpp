@@ -110,15 +110,24 @@ std::vector<std::pair<int, int>> WaitContext::exited_peers() const {
   return exited;
 }
 
+// Every peer found gone is named: which of several went first cannot be
+// told from here, and naming only the lowest blamed, under
+// torch.multiprocessing, rank 0 that spawn had killed after rank 3 failed.
 void WaitContext::check_peers() const {
+  int first = -1;
+  std::string names;
+  int count = 0;
   for (const auto& peer : peers_) {
     if (!peer.exited()) continue;
     const int r = static_cast<int>(&peer - peers_.data());
-    const std::string reason = "rank " + std::to_string(r) + " (pid " + std::to_string(peer.pid()) +
-                               ") exited or was killed while its peers still needed it";
-    abort(r, reason);
-    throw PeerFailure("rank " + std::to_string(rank_) + ": job aborted: " + reason);
+    if (first < 0) first = r;
+    names += (count++ ? ", " : "") + std::to_string(r) + " (pid " + std::to_string(peer.pid()) + ")";
   }
+  if (first < 0) return;
+  const std::string reason = count == 1 ? "rank " + names + " exited or was killed while its peers still needed it"
+                                        : "ranks " + names + " exited or were killed while their peers still needed them";
+  abort(first, reason);
+  throw PeerFailure("rank " + std::to_string(rank_) + ": job aborted: " + reason);
 }
 
 bool WaitContext::aborted() const {
