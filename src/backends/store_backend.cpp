@@ -167,13 +167,6 @@ class SetupWait {
   bool can_check_;
 };
 
-// "0, 2, 5"
-std::string join(const std::vector<std::size_t>& indices) {
-  std::string text;
-  for (std::size_t i : indices) text += (text.empty() ? "" : ", ") + std::to_string(i);
-  return text;
-}
-
 // What every rank publishes at "axon/host/<rank>": "hostname boot-id pid
 // world-size group", read back by every rank.
 struct HostEntries {
@@ -200,7 +193,7 @@ HostEntries read_hosts(SetupWait& setup, int rank, int world_size, const std::st
       [&](const std::vector<std::size_t>& missing) {
         std::string named;
         for (std::size_t i : missing) named += (named.empty() ? "" : ", ") + keys[i];
-        return (missing.size() == 1 ? "rank " + join(missing) + "'s host" : "the hosts of ranks " + join(missing)) +
+        return (missing.size() == 1 ? "rank " + joined(missing) + "'s host" : "the hosts of ranks " + joined(missing)) +
                " (" + named + ")";
       },
       [&](std::size_t r, const std::string& value) {
@@ -313,7 +306,7 @@ void wait_until_all_mapped(KeyValueStore& store, SetupWait& setup, int rank, int
   setup.get_all(
       keys,
       [](const std::vector<std::size_t>& missing) {
-        return "rank(s) " + join(missing) + " to map the arena (axon/mapped/<rank>)";
+        return "rank(s) " + joined(missing) + " to map the arena (axon/mapped/<rank>)";
       },
       [](std::size_t, const std::string&) {});
 }

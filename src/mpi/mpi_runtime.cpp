@@ -42,7 +42,7 @@ void finalize_or_exit_after(std::chrono::milliseconds timeout) {
     if (finished.wait_for(lock, timeout, [&] { return done; })) return;
     log::log(log::Level::Error, world_rank(),
              "MpiBackend: MPI_Finalize has waited {} ms (AXON_TIMEOUT) for peers that never reached "
-             "it, after this process timed out waiting for one; exiting with status 1 so that "
+             "it, after this process gave up waiting for one; exiting with status 1 so that "
              "mpirun ends the job",
              timeout.count());
     std::_Exit(1);

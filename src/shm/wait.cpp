@@ -114,19 +114,16 @@ std::vector<std::pair<int, int>> WaitContext::exited_peers() const {
 // told from here, and naming only the lowest blamed, under
 // torch.multiprocessing, rank 0 that spawn had killed after rank 3 failed.
 void WaitContext::check_peers() const {
-  int first = -1;
+  const auto exited = exited_peers();
+  if (exited.empty()) return;
   std::string names;
-  int count = 0;
-  for (const auto& peer : peers_) {
-    if (!peer.exited()) continue;
-    const int r = static_cast<int>(&peer - peers_.data());
-    if (first < 0) first = r;
-    names += (count++ ? ", " : "") + std::to_string(r) + " (pid " + std::to_string(peer.pid()) + ")";
+  for (const auto& [r, pid] : exited) {
+    names += (names.empty() ? "" : ", ") + std::to_string(r) + " (pid " + std::to_string(pid) + ")";
   }
-  if (first < 0) return;
-  const std::string reason = count == 1 ? "rank " + names + " exited or was killed while its peers still needed it"
-                                        : "ranks " + names + " exited or were killed while their peers still needed them";
-  abort(first, reason);
+  const std::string reason =
+      exited.size() == 1 ? "rank " + names + " exited or was killed while its peers still needed it"
+                         : "ranks " + names + " exited or were killed while their peers still needed them";
+  abort(exited.front().first, reason);
   throw PeerFailure("rank " + std::to_string(rank_) + ": job aborted: " + reason);
 }
 

@@ -11,6 +11,7 @@
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/store_backend.hpp"
 #include "base/env.hpp"
+#include "base/text.hpp"
 #include "torch/buffers.hpp"
 #include "torch/comm_thread.hpp"
 #include "torch/without_gil.hpp"
@@ -320,10 +321,9 @@ void ProcessGroupAxon::close_store_together() {
     if (timeout_.count() > 0) limit = std::min(limit, timeout_);
     const auto deadline = std::chrono::steady_clock::now() + limit;
     auto pause = std::chrono::microseconds(200);
-    while (closed < getSize() && std::chrono::steady_clock::now() < deadline) {
-      // A rank that has exited counts itself in no more (or did, before it went).
-      const auto exited = static_cast<std::int64_t>(backend_->exited_peers().size());
-      if (closed + exited >= getSize()) break;
+    // A rank that has exited counts itself in no more (or did, before it went).
+    while (closed + static_cast<std::int64_t>(backend_->exited_peers().size()) < getSize() &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(10'000));
       closed = default_group_store_->add(key, 0);
@@ -340,13 +340,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intru
   return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout, std::move(global_ranks));
 }
 
-std::string ProcessGroupAxon::describe_global_ranks() const {
-  std::string text = "[";
-  for (std::size_t i = 0; i < global_ranks_.size(); ++i) {
-    text += (i ? ", " : "") + std::to_string(global_ranks_[i]);
-  }
-  return text + "]";
-}
+std::string ProcessGroupAxon::describe_global_ranks() const { return ad::bracketed(global_ranks_); }
 
 // Called by the set-up of this group, before it is live: the others are
 // those of live_groups(), whose mutex keeps them alive meanwhile. Only a
