@@ -120,6 +120,10 @@ def sweep(rank, n, cfg, groups, ctl):
         count = max(1, nbytes // 4)
         row = {"bytes": count * 4, "count": count}
         tensors = {b: torch.zeros(count) for b in BACKENDS}  # sums of zeros stay zero while timed
+        if cfg.get("zero_copy"):
+            import axonml_torch
+            if not axonml_torch.place_in_arena(tensors["axon"], groups["axon"]):
+                raise RuntimeError(f"--zero-copy: no room for {human(count * 4)} in the axon group's arena")
         iterations = {}
         for b in BACKENDS:  # warm up and size the repeat to about --seconds
             dist.barrier(group=groups[b])
@@ -181,6 +185,9 @@ def ddp_steps(rank, n, cfg, groups, ctl):
     # what DDP spends on buckets (copies in and out, hooks) by itself.
     ddps["none"] = DDP(copy.deepcopy(model), process_group=groups["axon"], gradient_as_bucket_view=view)
     ddps["none"].register_comm_hook(None, no_communication_hook)
+    if cfg.get("zero_copy"):
+        import axonml_torch
+        ddps["axon"].register_comm_hook(groups["axon"], axonml_torch.zero_copy_allreduce_hook)
     variants = BACKENDS + ("none",)
     opts = {b: torch.optim.SGD(ddps[b].parameters(), lr=0.01) for b in variants}
     g = torch.Generator().manual_seed(1000 + rank)
@@ -261,7 +268,15 @@ def rank_main(rank, n, port, cfg, queue):
     try:
         dist.init_process_group("gloo", rank=rank, world_size=n)
         ctl = dist.group.WORLD  # the measurements' own groups carry nothing else
-        groups = {b: dist.new_group(backend=b) for b in BACKENDS}
+        options = {}
+        if cfg.get("zero_copy"):
+            import axonml_torch
+            # Every rank's largest sweep tensor and two sets of DDP buckets
+            # (DDP rebuilds them after its first step).
+            model_mb = sum(p.numel() for p in mlp().parameters()) * 4 / 2**20
+            room_mb = int(n * (max(cfg["sizes"]) / 2**20 + 2 * model_mb)) + 16
+            options["axon"] = axonml_torch.Options(shared_mb=room_mb)
+        groups = {b: dist.new_group(backend=b, pg_options=options.get(b)) for b in BACKENDS}
         # One one-rank axon group per rank (every rank takes part in making each).
         alone = [dist.new_group([r], backend="axon") for r in range(n)][rank]
         result = {"ranks": n, "call_floor_us": call_floor(alone, cfg, ctl),
@@ -343,7 +358,8 @@ def report(results):
     for res in results:
         n = res["ranks"]
         bench = res.get("axon_bench_us", {})
-        print(f"\nall_reduce float32 SUM on {n} ranks, µs (median of the slowest rank; every result checked)")
+        print(f"\nall_reduce float32 SUM on {n} ranks, µs (median of the slowest rank; every result checked)"
+              + ("; axon's tensors placed in its shared memory (zero copy)" if res.get("zero_copy") else ""))
         if "call_floor_us" in res:
             print(f"PyTorch's call path alone (dist.all_reduce of 4 B on a one-rank axon group): "
                   f"{res['call_floor_us']:.1f} µs a call")
@@ -366,7 +382,8 @@ def report(results):
             d = res["ddp"]
             print(f"\nDDP step on {n} ranks: MLP {'-'.join(map(str, MLP_WIDTHS))} ({d['parameters'] / 1e6:.1f}M "
                   f"parameters), batch {d['batch_per_rank']} per rank, 1 thread per rank"
-                  f"{', gradient_as_bucket_view=True' if d.get('bucket_view') else ''}, ms")
+                  f"{', gradient_as_bucket_view=True' if d.get('bucket_view') else ''}"
+                  f"{', axon with zero_copy_allreduce_hook' if res.get('zero_copy') else ''}, ms")
             print(f"{'backend':>8} {'step':>9} {'no_sync':>9} {'comm':>9} {'beyond DDP':>11} {'comm q1..q3':>17}")
             own = d["none"]["comm_ms"] if "none" in d else None
             for b in BACKENDS + (("none",) if "none" in d else ()):
@@ -442,6 +459,9 @@ def main():
     p.add_argument("--gradient-as-bucket-view", action="store_true",
                    help="every DDP replica with gradient_as_bucket_view=True (the gradients live in the "
                         "buckets, so DDP copies nothing into or out of them)")
+    p.add_argument("--zero-copy", action="store_true",
+                   help="axon's all_reduce tensors placed in its group's shared memory (axonml_torch.place_in_arena) "
+                        "and its DDP replica with axonml_torch.zero_copy_allreduce_hook")
     p.add_argument("--build-dir", default="build/release", help="for axon-bench (default build/release)")
     p.add_argument("--no-axon-bench", action="store_true", help="leave out the axon-bench column")
     p.add_argument("--json", help="write every figure here")
@@ -476,13 +496,14 @@ def main():
         use_bench = not a.no_axon_bench
     if any(r < 1 for r in ranks) or cfg["repeats"] < 1 or cfg["ddp_repeats"] < 1:
         p.error("--ranks, --repeats and --ddp-repeats must be at least 1")
-    cfg.update(sizes=sizes, batch=a.batch, bucket_view=a.gradient_as_bucket_view)
+    cfg.update(sizes=sizes, batch=a.batch, bucket_view=a.gradient_as_bucket_view, zero_copy=a.zero_copy)
 
     started = time.time()
     results = []
     for n in ranks:
         print(f"running on {n} ranks ...", flush=True)
         res = run_job(n, cfg)
+        res["zero_copy"] = cfg["zero_copy"]
         if use_bench:
             res["axon_bench_us"] = axon_bench_times(a.build_dir, n, sizes, min(a.seconds, 1.0))
         results.append(res)

@@ -36,6 +36,10 @@ foreach(n 2 4)
   axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync, and with gradient_as_bucket_view" test_ddp.py ${n})
 endforeach()
 
+foreach(n 2 3)
+  axon_torch_test("tensors placed in the group's shared memory all-reduce to the same bytes as private ones on ${n} ranks, the ranks agree when one cannot place, the space comes back, and DDP with zero_copy_allreduce_hook equals Gloo" test_zero_copy.py ${n})
+endforeach()
+
 add_test(NAME "torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as one process does"
          COMMAND ${AXON_TORCH_PYTHON} test_launch.py $<TARGET_FILE:axon-launch>
                  ${PROJECT_SOURCE_DIR}/examples/torch_ddp.py 4
@@ -71,8 +75,12 @@ endif()
 # all_reduce element or when the gloo and axon DDP replicas end apart. Once
 # with DDP's defaults, once with every replica's gradients as views into its
 # buckets (the DDP table then says so).
-foreach(variant "" "--gradient-as-bucket-view")
-  if(variant)
+foreach(variant "" "--gradient-as-bucket-view" "--gradient-as-bucket-view --zero-copy")
+  if(variant STREQUAL "--gradient-as-bucket-view --zero-copy")
+    set(name "torch: benchmarks/torch_compare.py --quick ${variant} checks placed tensors and the zero-copy DDP hook against gloo")
+    set(expect "zero_copy_allreduce_hook, ms.*torch_compare: every result checked")
+    set(json torch_compare_quick_zero_copy.json)
+  elseif(variant)
     set(name "torch: benchmarks/torch_compare.py --quick ${variant} checks DDP against gloo")
     set(expect "gradient_as_bucket_view=True, ms.*torch_compare: every result checked")
     set(json torch_compare_quick_view.json)
@@ -81,8 +89,9 @@ foreach(variant "" "--gradient-as-bucket-view")
     set(expect "torch_compare: every result checked")
     set(json torch_compare_quick.json)
   endif()
+  separate_arguments(variant_args UNIX_COMMAND "${variant}")
   add_test(NAME "${name}"
-           COMMAND ${AXON_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_compare.py --quick ${variant}
+           COMMAND ${AXON_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_compare.py --quick ${variant_args}
                    --json ${CMAKE_CURRENT_BINARY_DIR}/${json}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties("${name}" PROPERTIES TIMEOUT 600 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"

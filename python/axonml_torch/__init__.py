@@ -11,9 +11,88 @@ import torch
 import torch.distributed
 
 import atexit
+import warnings
 
 from ._C import _finish_pending, create_process_group
+from ._C import in_arena as _in_arena
+from ._C import place_in_arena as _place_in_arena
 
+
+def _axon_group(group):
+    return group if group is not None else torch.distributed.distributed_c10d._get_default_group()
+
+
+def place_in_arena(tensor, group=None):
+    """Moves the memory under ``tensor``'s storage into ``group``'s shared
+    memory (every tensor and view of that storage follows), so that an
+    all_reduce of it over ``group`` reads the peers' tensors in place instead
+    of copying them through the shared slots (zero copy).
+
+    Collective: every rank of the group calls it, in the same order as the
+    group's other collectives, with a tensor of the same size. Returns True
+    on every rank when all moved (or were there already), else False on every
+    rank and nothing moved: the arena has no room (``Options(shared_mb=)``
+    or ``AXON_TORCH_SHARED_MB`` reserve it when the group is made; every
+    rank's tensor takes its share),
+    or a rank's storage is not PyTorch's own CPU memory (a numpy array's).
+    """
+    return _place_in_arena(_axon_group(group), tensor)
+
+
+def in_arena(tensor, group=None):
+    """Whether ``tensor``'s storage lies in ``group``'s shared memory."""
+    return _in_arena(_axon_group(group), tensor)
+
+
+def zero_copy_allreduce_hook(process_group, bucket):
+    """A DDP communication hook: DDP's default all-reduce (each gradient
+    divided by the group's size, then summed), with every bucket moved into
+    the group's shared memory the first time it is seen, so that it is
+    all-reduced without a copy in. Register it with
+    ``model.register_comm_hook(None, axonml_torch.zero_copy_allreduce_hook)``
+    (or a subgroup as the state); give the group room, ``Options(shared_mb=)``
+    or ``AXON_TORCH_SHARED_MB``, of at least twice the group's size times the
+    model's gradient size in MiB (DDP rebuilds its buckets after the first
+    step, and both sets may be alive for a moment), and pass ``gradient_as_bucket_view=True`` so
+    that the gradients themselves live in the buckets. Without room it works
+    as the default hook does.
+    """
+    group = _axon_group(process_group)
+    tensor = bucket.buffer()
+    if not _in_arena(group, tensor) and not _place_in_arena(group, tensor):
+        # Every rank got False (place_in_arena agrees), so every rank asks
+        # again at the next step: the same collectives on all ranks.
+        warnings.warn(f"axonml_torch.zero_copy_allreduce_hook: no room in the axon group's shared memory for "
+                      f"a bucket of {tensor.numel() * tensor.element_size() / 2**20:.1f} MiB on every rank; "
+                      f"it is all-reduced with a copy (give the group room: axonml_torch.Options(shared_mb=...) "
+                      f"or AXON_TORCH_SHARED_MB)", RuntimeWarning, stacklevel=2)
+    tensor.div_(group.size())
+    fut = torch.distributed.all_reduce(tensor, group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+
+class Options:
+    """Options of one axon group, passed as ``pg_options`` to
+    ``init_process_group("axon", pg_options=...)`` or ``new_group(...,
+    backend="axon", pg_options=...)``.
+
+    shared_mb: MiB of room in the group's shared memory for tensors moved
+    there by ``place_in_arena`` (DDP's buckets, through
+    ``zero_copy_allreduce_hook``), shared by all its ranks: at least the
+    group's size times the bytes each rank places. Taken from memory when the
+    group is made. None: ``AXON_TORCH_SHARED_MB``, else 0.
+    """
+
+    def __init__(self, shared_mb=None):
+        if shared_mb is not None and (not isinstance(shared_mb, int) or isinstance(shared_mb, bool)
+                                      or not 0 <= shared_mb <= 1 << 24):
+            raise ValueError(f"axonml_torch.Options: shared_mb={shared_mb!r} is not a whole number of MiB "
+                             f"in 0..{1 << 24}")
+        self.shared_mb = shared_mb
+
+    def __repr__(self):
+        return f"axonml_torch.Options(shared_mb={self.shared_mb!r})"
 
 
 def _create_from_options(options, pg_options=None):
@@ -21,8 +100,12 @@ def _create_from_options(options, pg_options=None):
     besides the store, rank, size and timeout it gives the group's members as
     global ranks (empty for the default group), which the set-up needs to
     name a process of the job that died before the group was made."""
+    if pg_options is not None and not isinstance(pg_options, Options):
+        raise TypeError(f"backend axon: pg_options must be an axonml_torch.Options, not "
+                        f"{type(pg_options).__name__}")
+    shared_mb = pg_options.shared_mb if pg_options is not None else None
     return create_process_group(options.store, options.group_rank, options.group_size, options.timeout,
-                                list(options.global_ranks_in_group))
+                                list(options.global_ranks_in_group), shared_mb)
 
 
 if "AXON" not in torch.distributed.Backend._plugins:
@@ -33,4 +116,4 @@ if "AXON" not in torch.distributed.Backend._plugins:
     # hold. Let them finish while it still can.
     atexit.register(_finish_pending)
 
-__all__ = ["create_process_group"]
+__all__ = ["Options", "create_process_group", "in_arena", "place_in_arena", "zero_copy_allreduce_hook"]

@@ -354,7 +354,8 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     // 2. Rank 0 makes the arena, the others map it.
     shm::ArenaSpec spec;
     spec.world_size = world_size;
-    spec.arena_bytes = options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size);
+    spec.arena_bytes = (options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size)) +
+                       options.shared_bytes;
     spec.slot_bytes = options.slot_bytes;
     const std::size_t bytes = spec.arena_bytes;
     std::shared_ptr<void> memory;

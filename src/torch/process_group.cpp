@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -12,6 +13,7 @@
 #include "axonml/distributed/store_backend.hpp"
 #include "base/env.hpp"
 #include "base/text.hpp"
+#include "torch/arena_storage.hpp"
 #include "torch/buffers.hpp"
 #include "torch/comm_thread.hpp"
 #include "torch/without_gil.hpp"
@@ -237,7 +239,8 @@ std::set<ProcessGroupAxon*>& live_groups() {
 }  // namespace
 
 ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                   std::chrono::milliseconds timeout, std::vector<int> global_ranks)
+                                   std::chrono::milliseconds timeout, std::vector<int> global_ranks,
+                                   std::optional<std::size_t> shared_bytes)
     : c10d::ProcessGroup(rank, size), global_ranks_(std::move(global_ranks)), timeout_(timeout) {
   if (global_ranks_.empty()) {
     for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
@@ -250,13 +253,23 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   }
   // Before the rendezvous: a bad value fails here, not with peers waiting.
   inline_bytes_ = ad::env::integer("AXON_TORCH_INLINE_BYTES", 0, std::int64_t{1} << 50).value_or(kDefaultInlineBytes);
+  shared_bytes_ = shared_bytes ? *shared_bytes
+                               : static_cast<std::size_t>(
+                                     ad::env::integer("AXON_TORCH_SHARED_MB", 0, 1 << 24).value_or(0)) << 20;
   C10dStore kv(store);
   ad::StoreOptions options;
   options.timeout = timeout;
   options.timeout_name = "the group's timeout";
   options.while_waiting = [this] { give_up_if_a_process_exited(); };
   options.group = "global ranks " + describe_global_ranks();
-  backend_ = ad::StoreBackend::create(kv, rank, size, options);
+  options.shared_bytes = shared_bytes_;
+  try {
+    backend_ = ad::StoreBackend::create(kv, rank, size, options);
+  } catch (const ad::Error& e) {
+    if (shared_bytes_ == 0 || dynamic_cast<const ad::PeerFailure*>(&e) || dynamic_cast<const ad::Timeout*>(&e)) throw;
+    throw ad::Error(std::string(e.what()) + " (the arena includes " + ad::format_bytes(shared_bytes_) +
+                    " of room for tensors placed in it, asked for by Options.shared_mb or AXON_TORCH_SHARED_MB)");
+  }
   thread_ = std::make_unique<CommThread>();
   send_thread_ = std::make_unique<CommThread>();
   recv_thread_ = std::make_unique<CommThread>();
@@ -336,8 +349,9 @@ void ProcessGroupAxon::close_store_together() {
 c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intrusive_ptr<c10d::Store>& store,
                                                                 int rank, int size,
                                                                 std::chrono::milliseconds timeout,
-                                                                std::vector<int> global_ranks) {
-  return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout, std::move(global_ranks));
+                                                                std::vector<int> global_ranks,
+                                                                std::optional<std::size_t> shared_bytes) {
+  return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout, std::move(global_ranks), shared_bytes);
 }
 
 std::string ProcessGroupAxon::describe_global_ranks() const { return ad::bracketed(global_ranks_); }
@@ -382,6 +396,30 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::point_to_point(CommThread& thre
   auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
   thread.push(work, std::move(run));
   return work;
+}
+
+// The ranks agree before any storage moves: a rank whose tensor lies in the
+// arena and one whose does not would meet as a collective mismatch in every
+// later all_reduce (the runtime tells zero-copy buffers apart).
+bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
+  const std::string where = where_of("place_in_arena", getRank(), getSize());
+  check_tensor(tensor, where);
+  auto placed = std::make_shared<bool>(false);
+  auto work = collective(OpType::UNKNOWN, {tensor}, sizeof(std::int32_t), [b = backend_, tensor, placed] {
+    const bool there = storage_in_arena(tensor, *b);
+    std::shared_ptr<std::byte> block = there ? nullptr : reserve_for(tensor, *b);
+    std::int32_t all_can = there || block ? 1 : 0;
+    b->all_reduce(std::span<std::int32_t>(&all_can, 1), ad::ReduceOp::Min);
+    if (all_can == 0) return;
+    if (block) move_storage_into(tensor, std::move(block), *b);
+    *placed = true;
+  });
+  work->wait();
+  return *placed;
+}
+
+bool ProcessGroupAxon::in_arena(const at::Tensor& tensor) const {
+  return tensor.defined() && tensor.device().is_cpu() && storage_in_arena(tensor, *backend_);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {

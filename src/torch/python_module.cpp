@@ -19,6 +19,16 @@ void wait_releasing_gil(void (*wait)(void*), void* context) {
   wait(context);
 }
 
+axonml::torch::ProcessGroupAxon& axon_group(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                            const char* what) {
+  auto* axon = dynamic_cast<axonml::torch::ProcessGroupAxon*>(group.get());
+  if (axon == nullptr) {
+    throw std::invalid_argument(std::string(what) + ": the group's backend is " +
+                                (group ? group->getBackendName() : std::string("none")) + ", not axon");
+  }
+  return *axon;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -27,16 +37,34 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         std::chrono::duration<float> timeout, std::vector<int> global_ranks) {
+         std::chrono::duration<float> timeout, std::vector<int> global_ranks,
+         std::optional<std::size_t> shared_mb) {
+        std::optional<std::size_t> shared_bytes;
+        if (shared_mb) shared_bytes = *shared_mb << 20;
         return axonml::torch::ProcessGroupAxon::create(
             store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
-            std::move(global_ranks));
+            std::move(global_ranks), shared_bytes);
       },
       pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
-      pybind11::arg("global_ranks") = std::vector<int>{},
+      pybind11::arg("global_ranks") = std::vector<int>{}, pybind11::arg("shared_mb") = std::nullopt,
       pybind11::call_guard<pybind11::gil_scoped_release>(),
       "A process group of backend 'axon'; global_ranks: the members' ranks in the job (empty: the "
-      "group is the whole job)");
+      "group is the whole job); shared_mb: MiB of room for place_in_arena (None: AXON_TORCH_SHARED_MB or 0)");
+  m.def(
+      "place_in_arena",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& tensor) {
+        return axon_group(group, "place_in_arena").place_in_arena(tensor);
+      },
+      pybind11::arg("group"), pybind11::arg("tensor"), pybind11::call_guard<pybind11::gil_scoped_release>(),
+      "ProcessGroupAxon::place_in_arena: moves the tensor's storage into the group's shared memory "
+      "(collective); true on every rank when all moved");
+  m.def(
+      "in_arena",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& tensor) {
+        return axon_group(group, "in_arena").in_arena(tensor);
+      },
+      pybind11::arg("group"), pybind11::arg("tensor"),
+      "Whether the tensor's storage lies in the group's shared memory");
   m.def("_finish_pending", &axonml::torch::ProcessGroupAxon::finish_all_pending,
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "Lets every axon group's pending ops finish (cancelling receives still waiting), so that no "

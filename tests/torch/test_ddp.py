@@ -20,11 +20,15 @@ def model():
                                torch.nn.ReLU(), torch.nn.Linear(64, 4))
 
 
-def train(group, rank, steps, accumulate, view=False):
+def train(group, rank, steps, accumulate, view=False, hook=None, after_step=None):
     """SGD steps on this rank's batches; with accumulate, every other step's
-    backward runs under no_sync and only the next one synchronizes."""
+    backward runs under no_sync and only the next one synchronizes. `hook`:
+    a DDP communication hook (its state: the group); after_step(ddp, step)
+    runs after every optimizer step."""
     ddp = DDP(model(), process_group=group, bucket_cap_mb=0.01,  # many buckets: overlap with backward
               gradient_as_bucket_view=view)
+    if hook is not None:
+        ddp.register_comm_hook(group, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(1000 + rank)
     for step in range(steps):
@@ -36,6 +40,8 @@ def train(group, rank, steps, accumulate, view=False):
             continue
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
+        if after_step is not None:
+            after_step(ddp, step)
         opt.zero_grad()
     return [p.detach().clone() for p in ddp.module.parameters()]
 

@@ -59,6 +59,10 @@ struct StoreOptions {
   // "StoreOptions::timeout"); the PyTorch backend says "the group's timeout".
   std::string timeout_name;
   std::size_t arena_bytes = 0;           // 0: the default for the world size
+  // Added to the arena (default or arena_bytes) as free space for
+  // allocate_shared(): buffers there are all-reduced without a copy in.
+  // Reserved up front like the rest of the arena.
+  std::size_t shared_bytes = 0;
   std::size_t slot_bytes = 0;            // 0: the default
   // What the caller calls this group ("global ranks [0, 2]"), the same on
   // every rank of it. Each rank publishes it with the world size, and a

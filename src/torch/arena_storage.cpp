@@ -1,0 +1,53 @@
+#include "torch/arena_storage.hpp"
+
+#include <c10/core/CPUAllocator.h>
+
+#include <cstring>
+#include <utility>
+
+namespace axonml::torch {
+namespace ad = axonml::distributed;
+
+namespace {
+
+// The DataPtr context of a storage moved into an arena: the block (whose
+// last pointer gives it back) and which arena it is in.
+struct ArenaBlock {
+  std::shared_ptr<std::byte> memory;
+  const ad::ArenaBackend* arena;
+};
+
+void release_block(void* context) { delete static_cast<ArenaBlock*>(context); }
+
+const ArenaBlock* block_of(const c10::StorageImpl& storage) {
+  const at::DataPtr& data = storage.data_ptr();
+  if (data.get_deleter() != &release_block) return nullptr;
+  return static_cast<const ArenaBlock*>(data.get_context());
+}
+
+}  // namespace
+
+bool storage_in_arena(const at::Tensor& t, const ad::ArenaBackend& arena) {
+  const ArenaBlock* block = block_of(*t.storage().unsafeGetStorageImpl());
+  return block != nullptr && block->arena == &arena;
+}
+
+std::shared_ptr<std::byte> reserve_for(const at::Tensor& t, ad::ArenaBackend& arena) {
+  const c10::StorageImpl& storage = *t.storage().unsafeGetStorageImpl();
+  const at::DataPtr& data = storage.data_ptr();
+  const bool from_cpu_allocator = data.get_deleter() != nullptr &&
+                                  data.get_deleter() == c10::GetDefaultCPUAllocator()->raw_deleter();
+  if (!(from_cpu_allocator || block_of(storage)) || storage.nbytes() == 0) return nullptr;
+  return arena.allocate_shared(storage.nbytes());
+}
+
+void move_storage_into(const at::Tensor& t, std::shared_ptr<std::byte> block, const ad::ArenaBackend& arena) {
+  c10::StorageImpl& storage = *t.storage().unsafeGetStorageImpl();
+  std::byte* memory = block.get();
+  std::memcpy(memory, storage.data(), storage.nbytes());
+  auto* context = new ArenaBlock{std::move(block), &arena};
+  // The old memory goes back to its allocator here.
+  storage.set_data_ptr_noswap(at::DataPtr(memory, context, &release_block, at::Device(at::kCPU)));
+}
+
+}  // namespace axonml::torch

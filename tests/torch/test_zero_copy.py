@@ -1,0 +1,193 @@
+"""Tensors placed in a group's shared memory (axonml_torch.place_in_arena)
+all-reduce without a copy in and give the same bytes as private ones; the
+ranks agree on whether a placement happened (no room, a numpy-owned storage
+on one rank: none moves); the space comes back when the tensors go; a placed
+tensor outlives its group; DDP with zero_copy_allreduce_hook ends with
+Gloo's parameters and its gradients live in the arena, and without room the
+hook warns and all-reduces with a copy.
+
+    PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 tests/torch/test_zero_copy.py N
+"""
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import axonml_torch
+from harness import run_ranks
+from test_ddp import train
+
+
+def data(count, dtype, rank, salt):
+    g = torch.Generator().manual_seed(7919 * salt + rank)
+    return torch.randn(count, generator=g).to(dtype)
+
+
+def same_results_as_private(rank, n):
+    """Placed and private tensors of every size class reduce to the same bytes."""
+    checked = 0
+    sizes = (256, 16 * 1024 + 1, 1_000_003)  # one round, pipelined, large and odd
+    for salt, count in enumerate(sizes):
+        for dtype in (torch.float32, torch.bfloat16, torch.float64):
+            for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX):
+                private = data(count, dtype, rank, salt)
+                placed = private.clone()
+                view = placed[count // 2:]            # a view of the same storage follows the move
+                assert axonml_torch.place_in_arena(placed), f"no room for {count} {dtype}"
+                assert axonml_torch.in_arena(placed) and axonml_torch.in_arena(view)
+                assert not axonml_torch.in_arena(private)
+                assert torch.equal(placed, private), "the move changed the values"
+                dist.all_reduce(private, op=op)
+                dist.all_reduce(placed, op=op)
+                assert torch.equal(placed, private), f"{count} {dtype} {op}: placed != private"
+                assert torch.equal(view, private[count // 2:])
+                checked += 1
+                del placed, view
+    return checked
+
+
+def ranks_agree_and_space_returns(rank, n, room_mb):
+    # No room (beyond the room asked for, the arena's own spare space for
+    # subgroups is a few MiB): every rank gets False and keeps its tensor.
+    too_big = torch.full((((room_mb + 32) << 20) // 4 // n,), float(rank))
+    assert axonml_torch.place_in_arena(too_big) is False
+    assert not axonml_torch.in_arena(too_big) and bool((too_big == rank).all())
+    # One rank's storage belongs to numpy: nothing moves anywhere.
+    owned = np.full(1024, rank, dtype=np.float32)
+    t = torch.from_numpy(owned) if rank == n - 1 else torch.full((1024,), float(rank))
+    assert axonml_torch.place_in_arena(t) is False
+    assert not axonml_torch.in_arena(t)
+    if rank == n - 1:
+        t += 1
+        assert owned[0] == rank + 1, "the numpy array no longer shares the tensor's memory"
+    # Placing again and again more than the room holds at once: the space of
+    # the tensors that went comes back.
+    chunk = (room_mb << 20) // n // 3 // 4
+    for i in range(12):
+        t = torch.full((chunk,), float(rank + i))
+        assert axonml_torch.place_in_arena(t), f"round {i}: the space of the earlier tensors did not come back"
+        dist.all_reduce(t)
+        assert bool((t == sum(r + i for r in range(n))).all())
+    # Placing a placed tensor again is a no-op that says True.
+    assert axonml_torch.place_in_arena(t) and axonml_torch.in_arena(t)
+    return True
+
+
+def outlives_its_group(rank, n):
+    g = dist.new_group(list(range(n)), pg_options=axonml_torch.Options(shared_mb=8))
+    t = torch.full((100_000,), float(rank + 1))
+    assert axonml_torch.place_in_arena(t, g)
+    assert axonml_torch.in_arena(t, g) and not axonml_torch.in_arena(t)  # the default group's arena is another
+    dist.all_reduce(t, group=g)
+    dist.destroy_process_group(g)
+    del g
+    want = n * (n + 1) / 2
+    assert bool((t == want).all()), "a placed tensor changed when its group went"
+    t += 1
+    assert bool((t == want + 1).all())
+    return True
+
+
+def gradients_in_arena(group):
+    def check(ddp, step):
+        in_arena = [axonml_torch.in_arena(p.grad, group) for p in ddp.parameters()]
+        assert all(in_arena), f"step {step}: gradients outside the arena: {in_arena}"
+    return check
+
+
+def ddp_equals_gloo(rank, n):
+    gloo_world = dist.new_group(backend="gloo")
+    members = [0, 1]
+    axon_sub = dist.new_group(members, pg_options=axonml_torch.Options(shared_mb=16))
+    gloo_sub = dist.new_group(members, backend="gloo")
+    compared = 0
+    for accumulate in (False, True):
+        cases = [("world", None, gloo_world)]
+        if rank in members:
+            cases.append((f"subgroup {members}", axon_sub, gloo_sub))
+        for name, axon_group, gloo_group in cases:
+            got = train(axon_group, rank, 6, accumulate, view=True, hook=axonml_torch.zero_copy_allreduce_hook,
+                        after_step=gradients_in_arena(axon_group))
+            want = train(gloo_group, rank, 6, accumulate, view=True)
+            for i, (a, b) in enumerate(zip(got, want)):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7,
+                                           msg=lambda m: f"{name} no_sync={accumulate} parameter {i}: {m}")
+            compared += 1
+    return compared
+
+
+def hook_without_room(rank, n):
+    """A group with no room: the hook warns and all-reduces with a copy."""
+    import warnings
+    group = dist.new_group(list(range(n)), pg_options=axonml_torch.Options(shared_mb=0))
+    gloo = dist.new_group(backend="gloo")
+    results = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for g, hook in ((group, axonml_torch.zero_copy_allreduce_hook), (gloo, None)):
+            torch.manual_seed(0)
+            net = torch.nn.Linear(1024, 4096)   # 16 MiB of gradients: more than the arena's spare space
+            ddp = DDP(net, process_group=g, gradient_as_bucket_view=True)
+            if hook:
+                ddp.register_comm_hook(g, hook)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            gen = torch.Generator().manual_seed(rank)
+            for _ in range(2):
+                ddp(torch.randn(4, 1024, generator=gen)).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+            results.append([p.detach().clone() for p in net.parameters()])
+            if hook:
+                assert not any(axonml_torch.in_arena(p.grad, g) for p in net.parameters())
+    assert any("no room in the axon group's shared memory" in str(w.message) for w in caught), \
+        [str(w.message) for w in caught]
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    return True
+
+
+def misuse(rank, n):
+    gloo = dist.new_group(backend="gloo")
+    for call in (lambda: axonml_torch.place_in_arena(torch.ones(4), gloo),
+                 lambda: axonml_torch.in_arena(torch.ones(4), gloo)):
+        try:
+            call()
+        except ValueError as e:
+            assert "backend is gloo, not axon" in str(e), str(e)
+        else:
+            raise AssertionError("a gloo group was taken for an axon one")
+    for bad in (-1, 1.5, True):
+        try:
+            axonml_torch.Options(shared_mb=bad)
+        except ValueError as e:
+            assert "shared_mb" in str(e), str(e)
+        else:
+            raise AssertionError(f"Options(shared_mb={bad!r}) was accepted")
+    try:
+        dist.new_group(list(range(n)), backend="axon", pg_options={"shared_mb": 4})
+    except TypeError as e:
+        assert "axonml_torch.Options" in str(e), str(e)
+    else:
+        raise AssertionError("a dict was taken as the group's options")
+    return True
+
+
+ROOM_MB = 64
+
+
+def check(rank, n):
+    dist.init_process_group("axon", pg_options=axonml_torch.Options(shared_mb=ROOM_MB))
+    results = [same_results_as_private(rank, n), ranks_agree_and_space_returns(rank, n, ROOM_MB),
+               outlives_its_group(rank, n), ddp_equals_gloo(rank, n), hook_without_room(rank, n), misuse(rank, n)]
+    dist.barrier()
+    dist.destroy_process_group()
+    return results
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    results = run_ranks(n, check, timeout=600)
+    print(f"test_zero_copy: {results[0][0]} placed all_reduces equal private ones, "
+          f"{sum(r[3] for r in results)} DDP runs with zero_copy_allreduce_hook equal Gloo on {n} ranks")
