@@ -37,7 +37,7 @@ foreach(n 2 4)
 endforeach()
 
 foreach(n 2 3)
-  axon_torch_test("tensors placed in the group's shared memory all-reduce to the same bytes as private ones on ${n} ranks, the ranks agree when one cannot place, the space comes back, and DDP with zero_copy_allreduce_hook equals Gloo" test_zero_copy.py ${n})
+  axon_torch_test("tensors placed in the group's shared memory all-reduce to the same bytes as private ones on ${n} ranks, the ranks agree when one cannot place, the space comes back, and DDP with zero_copy_allreduce_hook equals Gloo, also under join() with uneven inputs" test_zero_copy.py ${n})
 endforeach()
 
 add_test(NAME "torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as one process does"

@@ -14,6 +14,7 @@ import atexit
 import warnings
 
 from ._C import _finish_pending, create_process_group
+from ._C import allreduce_in_arena as _allreduce_in_arena
 from ._C import in_arena as _in_arena
 from ._C import place_in_arena as _place_in_arena
 
@@ -59,16 +60,21 @@ def zero_copy_allreduce_hook(process_group, bucket):
     """
     group = _axon_group(process_group)
     tensor = bucket.buffer()
-    if not _in_arena(group, tensor) and not _place_in_arena(group, tensor):
-        # Every rank got False (place_in_arena agrees), so every rank asks
-        # again at the next step: the same collectives on all ranks.
-        warnings.warn(f"axonml_torch.zero_copy_allreduce_hook: no room in the axon group's shared memory for "
-                      f"a bucket of {tensor.numel() * tensor.element_size() / 2**20:.1f} MiB on every rank; "
-                      f"it is all-reduced with a copy (give the group room: axonml_torch.Options(shared_mb=...) "
-                      f"or AXON_TORCH_SHARED_MB)", RuntimeWarning, stacklevel=2)
+    placing = not _in_arena(group, tensor)
     tensor.div_(group.size())
-    fut = torch.distributed.all_reduce(tensor, group=group, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0])
+    # One op: the ranks agree where the buckets lie, then all-reduce. Every
+    # call agrees afresh, so ranks whose buckets differ in place still meet
+    # (DDP's join() gives a joined rank fresh zero buckets).
+    fut = _allreduce_in_arena(group, tensor).get_future()
+
+    def done(f):
+        if placing and not _in_arena(group, tensor):
+            warnings.warn(f"axonml_torch.zero_copy_allreduce_hook: no room in the axon group's shared memory for "
+                          f"a bucket of {tensor.numel() * tensor.element_size() / 2**20:.1f} MiB on every rank; "
+                          f"it is all-reduced with a copy (give the group room: axonml_torch.Options(shared_mb=...) "
+                          f"or AXON_TORCH_SHARED_MB)", RuntimeWarning)
+        return f.value()[0]
+    return fut.then(done)
 
 
 

@@ -398,24 +398,52 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::point_to_point(CommThread& thre
   return work;
 }
 
-// The ranks agree before any storage moves: a rank whose tensor lies in the
+namespace {
+
+// Whether every rank's `tensor` lies in the arena once this returns: each
+// rank reserves a block where its tensor can move, the ranks agree (one
+// int32 MIN), and only then do they move. A rank whose tensor lies in the
 // arena and one whose does not would meet as a collective mismatch in every
 // later all_reduce (the runtime tells zero-copy buffers apart).
+bool place_agreed(ad::StoreBackend& b, const at::Tensor& tensor, bool movable) {
+  const bool there = storage_in_arena(tensor, b);
+  std::shared_ptr<std::byte> block = there || !movable ? nullptr : reserve_for(tensor, b);
+  std::int32_t all_can = movable && (there || block) ? 1 : 0;
+  b.all_reduce(std::span<std::int32_t>(&all_can, 1), ad::ReduceOp::Min);
+  if (all_can == 0) return false;
+  if (block) move_storage_into(tensor, std::move(block), b);
+  return true;
+}
+
+}  // namespace
+
 bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
   const std::string where = where_of("place_in_arena", getRank(), getSize());
   check_tensor(tensor, where);
   auto placed = std::make_shared<bool>(false);
   auto work = collective(OpType::UNKNOWN, {tensor}, sizeof(std::int32_t), [b = backend_, tensor, placed] {
-    const bool there = storage_in_arena(tensor, *b);
-    std::shared_ptr<std::byte> block = there ? nullptr : reserve_for(tensor, *b);
-    std::int32_t all_can = there || block ? 1 : 0;
-    b->all_reduce(std::span<std::int32_t>(&all_can, 1), ad::ReduceOp::Min);
-    if (all_can == 0) return;
-    if (block) move_storage_into(tensor, std::move(block), *b);
-    *placed = true;
+    *placed = place_agreed(*b, tensor, /*movable=*/true);
   });
   work->wait();
   return *placed;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_in_arena(at::Tensor& tensor,
+                                                                  const c10d::AllreduceOptions& opts) {
+  const std::string where = where_of("allreduce_in_arena", getRank(), getSize());
+  const at::ScalarType type = check_all({tensor}, where);
+  check_reducible(opts.reduceOp, type, where);
+  const bool movable = tensor.is_contiguous() && native_type(type) && native_op(opts.reduceOp, where);
+  return collective(OpType::ALLREDUCE, {tensor}, static_cast<std::int64_t>(tensor.nbytes()),
+                    [b = backend_, tensor, op = opts.reduceOp, where, movable]() mutable {
+    const bool there = storage_in_arena(tensor, *b);
+    if (place_agreed(*b, tensor, movable) || !there) {
+      return in_place(tensor, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
+    }
+    at::Tensor staged = tensor.clone(at::MemoryFormat::Contiguous);  // PyTorch's memory: private
+    all_reduce_tensor(*b, staged, op, where);
+    tensor.copy_(staged);
+  });
 }
 
 bool ProcessGroupAxon::in_arena(const at::Tensor& tensor) const {

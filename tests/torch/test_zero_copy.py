@@ -3,8 +3,9 @@ all-reduce without a copy in and give the same bytes as private ones; the
 ranks agree on whether a placement happened (no room, a numpy-owned storage
 on one rank: none moves); the space comes back when the tensors go; a placed
 tensor outlives its group; DDP with zero_copy_allreduce_hook ends with
-Gloo's parameters and its gradients live in the arena, and without room the
-hook warns and all-reduces with a copy.
+Gloo's parameters and its gradients live in the arena, also under join()
+with uneven inputs (a joined rank's fresh zero buckets meet placed ones);
+and without room the hook warns and all-reduces with a copy.
 
     PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 tests/torch/test_zero_copy.py N
 """
@@ -118,6 +119,49 @@ def ddp_equals_gloo(rank, n):
     return compared
 
 
+def mixed_places_still_meet(rank, n):
+    """allreduce_in_arena (the hook's op) where one rank's tensor lies in the
+    arena and another's cannot move there (numpy's): every rank all-reduces
+    privately, with the right sum, and the placed one stays placed."""
+    group = dist.distributed_c10d._get_default_group()
+    placed = torch.full((50_000,), float(rank + 1))
+    assert axonml_torch.place_in_arena(placed)
+    owned = np.full(50_000, rank + 1, dtype=np.float32)
+    t = torch.from_numpy(owned) if rank == n - 1 else placed
+    axonml_torch._C.allreduce_in_arena(group, t).wait()
+    want = n * (n + 1) / 2
+    assert bool((t == want).all()), f"sum {t[:3]} instead of {want}"
+    if rank == n - 1:
+        assert owned[0] == want, "the numpy array stopped sharing the tensor's memory"
+    else:
+        assert axonml_torch.in_arena(placed)
+    return True
+
+
+def join_equals_gloo(rank, n):
+    """DDP's join() with uneven inputs: the joined ranks' hook calls get
+    fresh zero buckets while the others' lie in the arena."""
+    results = []
+    gloo = dist.new_group(backend="gloo")
+    for group, hook in ((None, axonml_torch.zero_copy_allreduce_hook), (gloo, None)):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8))
+        ddp = DDP(net, process_group=group, gradient_as_bucket_view=True, bucket_cap_mb=0.1)
+        if hook:
+            ddp.register_comm_hook(group, hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        gen = torch.Generator().manual_seed(rank)
+        with ddp.join():
+            for _ in range(3 + 2 * rank):     # uneven: rank 0 joins first
+                ddp(torch.randn(4, 64, generator=gen)).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+        results.append([p.detach().clone() for p in net.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    return True
+
+
 def hook_without_room(rank, n):
     """A group with no room: the hook warns and all-reduces with a copy."""
     import warnings
@@ -180,7 +224,8 @@ ROOM_MB = 64
 def check(rank, n):
     dist.init_process_group("axon", pg_options=axonml_torch.Options(shared_mb=ROOM_MB))
     results = [same_results_as_private(rank, n), ranks_agree_and_space_returns(rank, n, ROOM_MB),
-               outlives_its_group(rank, n), ddp_equals_gloo(rank, n), hook_without_room(rank, n), misuse(rank, n)]
+               outlives_its_group(rank, n), ddp_equals_gloo(rank, n), mixed_places_still_meet(rank, n),
+               join_equals_gloo(rank, n), hook_without_room(rank, n), misuse(rank, n)]
     dist.barrier()
     dist.destroy_process_group()
     return results

@@ -121,6 +121,16 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   bool place_in_arena(const at::Tensor& tensor);
   // Whether `tensor`'s storage lies in this group's shared memory.
   bool in_arena(const at::Tensor& tensor) const;
+  // allreduce() of one tensor that first places it as place_in_arena() does,
+  // in the same op: when every rank's tensor is (or can be moved) there, the
+  // all-reduce reads them in place; when one rank's cannot, every rank
+  // all-reduces a private buffer (a tensor already there through a private
+  // copy), so ranks whose tensors lie in different places still meet in one
+  // all-reduce. DDP's join() hands a joined rank fresh zero buckets while the
+  // others' lie in the arena; zero_copy_allreduce_hook runs this. Collective,
+  // asynchronous like allreduce(); a non-contiguous tensor, or one the
+  // runtime has no kernel for, is never moved.
+  c10::intrusive_ptr<Work> allreduce_in_arena(at::Tensor& tensor, const c10d::AllreduceOptions& opts = {});
 
   c10::intrusive_ptr<Work> broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<Work> allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override;
