@@ -73,6 +73,7 @@ target_include_directories(mpi_promises PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(mpi_promises PRIVATE axonml::distributed axon_warnings)
 set(AXON_PROMISES
   "ring 1 MiB from every rank to the next, then receive|ring 1048576|AXON_TIMEOUT=60"
+  "a recv whose buffer is not the message's size throws InvalidArgument naming both|recv-size|AXON_TIMEOUT=60"
   "barrier skipped by rank 1 times out naming rank 1|collective-timeout|AXON_TIMEOUT=1"
   "barrier vs all_reduce is a CollectiveMismatch showing both|mismatch barrier-vs-all-reduce|AXON_TIMEOUT=60"
   "all_reduce of 0 vs 1 elements is a CollectiveMismatch showing both|mismatch count-0-vs-1|AXON_TIMEOUT=60"

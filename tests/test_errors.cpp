@@ -57,14 +57,18 @@ TEST_CASE("receive buffers of the wrong size name both sizes", "[errors]") {
   });
 }
 
-TEST_CASE("a message of another size than the receive buffer is an error", "[errors][p2p]") {
+TEST_CASE("a message of another size than the receive buffer is an error, and the receive consumes it", "[errors][p2p]") {
   run_ranks(2, [](std::shared_ptr<Backend> b, int r) {
     if (r == 0) {
       b->send<const float>(std::vector<float>(10), 1, 4);
+      b->send<const float>(std::vector<float>(3, 7.0f), 1, 4);
     } else {
       std::vector<float> small(3);
       const std::string error = error_of([&] { b->recv<float>(small, 0, 4); });
       RANK_REQUIRE(error == "recv on rank 1 from rank 0 with tag 4: the message has 40 bytes but the buffer has 12");
+      // As under MPI: the failed receive took its message; the next gets the next one.
+      b->recv<float>(small, 0, 4);
+      RANK_REQUIRE(small == std::vector<float>(3, 7.0f));
     }
   });
 }

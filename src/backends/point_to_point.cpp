@@ -110,9 +110,13 @@ bool PointToPoint::take_stashed(const PostedReceive& want) {
   StashedMessage* message = first_stashed(want);
   if (message == nullptr || !message->complete) return false;
   if (message->bytes.size() != want.bytes) {
+    // The receive took the message, as an MPI receive that truncates does:
+    // the next receive gets the next message, under either launcher.
+    const std::size_t had = message->bytes.size();
+    stash_[static_cast<std::size_t>(want.src)].remove_if([&](const StashedMessage& m) { return &m == message; });
     throw InvalidArgument("recv on rank " + std::to_string(me_) + " from rank " +
                           std::to_string(want.src) + " with tag " + std::to_string(want.tag) +
-                          ": the message has " + std::to_string(message->bytes.size()) +
+                          ": the message has " + std::to_string(had) +
                           " bytes but the buffer has " + std::to_string(want.bytes));
   }
   copy_bytes(want.data, message->bytes.data(), want.bytes);

@@ -8,6 +8,8 @@
 //                     from the previous one (completes with unlimited buffering)
 //   recv-timeout      rank 0 receives what nobody sends: Timeout naming the op
 //                     and the peer within AXON_TIMEOUT (the test sets 1 s)
+//   recv-size         rank 1 receives a message shorter and one longer than
+//                     its buffer: InvalidArgument naming the sizes, pair and tag
 //   collective-timeout  rank 1 skips a barrier: the others' Timeout names it
 //   hung-peer         rank 1 stays alive 60 s without calling the barrier the
 //                     others time out in; they return from main, and mpirun
@@ -82,6 +84,41 @@ void recv_timeout(Backend& b) {
                contains(error, "AXON_TIMEOUT"),
            "recv from a rank that never sends throws Timeout naming op, peer and tag: '" + error + "'");
     expect(seconds < 30, "the Timeout comes after AXON_TIMEOUT, not never (" + std::to_string(seconds) + " s)");
+  }
+  b.barrier();
+}
+
+// A receive whose buffer is not the message's size throws InvalidArgument
+// naming both sizes (shorter message) or that the message is longer, and
+// the rank pair and tag, under both launchers. Rank 0 sends, rank 1 receives.
+void recv_size(Backend& b) {
+  if (b.rank() == 0) {
+    std::vector<float> three(3, 1.0f), ten(10, 2.0f);
+    b.send(std::span<const float>(three), 1, 4);
+    b.send(std::span<const float>(ten), 1, 4);
+  } else if (b.rank() == 1) {
+    std::vector<float> buffer(10);
+    for (const char* which : {"shorter", "longer"}) {
+      std::string error;
+      try {
+        if (std::strcmp(which, "shorter") == 0) {
+          b.recv(std::span<float>(buffer), 0, 4);   // 12 bytes into 40
+        } else {
+          b.recv(std::span<float>(buffer.data(), 3), 0, 4);  // 40 bytes into 12
+        }
+      } catch (const InvalidArgument& e) {
+        error = e.what();
+      } catch (const std::exception& e) {
+        error = std::string("another exception: ") + e.what();
+      }
+      std::printf("[rank 1] %s\n", error.c_str());
+      const std::string head = "recv on rank 1 from rank 0 with tag 4: the message has ";
+      const bool named = std::strcmp(which, "shorter") == 0
+                             ? error == head + "12 bytes but the buffer has 40"
+                             : error.rfind(head, 0) == 0 && contains(error, "12");
+      expect(named, std::string("a ") + which + " message than the buffer throws InvalidArgument naming it: '" +
+                        error + "'");
+    }
   }
   b.barrier();
 }
@@ -219,6 +256,8 @@ int main(int argc, char** argv) {
       ring(b, std::stoul(arg));
     } else if (mode == "recv-timeout") {
       recv_timeout(b);
+    } else if (mode == "recv-size") {
+      recv_size(b);
     } else if (mode == "collective-timeout") {
       barrier_without_rank_1(b, std::chrono::milliseconds(2500));
     } else if (mode == "hung-peer") {
@@ -229,7 +268,7 @@ int main(int argc, char** argv) {
       rank_order_type<float>(b);
       rank_order_type<double>(b);
     } else {
-      std::fprintf(stderr, "usage: mpi_promises ring BYTES | recv-timeout | collective-timeout | hung-peer | "
+      std::fprintf(stderr, "usage: mpi_promises ring BYTES | recv-timeout | recv-size | collective-timeout | hung-peer | "
                            "mismatch KIND | rank-order\n");
       return 2;
     }

@@ -25,6 +25,9 @@
 //                   arrive in the order they were sent. A send completes even
 //                   when its peer receives only after a collective. dst may
 //                   be this rank itself: the message waits for its own recv.
+//                   A recv whose buffer is not the message's size throws
+//                   InvalidArgument naming both, and takes the message (as an
+//                   MPI receive that truncates): the next recv gets the next.
 // In place: besides all_reduce, send and recv may overlap only as "this
 // rank's block": all_gather's and gather's (on dst) send may be the caller's
 // block of recv (recv + rank * count), reduce_scatter's recv the caller's
