@@ -77,8 +77,10 @@ LaunchOptions parse_options(int argc, char** argv) {
   // (--nproc), which the docs never use; the check below says "-n N".
   CLI::Option* nproc = app.add_option("-n,--nproc", options.world_size,
                                       "number of ranks (1.." + std::to_string(max_ranks) + "), required");
-  app.add_option("--arena-mb", options.arena_mb,
-                 "size of the shared arena in MiB (default: sized for N ranks)");
+  // Signed, so that a negative value is named as given rather than wrapped.
+  long long arena_mb = 0;
+  app.add_option("--arena-mb", arena_mb,
+                 "size of the shared arena in MiB (default, or 0: sized for N ranks)");
   app.add_option("--timeout", options.timeout_s,
                  "seconds a rank may wait for its peers in one operation before failing "
                  "(AXON_TIMEOUT, default 300)");
@@ -148,9 +150,9 @@ LaunchOptions parse_options(int argc, char** argv) {
     bad_arguments("--max-restarts " + std::to_string(options.max_restarts) + " is out of range (0.." +
                   std::to_string(kMaxRestarts) + ")");
   }
-  if (options.arena_mb > (std::size_t{1} << 20)) {
-    bad_arguments("--arena-mb " + std::to_string(options.arena_mb) + " is above the 1 TiB limit");
-  }
+  if (arena_mb < 0) bad_arguments("--arena-mb " + std::to_string(arena_mb) + " is negative");
+  if (arena_mb > (1LL << 20)) bad_arguments("--arena-mb " + std::to_string(arena_mb) + " is above the 1 TiB limit");
+  options.arena_mb = static_cast<std::size_t>(arena_mb);
   if (app.count("--bind") > 0) {
     options.bind = bind_policy_from(bind);
     if (!options.bind) bad_arguments("--bind " + bind + " is not one of none, core, numa");

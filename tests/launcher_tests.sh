@@ -137,6 +137,10 @@ case "$case_name" in
     run -n 8 --arena-mb 1 "$probe" ok
     expect_status 2
     [[ "$err" == *"too small for 8 ranks"*--arena-mb* ]] || fail "unclear message: $err"
+    # A negative size is named as given (it wrapped to 18446744073709551611 before).
+    run -n 2 --arena-mb -5 "$probe" ok
+    expect_status 2
+    [[ "$err" == *"--arena-mb -5 is negative"* ]] || fail "--arena-mb -5: unclear message: $err"
     ;;
   success)
     "$launch" -n 3 "$probe" ok >"$work/out" 2>"$work/err" &

@@ -60,8 +60,14 @@ class Logging {
     try {
       apply(read_settings());
     } catch (const InvalidArgument& e) {
-      apply(Settings{});
-      write(Level::Warn, process_rank(), std::string(e.what()) + "; logging at warn");
+      Settings fallback;
+      try {
+        fallback.tagged = env::flag("AXON_TAG_OUTPUT").value_or(false);  // one prefix, the launcher's
+      } catch (const InvalidArgument&) {
+      }
+      apply(fallback);
+      write(Level::Warn, process_rank(),
+            std::string(e.what()) + "; logging at warn until World::init(), which refuses the value");
     }
   }
 
