@@ -20,8 +20,10 @@
 namespace axon_launch {
 namespace {
 
-// A line longer than this is written out in pieces rather than buffered whole.
-constexpr std::size_t kMaxLine = 64 << 10;
+// A line longer than this is written out in pieces, each tagged and ended
+// with a newline, rather than buffered whole: a rank that never ends its
+// line must not grow the launcher without bound (README says so).
+constexpr std::size_t kMaxLine = 1 << 20;
 
 // The descriptor limit the launcher started with, restored for the ranks.
 rlimit g_original_fd_limit{};

@@ -176,6 +176,16 @@ case "$case_name" in
     [ "$(grep -o -- '-end' "$work/out" | wc -l)" -eq 6 ] || fail "--no-tag-output lost lines: $out"
     [ "$(grep -o 'tail-[01]' "$work/out" | wc -l)" -eq 2 ] || fail "--no-tag-output lost the tails: $out"
     ! grep -q '\[rank' "$work/out" || fail "--no-tag-output still prefixes: $out"
+    # A line of 1000000 bytes comes through whole (pieces of 64 KiB before);
+    # one of 2.5 MiB, as README says, in tagged pieces of 1 MiB.
+    run -n 2 --bind none /bin/sh -c 'head -c 1000000 /dev/zero | tr "\0" x; echo'
+    expect_status 0
+    [ "$(awk '/^\[rank [01]\] x+$/ && length($0) == 1000009' "$work/out" | wc -l)" -eq 2 ] ||
+      fail "a 1000000-byte line was split: $(awk '{ print length($0) }' "$work/out" | head -5)"
+    run -n 1 /bin/sh -c 'head -c 2621440 /dev/zero | tr "\0" x; echo'
+    expect_status 0
+    [ "$(awk '{ print length($0) }' "$work/out" | tr '\n' ' ')" = "1048585 1048585 524297 " ] ||
+      fail "a 2.5 MiB line: pieces of $(awk '{ print length($0) }' "$work/out" | tr '\n' ' ')"
     ;;
   rank-killed)
     # One rank dies by kill -9 while every rank waits in a recv: the others
