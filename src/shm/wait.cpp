@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -93,6 +94,9 @@ WaitContext::WaitContext(ArenaHeader& header, int rank, std::chrono::millisecond
       oversubscribed_(ranks_outnumber_cores(static_cast<int>(header.world_size))),
       spin_polls_(choose_spin_polls(oversubscribed_)),
       yield_phase_(oversubscribed_ ? std::chrono::microseconds(200) : std::chrono::microseconds(2000)),
+      sleep_slice_(oversubscribed_ ? std::clamp(std::chrono::milliseconds(50 * static_cast<int>(header.world_size) / 64),
+                                                std::chrono::milliseconds(50), std::chrono::milliseconds(1000))
+                                   : std::chrono::milliseconds(50)),
       peers_(peer_pids.size()) {
   for (std::size_t r = 0; r < peer_pids.size(); ++r) {
     if (static_cast<int>(r) == rank_ || peer_pids[r] <= 0) continue;

@@ -5,7 +5,8 @@
 // another core usually answers within a microsecond), then sched_yield (hand
 // the core to a rank that has work), then sleep on the doorbell's futex,
 // which publishers ring. Every sleep is short enough that the abort flag, the
-// launcher's death and the deadline are all noticed within ~50 ms.
+// launcher's death and the deadline are all noticed within ~50 ms (up to 1 s
+// in oversubscribed worlds of more than 64 ranks: WaitContext::sleep_slice).
 //
 // A wait may also name the ranks it still needs (`needed`). Between sleeps it
 // then checks them, when a launcher watches the job: a needed rank that has
@@ -133,6 +134,14 @@ class WaitContext {
   std::chrono::microseconds yield_phase() const { return yield_phase_; }
   // Whether the job's ranks outnumber the cores they may use.
   bool oversubscribed() const { return oversubscribed_; }
+  // How long a sleeping wait sleeps before it looks again for what no bell
+  // announces (an abort, a peer that ended, the launcher gone, the
+  // deadline): 50 ms, or when oversubscribed 50 ms x world size / 64, at
+  // most 1 s. Every look costs a scan of the group's ranks and mailboxes, so
+  // with a fixed 50 ms, 700 of 1024 ranks asleep on 2 cores looked 14,000
+  // times a second and starved the ranks still starting: axon-launch -n
+  // 1024 took 42-65 s instead of 4 (docs/scaling.md).
+  std::chrono::milliseconds sleep_slice() const { return sleep_slice_; }
 
  private:
   RankControl& control(int rank) const;
@@ -146,6 +155,7 @@ class WaitContext {
   bool oversubscribed_;
   int spin_polls_;
   std::chrono::microseconds yield_phase_;
+  std::chrono::milliseconds sleep_slice_;
   std::vector<ProcessWatch> peers_;  // by rank; empty watches for this rank and unknown pids
 };
 
@@ -196,8 +206,6 @@ struct NoPeers {
 template <class Ready, class Describe, class Needed = NoPeers>
 void wait_until(Ready&& ready, Doorbell& bell, const WaitContext& waits, Describe&& describe,
                 Needed&& needed = Needed{}, Doorbell* second = nullptr) {
-  constexpr auto kSleepSlice = std::chrono::milliseconds(50);
-
   if (ready()) return;
   for (int i = 0, polls = waits.spin_polls(); i < polls; ++i) {
     detail::pause_cpu();
@@ -224,9 +232,9 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitContext& waits, Describ
       return;
     }
     if (second) {
-      futex_wait_either(bell.word, seen, second->word, second_seen, kSleepSlice);
+      futex_wait_either(bell.word, seen, second->word, second_seen, waits.sleep_slice());
     } else {
-      futex_wait(bell.word, seen, kSleepSlice);
+      futex_wait(bell.word, seen, waits.sleep_slice());
     }
     awake();
     if (ready()) return;
