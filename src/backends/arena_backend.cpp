@@ -120,6 +120,10 @@ std::string ArenaBackend::describe_shared_memory() const {
   return shm::describe(impl_->state->allocator.usage());
 }
 
+bool ArenaBackend::contains(const void* p, std::size_t bytes) const {
+  return impl_->in_arena(static_cast<const std::byte*>(p), bytes);
+}
+
 bool ArenaBackend::Impl::in_arena(const std::byte* p, std::size_t bytes) const {
   const std::byte* begin = state->base;
   const std::byte* end = begin + state->header.arena_bytes;

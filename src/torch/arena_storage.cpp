@@ -10,11 +10,10 @@ namespace ad = axonml::distributed;
 
 namespace {
 
-// The DataPtr context of a storage moved into an arena: the block (whose
-// last pointer gives it back) and which arena it is in.
+// The DataPtr context of a storage moved into an arena: the block, whose
+// last pointer gives it back (and keeps that arena mapped meanwhile).
 struct ArenaBlock {
   std::shared_ptr<std::byte> memory;
-  const ad::ArenaBackend* arena;
 };
 
 void release_block(void* context) { delete static_cast<ArenaBlock*>(context); }
@@ -27,9 +26,12 @@ const ArenaBlock* block_of(const c10::StorageImpl& storage) {
 
 }  // namespace
 
+// By address, not by which group's object made the block: a block keeps its
+// arena mapped, so no later arena can lie where it does, while a later
+// group's object may well sit where a destroyed one did.
 bool storage_in_arena(const at::Tensor& t, const ad::ArenaBackend& arena) {
-  const ArenaBlock* block = block_of(*t.storage().unsafeGetStorageImpl());
-  return block != nullptr && block->arena == &arena;
+  const c10::StorageImpl& storage = *t.storage().unsafeGetStorageImpl();
+  return block_of(storage) != nullptr && arena.contains(storage.data(), storage.nbytes());
 }
 
 std::shared_ptr<std::byte> reserve_for(const at::Tensor& t, ad::ArenaBackend& arena) {
@@ -41,11 +43,11 @@ std::shared_ptr<std::byte> reserve_for(const at::Tensor& t, ad::ArenaBackend& ar
   return arena.allocate_shared(storage.nbytes());
 }
 
-void move_storage_into(const at::Tensor& t, std::shared_ptr<std::byte> block, const ad::ArenaBackend& arena) {
+void move_storage_into(const at::Tensor& t, std::shared_ptr<std::byte> block) {
   c10::StorageImpl& storage = *t.storage().unsafeGetStorageImpl();
   std::byte* memory = block.get();
   std::memcpy(memory, storage.data(), storage.nbytes());
-  auto* context = new ArenaBlock{std::move(block), &arena};
+  auto* context = new ArenaBlock{std::move(block)};
   // The old memory goes back to its allocator here.
   storage.set_data_ptr_noswap(at::DataPtr(memory, context, &release_block, at::Device(at::kCPU)));
 }

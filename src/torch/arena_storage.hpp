@@ -30,7 +30,6 @@ std::shared_ptr<std::byte> reserve_for(const at::Tensor& t, distributed::ArenaBa
 // arena mapped until then, even past the group's end).
 // REQUIRES: block from reserve_for(t, arena); nothing reads or writes the
 // storage meanwhile.
-void move_storage_into(const at::Tensor& t, std::shared_ptr<std::byte> block,
-                       const distributed::ArenaBackend& arena);
+void move_storage_into(const at::Tensor& t, std::shared_ptr<std::byte> block);
 
 }  // namespace axonml::torch

@@ -411,7 +411,7 @@ bool place_agreed(ad::StoreBackend& b, const at::Tensor& tensor, bool movable) {
   std::int32_t all_can = movable && (there || block) ? 1 : 0;
   b.all_reduce(std::span<std::int32_t>(&all_can, 1), ad::ReduceOp::Min);
   if (all_can == 0) return false;
-  if (block) move_storage_into(tensor, std::move(block), b);
+  if (block) move_storage_into(tensor, std::move(block));
   return true;
 }
 

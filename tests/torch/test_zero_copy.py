@@ -88,6 +88,17 @@ def outlives_its_group(rank, n):
     assert bool((t == want).all()), "a placed tensor changed when its group went"
     t += 1
     assert bool((t == want + 1).all())
+    # A later group (its object may sit where the destroyed one's did) does
+    # not take the tensor for its own, and moves it over when asked.
+    for _ in range(3):
+        g2 = dist.new_group(list(range(n)), pg_options=axonml_torch.Options(shared_mb=8))
+        assert not axonml_torch.in_arena(t, g2), "a tensor in a destroyed group's arena counted as in a new one's"
+        assert axonml_torch.place_in_arena(t, g2) and axonml_torch.in_arena(t, g2)
+        t.fill_(rank + 1)
+        dist.all_reduce(t, group=g2)
+        assert bool((t == want).all())
+        dist.destroy_process_group(g2)
+        del g2
     return True
 
 

@@ -46,6 +46,10 @@ class ArenaBackend : public Backend {
 
   // The bytes of one member's slot: messages larger than this are chunked.
   std::size_t slot_bytes() const;
+  // Whether [p, p + bytes) lies in this rank's mapping of the arena (as an
+  // allocate_shared() buffer does): an all_reduce of more than the one-round
+  // size there reads the peers' buffers in place.
+  bool contains(const void* p, std::size_t bytes) const;
   // The peers this rank watches by process (ranks that met through a store:
   // StoreBackend) whose processes have exited, without waiting or touching
   // the arena; empty under axon-launch, which watches the ranks itself. Lets
