@@ -27,6 +27,11 @@ side by side and measures, interleaved (the order alternates every repeat):
               or with --gradient-as-bucket-view every replica's gradients
               as views into its buckets (no copies into or out of them).
 
+With --zero-copy a third column, axon-zc, runs in the same interleaved job:
+another axon group with room in its shared memory, whose all_reduce tensors
+are placed there (axonml_torch.place_in_arena) and whose DDP replica uses
+axonml_torch.zero_copy_allreduce_hook; its results are checked the same way.
+
 Prints the tables (µs and ms, ratio axon/gloo) and, with --json, writes every
 figure. Above each table: PyTorch's call path alone, dist.all_reduce of 4 B on
 a one-rank axon group (no peer to meet): what any backend pays a call and
@@ -114,31 +119,40 @@ def call_floor(alone, cfg, ctl):
     return slowest([statistics.median(medians)], ctl)[0]
 
 
+def variants_of(cfg):
+    """gloo, axon, and with --zero-copy axon-zc: an axon group with room in
+    its shared memory, its tensors placed there (zero copy)."""
+    return BACKENDS + (("axon-zc",) if cfg.get("zero_copy") else ())
+
+
 def sweep(rank, n, cfg, groups, ctl):
     rows = []
+    variants = variants_of(cfg)
     for nbytes in cfg["sizes"]:
         count = max(1, nbytes // 4)
         row = {"bytes": count * 4, "count": count}
-        tensors = {b: torch.zeros(count) for b in BACKENDS}  # sums of zeros stay zero while timed
-        if cfg.get("zero_copy"):
+        tensors = {b: torch.zeros(count) for b in variants}  # sums of zeros stay zero while timed
+        if "axon-zc" in variants:
             import axonml_torch
-            if not axonml_torch.place_in_arena(tensors["axon"], groups["axon"]):
-                raise RuntimeError(f"--zero-copy: no room for {human(count * 4)} in the axon group's arena")
+            if not axonml_torch.place_in_arena(tensors["axon-zc"], groups["axon-zc"]):
+                raise RuntimeError(f"--zero-copy: no room for {human(count * 4)} in the axon-zc group's arena")
         iterations = {}
-        for b in BACKENDS:  # warm up and size the repeat to about --seconds
+        for b in variants:  # warm up and size the repeat to about --seconds
             dist.barrier(group=groups[b])
             start = time.perf_counter()
             dist.all_reduce(tensors[b], group=groups[b])
             warm = slowest([time.perf_counter() - start], ctl)[0]
             iterations[b] = int(min(cfg["max_iterations"], max(3, cfg["seconds"] / max(warm, 1e-9))))
-        medians = {b: [] for b in BACKENDS}
+        medians = {b: [] for b in variants}
         for repeat in range(cfg["repeats"]):
-            for b in (BACKENDS if repeat % 2 == 0 else BACKENDS[::-1]):
+            for b in (variants if repeat % 2 == 0 else variants[::-1]):
                 medians[b].append(statistics.median(all_reduce_times(groups[b], tensors[b], iterations[b], ctl)))
-        for b in BACKENDS:
-            # Check: the timed tensor is still zero, and a known pattern sums right.
+        for b in variants:
+            # Check: the timed tensor is still zero, and a known pattern sums right
+            # (in the timed tensor itself, so a placed one is checked where it lies).
             wrong = int(torch.count_nonzero(tensors[b]))
-            check = pattern(count) * (rank + 1)
+            check = tensors[b]
+            check.copy_(pattern(count) * (rank + 1))
             dist.all_reduce(check, group=groups[b])
             wrong += int(torch.count_nonzero(check != pattern(count) * (n * (n + 1) // 2)))
             total = torch.tensor([wrong])
@@ -179,16 +193,17 @@ def ddp_steps(rank, n, cfg, groups, ctl):
     torch.manual_seed(0)
     model = mlp()
     view = cfg["bucket_view"]
-    ddps = {b: DDP(copy.deepcopy(model), process_group=groups[b], gradient_as_bucket_view=view) for b in BACKENDS}
+    ddps = {b: DDP(copy.deepcopy(model), process_group=groups[b], gradient_as_bucket_view=view)
+            for b in variants_of(cfg)}
     # DDP's own cost: the same DDP with a communication hook that hands the
     # bucket back untouched (no collective), so its step - no_sync step is
     # what DDP spends on buckets (copies in and out, hooks) by itself.
     ddps["none"] = DDP(copy.deepcopy(model), process_group=groups["axon"], gradient_as_bucket_view=view)
     ddps["none"].register_comm_hook(None, no_communication_hook)
-    if cfg.get("zero_copy"):
+    if "axon-zc" in ddps:
         import axonml_torch
-        ddps["axon"].register_comm_hook(groups["axon"], axonml_torch.zero_copy_allreduce_hook)
-    variants = BACKENDS + ("none",)
+        ddps["axon-zc"].register_comm_hook(groups["axon-zc"], axonml_torch.zero_copy_allreduce_hook)
+    variants = variants_of(cfg) + ("none",)
     opts = {b: torch.optim.SGD(ddps[b].parameters(), lr=0.01) for b in variants}
     g = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn(cfg["batch"], MLP_WIDTHS[0], generator=g)
@@ -238,16 +253,17 @@ def ddp_steps(rank, n, cfg, groups, ctl):
     # different summation orders grow step by step. So both replicas restart
     # from the model's first parameters, take 3 synchronised steps on the
     # same data, and must then agree.
-    for b in BACKENDS:
+    for b in variants_of(cfg):
         with torch.no_grad():
             for p, q in zip(ddps[b].module.parameters(), model.parameters()):
                 p.copy_(q)
         for _ in range(3):
             step(b, True)
     biggest, diff = 0.0, 0.0
-    for p, q in zip(ddps["gloo"].module.parameters(), ddps["axon"].module.parameters()):
-        biggest = max(biggest, float(p.detach().abs().max()))
-        diff = max(diff, float((p.detach() - q.detach()).abs().max()))
+    for b in variants_of(cfg)[1:]:
+        for p, q in zip(ddps["gloo"].module.parameters(), ddps[b].module.parameters()):
+            biggest = max(biggest, float(p.detach().abs().max()))
+            diff = max(diff, float((p.detach() - q.detach()).abs().max()))
     relative = slowest([diff / max(biggest, 1e-30)], ctl)[0]
     result = {"parameters": sum(p.numel() for p in model.parameters()), "batch_per_rank": cfg["batch"],
               "steps": cfg["ddp_steps"], "repeats": cfg["ddp_repeats"], "bucket_view": view, "max_relative_difference": relative,
@@ -275,8 +291,10 @@ def rank_main(rank, n, port, cfg, queue):
             # (DDP rebuilds them after its first step).
             model_mb = sum(p.numel() for p in mlp().parameters()) * 4 / 2**20
             room_mb = int(n * (max(cfg["sizes"]) / 2**20 + 2 * model_mb)) + 16
-            options["axon"] = axonml_torch.Options(shared_mb=room_mb)
-        groups = {b: dist.new_group(backend=b, pg_options=options.get(b)) for b in BACKENDS}
+            options["axon-zc"] = axonml_torch.Options(shared_mb=room_mb)
+        groups = {b: dist.new_group(backend=b) for b in BACKENDS}
+        if options:
+            groups["axon-zc"] = dist.new_group(backend="axon", pg_options=options["axon-zc"])
         # One one-rank axon group per rank (every rank takes part in making each).
         alone = [dist.new_group([r], backend="axon") for r in range(n)][rank]
         result = {"ranks": n, "call_floor_us": call_floor(alone, cfg, ctl),
@@ -358,35 +376,42 @@ def report(results):
     for res in results:
         n = res["ranks"]
         bench = res.get("axon_bench_us", {})
-        print(f"\nall_reduce float32 SUM on {n} ranks, µs (median of the slowest rank; every result checked)"
-              + ("; axon's tensors placed in its shared memory (zero copy)" if res.get("zero_copy") else ""))
+        zc = "axon-zc" in res["all_reduce"][0] if res["all_reduce"] else False
+        print(f"\nall_reduce float32 SUM on {n} ranks, µs (median of the slowest rank; every result checked)")
+        if zc:
+            print("axon-zc: another axon group, its tensors placed in its shared memory "
+                  "(axonml_torch.place_in_arena: zero copy)")
         if "call_floor_us" in res:
             print(f"PyTorch's call path alone (dist.all_reduce of 4 B on a one-rank axon group): "
                   f"{res['call_floor_us']:.1f} µs a call")
         head = f"{'size':>9} {'gloo':>11} {'axon':>11} {'axon/gloo':>10}"
+        if zc:
+            head += f" {'axon-zc':>11} {'zc/gloo':>8} {'zc/axon':>8}"
         if bench:
             head += f" {'axon-bench':>11} {'axon/bench':>10}"
         print(head + f" {'wrong':>6}")
         for row in res["all_reduce"]:
             g, a = row["gloo"]["us"], row["axon"]["us"]
             line = f"{human(row['bytes']):>9} {fmt(g):>11} {fmt(a):>11} {a / g:>10.3f}"
+            if zc:
+                z = row["axon-zc"]["us"]
+                line += f" {fmt(z):>11} {z / g:>8.3f} {z / a:>8.2f}"
             if bench:
                 ab = bench.get(row["bytes"]) or bench.get(str(row["bytes"]))
                 line += f" {fmt(ab):>11} {a / ab:>10.2f}" if ab else f" {'-':>11} {'-':>10}"
-            wrong = row["gloo"]["wrong"] + row["axon"]["wrong"]
-            print(line + f" {wrong:>6}")
-            if wrong:
-                failed.append(f"all_reduce of {human(row['bytes'])} on {n} ranks: gloo {row['gloo']['wrong']}, "
-                              f"axon {row['axon']['wrong']} wrong elements")
+            wrong = {b: row[b]["wrong"] for b in ("gloo", "axon", "axon-zc") if b in row}
+            print(line + f" {sum(wrong.values()):>6}")
+            if sum(wrong.values()):
+                failed.append(f"all_reduce of {human(row['bytes'])} on {n} ranks: wrong elements {wrong}")
         if "ddp" in res:
             d = res["ddp"]
             print(f"\nDDP step on {n} ranks: MLP {'-'.join(map(str, MLP_WIDTHS))} ({d['parameters'] / 1e6:.1f}M "
                   f"parameters), batch {d['batch_per_rank']} per rank, 1 thread per rank"
-                  f"{', gradient_as_bucket_view=True' if d.get('bucket_view') else ''}"
-                  f"{', axon with zero_copy_allreduce_hook' if res.get('zero_copy') else ''}, ms")
+                  f"{', gradient_as_bucket_view=True' if d.get('bucket_view') else ''}, ms"
+                  f"{' (axon-zc: with zero_copy_allreduce_hook)' if 'axon-zc' in d else ''}")
             print(f"{'backend':>8} {'step':>9} {'no_sync':>9} {'comm':>9} {'beyond DDP':>11} {'comm q1..q3':>17}")
             own = d["none"]["comm_ms"] if "none" in d else None
-            for b in BACKENDS + (("none",) if "none" in d else ()):
+            for b in BACKENDS + (("axon-zc",) if "axon-zc" in d else ()) + (("none",) if "none" in d else ()):
                 beyond = f"{d[b]['comm_ms'] - own:>11.2f}" if own is not None and b != "none" else f"{'':>11}"
                 q1, q3 = d[b].get("comm_quartiles_ms", (float("nan"), float("nan")))
                 spread = f"{q1:.1f}..{q3:.1f}"
@@ -398,7 +423,9 @@ def report(results):
                       f"{d['axon'].get('pairs', '?')} pairs of steps, q1..q3 their quartiles)")
             if d["gloo"]["comm_ms"] > 0:
                 print(f"communication axon/gloo: {d['axon']['comm_ms'] / d['gloo']['comm_ms']:.3f}")
-            print(f"parameters gloo vs axon: largest difference {d['max_relative_difference']:.2e} of the largest "
+                if "axon-zc" in d:
+                    print(f"communication axon-zc/gloo: {d['axon-zc']['comm_ms'] / d['gloo']['comm_ms']:.3f}")
+            print(f"parameters gloo vs {'each axon replica' if 'axon-zc' in d else 'axon'}: largest difference {d['max_relative_difference']:.2e} of the largest "
                   f"parameter ({'match' if d['parameters_match'] else 'DIFFER'})")
             if not d["parameters_match"]:
                 failed.append(f"DDP on {n} ranks: gloo and axon parameters differ by "
@@ -422,11 +449,14 @@ def plot(results, png):
             with open(dat, "w") as f:
                 for row in res["all_reduce"]:
                     ab = bench.get(row["bytes"]) or bench.get(str(row["bytes"])) or "NaN"
-                    f.write(f"{row['bytes']} {row['gloo']['us']} {row['axon']['us']} {ab}\n")
+                    zc = row["axon-zc"]["us"] if "axon-zc" in row else "NaN"
+                    f.write(f"{row['bytes']} {row['gloo']['us']} {row['axon']['us']} {ab} {zc}\n")
             lines.append(f"'{dat}' using 1:2 with linespoints title 'gloo n={n}'")
             lines.append(f"'{dat}' using 1:3 with linespoints title 'axon n={n}'")
             if bench:
                 lines.append(f"'{dat}' using 1:4 with lines dashtype 2 title 'axon-bench n={n}'")
+            if res["all_reduce"] and "axon-zc" in res["all_reduce"][0]:
+                lines.append(f"'{dat}' using 1:5 with linespoints title 'axon zero copy n={n}'")
         script = f"""set terminal pngcairo size 1000,600 noenhanced
 set output '{png}'
 set title 'torch.distributed all_reduce float32 SUM: time against size'
@@ -503,7 +533,6 @@ def main():
     for n in ranks:
         print(f"running on {n} ranks ...", flush=True)
         res = run_job(n, cfg)
-        res["zero_copy"] = cfg["zero_copy"]
         if use_bench:
             res["axon_bench_us"] = axon_bench_times(a.build_dir, n, sizes, min(a.seconds, 1.0))
         results.append(res)
