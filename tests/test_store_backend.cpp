@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <fstream>
 #include <map>
@@ -234,4 +235,29 @@ TEST_CASE("a rank that rank 0's arena was not made for fails naming the process 
   ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
+}
+
+TEST_CASE("a forked child that drops a shared buffer leaves it to the parent, whose next allocation does not overlap it",
+          "[store][zero-copy]") {
+  MemoryStore store;
+  StoreOptions options;
+  options.shared_bytes = std::size_t{4} << 20;
+  auto backend = StoreBackend::create(store, 0, 1, options);  // a memfd arena: shared with a child
+  std::shared_ptr<std::byte> kept = backend->allocate_shared(std::size_t{1} << 20);
+  REQUIRE(kept != nullptr);
+  std::memset(kept.get(), 7, std::size_t{1} << 20);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    kept.reset();  // the child's copy: a DataLoader worker dropping a placed tensor
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  std::shared_ptr<std::byte> next = backend->allocate_shared(std::size_t{1} << 20);
+  REQUIRE(next != nullptr);
+  const bool overlaps = next.get() < kept.get() + (std::size_t{1} << 20) && kept.get() < next.get() + (std::size_t{1} << 20);
+  REQUIRE_FALSE(overlaps);
+  REQUIRE(static_cast<int>(kept.get()[12345]) == 7);
 }

@@ -1,5 +1,7 @@
 #include "axonml/distributed/arena_backend.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -102,8 +104,12 @@ std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
   shm::place_on_bound_node(memory, bytes);  // this rank writes it first: keep it on our node
   // Zeroed, as a fresh arena's pages are: freed space comes back dirty.
   std::memset(memory, 0, bytes);
-  return std::shared_ptr<std::byte>(memory, [state, start, bytes](std::byte*) {
-    state->allocator.release(start, bytes);
+  // Only this process gives it back: a child forked from it (a DataLoader
+  // worker) shares the arena and copies of the pointer, and one that dropped
+  // them gave the block back under the parent, whose next allocation then
+  // overlapped a live buffer (found by the review helper).
+  return std::shared_ptr<std::byte>(memory, [state, start, bytes, owner = ::getpid()](std::byte*) {
+    if (::getpid() == owner) state->allocator.release(start, bytes);
   });
 }
 

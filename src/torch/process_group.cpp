@@ -1,5 +1,8 @@
 #include "axonml/torch/process_group.hpp"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -313,6 +316,18 @@ ProcessGroupAxon::~ProcessGroupAxon() {
   });
 }
 
+namespace {
+
+// Whether `store` (under any PrefixStores) is a TCPStore, whose server runs
+// in rank 0 under env:// and tcp:// (a client's connection breaks when rank
+// 0 drops it). 1.13's TCPStore does not say whether it is the server.
+bool tcp_store(c10::intrusive_ptr<c10d::Store> store) {
+  while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get())) store = prefixed->getUnderlyingStore();
+  return dynamic_cast<c10d::TCPStore*>(store.get()) != nullptr;
+}
+
+}  // namespace
+
 // Why: PyTorch 1.13's new_group ends with a barrier in the store that every
 // rank of the job polls every 10 ms. Rank 0 may leave it, call
 // destroy_process_group() and take the store it hosts down with it while a
@@ -322,24 +337,55 @@ ProcessGroupAxon::~ProcessGroupAxon() {
 // failed 3 runs of 3. So every rank counts itself in as its default group
 // goes, and rank 0 waits until all have (bounded: a rank may go on without
 // destroying, or have exited; kCloseWait or the group's timeout, if
-// shorter). Nothing here may throw: a store already gone is no error.
+// shorter).
+//
+// That wait keeps rank 0's store up, so the other ranks wait too, until it
+// is down: a rank that returned at once and called init_process_group()
+// again reached the old store, still up while rank 0 waited for a late rank,
+// and read the old group's keys there ("cannot open rank 0's arena
+// /proc/<pid>/fd/20"; 4 of 4 runs with one rank 1 s late to destroy, where
+// Gloo, whose rank 0 does not wait, passed). Once all have counted in, rank
+// 0 returns and drops the store at once: the others wait for their
+// connection to break, at most kServerGoneWait more (a program may hold
+// rank 0's store itself). Nothing here may throw: a store already gone is no
+// error.
 void ProcessGroupAxon::close_store_together() {
   if (!default_group_store_ || getSize() == 1) return;
   constexpr auto kCloseWait = std::chrono::seconds(5);
+  constexpr auto kServerGoneWait = std::chrono::seconds(1);
   const std::string key = "axon/closed";
+  const bool wait_for_server = getRank() != 0 && tcp_store(default_group_store_);
+  if (getRank() != 0 && !wait_for_server) {
+    try {
+      default_group_store_->add(key, 1);
+    } catch (const std::exception&) {
+    }
+    return;
+  }
+  auto limit = std::chrono::milliseconds(kCloseWait);
+  if (timeout_.count() > 0) limit = std::min(limit, timeout_);
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  auto pause = std::chrono::microseconds(200);
+  auto exited = [this](int rank) {
+    for (const ad::ExitedPeer& peer : backend_->exited_peers()) {
+      if (peer.rank == rank) return true;
+    }
+    return false;
+  };
   try {
     std::int64_t closed = default_group_store_->add(key, 1);
-    if (getRank() != 0) return;
-    auto limit = std::chrono::milliseconds(kCloseWait);
-    if (timeout_.count() > 0) limit = std::min(limit, timeout_);
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    auto pause = std::chrono::microseconds(200);
     // A rank that has exited counts itself in no more (or did, before it went).
-    while (closed + static_cast<std::int64_t>(backend_->exited_peers().size()) < getSize() &&
-           std::chrono::steady_clock::now() < deadline) {
+    bool all_in = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (!all_in && closed + static_cast<std::int64_t>(backend_->exited_peers().size()) >= getSize()) {
+        if (getRank() == 0) return;
+        all_in = true;
+        deadline = std::min(deadline, std::chrono::steady_clock::now() + kServerGoneWait);
+      }
+      if (all_in && exited(0)) return;
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(10'000));
-      closed = default_group_store_->add(key, 0);
+      closed = default_group_store_->add(key, 0);  // throws once rank 0's store is down
     }
   } catch (const std::exception&) {
     // The store is gone (its host has closed it) or failing: nothing to wait for.

@@ -7,10 +7,18 @@ the default group and take the store down while a rank outside the
 subgroup had yet to see the barrier complete ("Broken pipe" there, 3 runs
 of 3 at 4 ranks). The default axon group's destroy now waits, on rank 0,
 until every rank has reached its own destroy (ProcessGroupAxon::
-close_store_together)."""
+close_store_together).
+
+With `late`, every round reuses one MASTER_PORT (as a program under
+axon-launch does) and the last rank reaches destroy 0.5 s after the others.
+Rank 0's store stays up meanwhile, and the others, returning at once, used
+to init again against that old store and read the old group's keys ("cannot
+open rank 0's arena", 4 of 4 runs at 3 ranks); now they wait until it is
+down."""
 import datetime
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -18,9 +26,9 @@ import torch.distributed as dist
 from harness import free_port, run_ranks
 
 
-def body(rank, n, ports):
+def body(rank, n, ports, late=False):
     for round_, port in enumerate(ports):
-        os.environ["MASTER_PORT"] = str(port)  # a new store each time
+        os.environ["MASTER_PORT"] = str(port)  # a new store each time, unless `late`
         dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
         t = torch.tensor([float(rank + round_)])
         dist.all_reduce(t)
@@ -30,6 +38,8 @@ def body(rank, n, ports):
             one = torch.ones(1)
             dist.all_reduce(one, group=pair)
             assert one.item() == 2.0, (round_, one)
+        if late and rank == n - 1:
+            time.sleep(0.5)
         dist.destroy_process_group()  # no barrier first
         assert not dist.is_initialized()
     return "ok"
@@ -38,6 +48,9 @@ def body(rank, n, ports):
 if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 4
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    results = run_ranks(n, body, [free_port() for _ in range(rounds)], timeout=300)
+    late = len(sys.argv) > 3 and sys.argv[3] == "late"
+    ports = [free_port()] * rounds if late else [free_port() for _ in range(rounds)]
+    results = run_ranks(n, body, ports, late, timeout=300)
     assert results == ["ok"] * n, results
-    print(f"{rounds} rounds of init, new_group, destroy without a barrier end cleanly on {n} ranks")
+    print(f"{rounds} rounds of init, new_group, destroy without a barrier end cleanly on {n} ranks"
+          + (", on one port with the last rank late to destroy" if late else ""))

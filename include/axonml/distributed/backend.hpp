@@ -96,7 +96,8 @@ class Backend {
   // The memory goes back to the backend when the last copy of the returned
   // pointer is dropped; peers read it only inside collectives, which return
   // only when no peer reads it any more, so dropping it after the last
-  // collective on it has returned is safe.
+  // collective on it has returned is safe. Only the process that allocated
+  // it gives it back: a forked child dropping its copies frees nothing.
   virtual std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) {
     (void)bytes;
     return nullptr;
