@@ -36,6 +36,12 @@ def place_in_arena(tensor, group=None):
     or ``AXON_TORCH_SHARED_MB`` reserve it when the group is made; every
     rank's tensor takes its share),
     or a rank's storage is not PyTorch's own CPU memory (a numpy array's).
+
+    The memory the tensor moved from is kept until the tensor goes: a numpy
+    array or raw pointer taken before the move still points at valid memory,
+    but no longer the tensor's (take them after placing). Do not place a
+    tensor while an op of another group still runs on it: that op finishes
+    on the old memory, and its result is lost.
     """
     return _place_in_arena(_axon_group(group), tensor)
 
@@ -43,6 +49,9 @@ def place_in_arena(tensor, group=None):
 def in_arena(tensor, group=None):
     """Whether ``tensor``'s storage lies in ``group``'s shared memory."""
     return _in_arena(_axon_group(group), tensor)
+
+
+_warned_no_room = False  # the hook says so once a process
 
 
 def zero_copy_allreduce_hook(process_group, bucket):
@@ -68,7 +77,9 @@ def zero_copy_allreduce_hook(process_group, bucket):
     fut = _allreduce_in_arena(group, tensor).get_future()
 
     def done(f):
-        if placing and not _in_arena(group, tensor):
+        global _warned_no_room
+        if placing and not _warned_no_room and not _in_arena(group, tensor):
+            _warned_no_room = True
             warnings.warn(f"axonml_torch.zero_copy_allreduce_hook: no room in the axon group's shared memory for "
                           f"a bucket of {tensor.numel() * tensor.element_size() / 2**20:.1f} MiB on every rank; "
                           f"it is all-reduced with a copy (give the group room: axonml_torch.Options(shared_mb=...) "

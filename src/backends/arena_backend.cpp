@@ -126,6 +126,8 @@ std::string ArenaBackend::describe_shared_memory() const {
   return shm::describe(impl_->state->allocator.usage());
 }
 
+std::size_t ArenaBackend::arena_bytes() const { return impl_->state->header.arena_bytes; }
+
 bool ArenaBackend::contains(const void* p, std::size_t bytes) const {
   return impl_->in_arena(static_cast<const std::byte*>(p), bytes);
 }

@@ -25,11 +25,23 @@ bool storage_in_arena(const at::Tensor& t, const distributed::ArenaBackend& aren
 // CPU allocator, or from another group's arena, is moved.
 std::shared_ptr<std::byte> reserve_for(const at::Tensor& t, distributed::ArenaBackend& arena);
 
+// What becomes of the memory a storage moves from.
+enum class KeepOld {
+  // Freed at once: nothing outside PyTorch points into it (DDP's buckets,
+  // which DDP itself reallocates when it rebuilds them).
+  No,
+  // Kept until the storage goes: raw pointers taken before the move (a
+  // numpy array from tensor.numpy(), an op of another group still running
+  // on the tensor) keep pointing at valid memory, though no longer the
+  // tensor's.
+  UntilStorageGoes,
+};
+
 // Copies the storage's bytes into `block` and makes it the storage's memory.
 // The block goes back to the arena when the storage goes away (it keeps the
 // arena mapped until then, even past the group's end).
-// REQUIRES: block from reserve_for(t, arena); nothing reads or writes the
-// storage meanwhile.
-void move_storage_into(const at::Tensor& t, std::shared_ptr<std::byte> block);
+// REQUIRES: block from reserve_for(t, arena); nothing writes the storage
+// meanwhile.
+void move_storage_into(const at::Tensor& t, std::shared_ptr<std::byte> block, KeepOld keep_old);
 
 }  // namespace axonml::torch

@@ -16,6 +16,7 @@
 #include "axonml/distributed/store_backend.hpp"
 #include "base/env.hpp"
 #include "base/text.hpp"
+#include "shm/arena_layout.hpp"
 #include "torch/arena_storage.hpp"
 #include "torch/buffers.hpp"
 #include "torch/comm_thread.hpp"
@@ -273,6 +274,8 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     throw ad::Error(std::string(e.what()) + " (the arena includes " + ad::format_bytes(shared_bytes_) +
                     " of room for tensors placed in it, asked for by Options.shared_mb or AXON_TORCH_SHARED_MB)");
   }
+  // Rank 0 sized the arena every rank maps, so every rank reads the same.
+  shared_room_ = backend_->arena_bytes() > ad::shm::default_arena_bytes(size);
   thread_ = std::make_unique<CommThread>();
   send_thread_ = std::make_unique<CommThread>();
   recv_thread_ = std::make_unique<CommThread>();
@@ -447,18 +450,48 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::point_to_point(CommThread& thre
 namespace {
 
 // Whether every rank's `tensor` lies in the arena once this returns: each
-// rank reserves a block where its tensor can move, the ranks agree (one
-// int32 MIN), and only then do they move. A rank whose tensor lies in the
-// arena and one whose does not would meet as a collective mismatch in every
-// later all_reduce (the runtime tells zero-copy buffers apart).
-bool place_agreed(ad::StoreBackend& b, const at::Tensor& tensor, bool movable) {
-  const bool there = storage_in_arena(tensor, b);
+// rank whose tensor is not `there` reserves a block where it can move (when
+// `movable`), the ranks agree (one int32 MIN), and only then do they move.
+// A rank whose tensor lies in the arena and one whose does not would meet as
+// a collective mismatch in the all_reduce (the runtime tells zero-copy
+// buffers apart).
+bool agree_in_arena(ad::StoreBackend& b, const at::Tensor& tensor, bool there, bool movable, KeepOld keep_old,
+                    const std::string& where) {
   std::shared_ptr<std::byte> block = there || !movable ? nullptr : reserve_for(tensor, b);
-  std::int32_t all_can = movable && (there || block) ? 1 : 0;
-  b.all_reduce(std::span<std::int32_t>(&all_can, 1), ad::ReduceOp::Min);
+  std::int32_t all_can = there || block ? 1 : 0;
+  try {
+    b.all_reduce(std::span<std::int32_t>(&all_can, 1), ad::ReduceOp::Min);
+  } catch (const ad::CollectiveMismatch& e) {
+    throw ad::CollectiveMismatch(std::string(e.what()) + " (" + where + ": the all_reduce(i32, 1, min) is where " +
+                                 "the ranks agree whether their tensors lie in the group's shared memory)");
+  }
   if (all_can == 0) return false;
-  if (block) move_storage_into(tensor, std::move(block));
+  if (block) move_storage_into(tensor, std::move(block), keep_old);
   return true;
+}
+
+// An all_reduce of `t` that meets the peers whatever lies where: when every
+// rank's tensor is in the arena (after moving it there, when `move`), the
+// runtime reads them in place; otherwise every rank all-reduces privately, a
+// tensor in the arena through a private copy.
+void all_reduce_where_agreed(ad::StoreBackend& b, at::Tensor& t, const c10d::ReduceOp& op, bool move,
+                             const std::string& where) {
+  const bool there = t.is_contiguous() && storage_in_arena(t, b);
+  const bool movable = move && t.is_contiguous();
+  if (agree_in_arena(b, t, there, movable, KeepOld::No, where) || !there) {
+    return in_place(t, [&](at::Tensor& c) { all_reduce_tensor(b, c, op, where); });
+  }
+  at::Tensor staged = t.clone(at::MemoryFormat::Contiguous);  // PyTorch's memory: private
+  all_reduce_tensor(b, staged, op, where);
+  t.copy_(staged);
+}
+
+// Whether all_reduce of `t` must agree first: in a group with room for
+// placed tensors, a reduction the runtime runs of more than the smallest
+// size it reads in place (ArenaBackend's zero-copy limit, at least 8 KiB).
+bool may_meet_placed(bool room, const at::Tensor& t, const c10d::ReduceOp& op, const std::string& where) {
+  constexpr std::size_t kSmallestInPlace = std::size_t{8} << 10;
+  return room && t.nbytes() > kSmallestInPlace && native_type(t.scalar_type()) && native_op(op, where);
 }
 
 }  // namespace
@@ -467,8 +500,9 @@ bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
   const std::string where = where_of("place_in_arena", getRank(), getSize());
   check_tensor(tensor, where);
   auto placed = std::make_shared<bool>(false);
-  auto work = collective(OpType::UNKNOWN, {tensor}, sizeof(std::int32_t), [b = backend_, tensor, placed] {
-    *placed = place_agreed(*b, tensor, /*movable=*/true);
+  auto work = collective(OpType::UNKNOWN, {tensor}, sizeof(std::int32_t), [b = backend_, tensor, placed, where] {
+    *placed = agree_in_arena(*b, tensor, storage_in_arena(tensor, *b), /*movable=*/true, KeepOld::UntilStorageGoes,
+                             where);
   });
   work->wait();
   return *placed;
@@ -479,16 +513,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_in_arena(at::Tensor& 
   const std::string where = where_of("allreduce_in_arena", getRank(), getSize());
   const at::ScalarType type = check_all({tensor}, where);
   check_reducible(opts.reduceOp, type, where);
-  const bool movable = tensor.is_contiguous() && native_type(type) && native_op(opts.reduceOp, where);
+  const bool native = native_type(type) && native_op(opts.reduceOp, where);
   return collective(OpType::ALLREDUCE, {tensor}, static_cast<std::int64_t>(tensor.nbytes()),
-                    [b = backend_, tensor, op = opts.reduceOp, where, movable]() mutable {
-    const bool there = storage_in_arena(tensor, *b);
-    if (place_agreed(*b, tensor, movable) || !there) {
-      return in_place(tensor, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
-    }
-    at::Tensor staged = tensor.clone(at::MemoryFormat::Contiguous);  // PyTorch's memory: private
-    all_reduce_tensor(*b, staged, op, where);
-    tensor.copy_(staged);
+                    [b = backend_, tensor, op = opts.reduceOp, where, native]() mutable {
+    if (!native) return in_place(tensor, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
+    all_reduce_where_agreed(*b, tensor, op, /*move=*/true, where);
   });
 }
 
@@ -509,8 +538,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, con
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
   const std::string where = where_of("allreduce", getRank(), getSize());
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
-  return collective(OpType::ALLREDUCE, tensors, total_bytes(tensors), [b = backend_, tensors, op = opts.reduceOp, where]() mutable {
-    for (auto& t : tensors) in_place(t, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
+  return collective(OpType::ALLREDUCE, tensors, total_bytes(tensors),
+                    [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
+    for (auto& t : tensors) {
+      if (may_meet_placed(room, t, op, where)) {
+        all_reduce_where_agreed(*b, t, op, /*move=*/false, where);
+      } else {
+        in_place(t, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
+      }
+    }
   });
 }
 
@@ -518,8 +554,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& te
                                                                    const c10d::AllreduceCoalescedOptions& opts) {
   const std::string where = where_of("allreduce_coalesced", getRank(), getSize());
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
-  return collective(OpType::ALLREDUCE_COALESCED, tensors, total_bytes(tensors), [b = backend_, tensors, op = opts.reduceOp, where]() mutable {
-    for (auto& t : tensors) in_place(t, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
+  return collective(OpType::ALLREDUCE_COALESCED, tensors, total_bytes(tensors),
+                    [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
+    for (auto& t : tensors) {
+      if (may_meet_placed(room, t, op, where)) {
+        all_reduce_where_agreed(*b, t, op, /*move=*/false, where);
+      } else {
+        in_place(t, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
+      }
+    }
   });
 }
 

@@ -5,7 +5,9 @@ on one rank: none moves); the space comes back when the tensors go; a placed
 tensor outlives its group; DDP with zero_copy_allreduce_hook ends with
 Gloo's parameters and its gradients live in the arena, also under join()
 with uneven inputs (a joined rank's fresh zero buckets meet placed ones);
-and without room the hook warns and all-reduces with a copy.
+without room the hook warns and all-reduces with a copy; a plain all_reduce
+where one rank's tensor is placed and another's is not still sums right; a
+numpy array taken before a move keeps valid memory.
 
     PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 tests/torch/test_zero_copy.py N
 """
@@ -149,6 +151,42 @@ def mixed_places_still_meet(rank, n):
     return True
 
 
+def plain_all_reduce_of_mixed_places(rank, n):
+    """dist.all_reduce (and coalesced) where one rank's tensor is placed and
+    another's is a private copy: every rank gets the sum, and the group
+    stays usable (a collective mismatch before)."""
+    for count in (4097, 1_000_000):
+        placed = torch.full((count,), float(rank + 1))
+        assert axonml_torch.place_in_arena(placed)
+        t = placed.clone() if rank == n - 1 else placed
+        dist.all_reduce(t)
+        assert bool((t == n * (n + 1) / 2).all()), f"{count}: {t[:3]}"
+        u = placed.clone() if rank == 0 else placed
+        u.fill_(rank + 1)
+        dist.all_reduce_coalesced([u, torch.ones(3)])
+        assert bool((u == n * (n + 1) / 2).all()), f"coalesced {count}: {u[:3]}"
+    dist.barrier()
+    return True
+
+
+def earlier_numpy_views_stay_valid(rank, n):
+    """A numpy array taken before the move keeps valid memory (the memory the
+    tensor moved from, with the values it had), not freed memory."""
+    t = torch.full((4 << 20,), 2.0)
+    a = t.numpy()
+    assert axonml_torch.place_in_arena(t)
+    t += 1
+    assert float(a[0]) == 2.0 and float(a[-1]) == 2.0, (a[0], a[-1])
+    a[0] = 5.0                      # writes memory the tensor no longer uses
+    assert float(t[0]) == 3.0
+    b = t.numpy()                   # taken after: the tensor's memory
+    b[1] = 7.0
+    assert float(t[1]) == 7.0
+    sparse = torch.ones(3).to_sparse()
+    assert not axonml_torch.in_arena(sparse)
+    return True
+
+
 def join_equals_gloo(rank, n):
     """DDP's join() with uneven inputs: the joined ranks' hook calls get
     fresh zero buckets while the others' lie in the arena."""
@@ -236,6 +274,7 @@ def check(rank, n):
     dist.init_process_group("axon", pg_options=axonml_torch.Options(shared_mb=ROOM_MB))
     results = [same_results_as_private(rank, n), ranks_agree_and_space_returns(rank, n, ROOM_MB),
                outlives_its_group(rank, n), ddp_equals_gloo(rank, n), mixed_places_still_meet(rank, n),
+               plain_all_reduce_of_mixed_places(rank, n), earlier_numpy_views_stay_valid(rank, n),
                join_equals_gloo(rank, n), hook_without_room(rank, n), misuse(rank, n)]
     dist.barrier()
     dist.destroy_process_group()

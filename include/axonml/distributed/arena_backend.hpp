@@ -50,6 +50,8 @@ class ArenaBackend : public Backend {
   // allocate_shared() buffer does): an all_reduce of more than the one-round
   // size there reads the peers' buffers in place.
   bool contains(const void* p, std::size_t bytes) const;
+  // The whole arena's size, the same on every rank.
+  std::size_t arena_bytes() const;
   // The peers this rank watches by process (ranks that met through a store:
   // StoreBackend) whose processes have exited, without waiting or touching
   // the arena; empty under axon-launch, which watches the ranks itself. Lets

@@ -198,6 +198,12 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   std::int64_t inline_bytes_;
   // Room in the arena for place_in_arena() (AXON_TORCH_SHARED_MB).
   std::size_t shared_bytes_;
+  // Whether the arena has such room (as rank 0 made it: the same on every
+  // rank). Then an all_reduce the runtime might read in place first agrees
+  // whether every rank's tensor lies there: a placed tensor on one rank and
+  // a private one on another (a copy, a tensor share_memory_() moved out)
+  // meet as private ones instead of as a collective mismatch.
+  bool shared_room_ = false;
   // Point-to-point runs beside the collectives, sends and receives each in
   // call order on a thread of their own, so that a posted irecv never holds
   // up a collective or a send (batch_isend_irecv rings, irecv before a
