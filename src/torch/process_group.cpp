@@ -3,7 +3,13 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -324,9 +330,39 @@ namespace {
 // Whether `store` (under any PrefixStores) is a TCPStore, whose server runs
 // in rank 0 under env:// and tcp:// (a client's connection breaks when rank
 // 0 drops it). 1.13's TCPStore does not say whether it is the server.
-bool tcp_store(c10::intrusive_ptr<c10d::Store> store) {
+const c10d::TCPStore* tcp_store(c10::intrusive_ptr<c10d::Store> store) {
   while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get())) store = prefixed->getUnderlyingStore();
-  return dynamic_cast<c10d::TCPStore*>(store.get()) != nullptr;
+  return dynamic_cast<const c10d::TCPStore*>(store.get());
+}
+
+// Whether nothing listens at host:port any more (a connection is refused).
+// Rank 0's store closes its clients' connections a moment before its
+// listening socket; a connection made in between is accepted by the kernel
+// and then reset, which failed a re-init's TCPStore ("Connection reset by
+// peer", 1 run in 5 of tests/torch/test_reinit.py's late case).
+bool refused_at(const std::string& host, std::uint16_t port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return true;
+  bool refused = true;
+  for (addrinfo* a = found; a != nullptr && refused; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      refused = false;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t length = sizeof(error);
+      if (::poll(&p, 1, 50) <= 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error == 0) {
+        refused = false;  // connected, or no answer yet: something may still listen
+      }
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return refused;
 }
 
 }  // namespace
@@ -350,14 +386,18 @@ bool tcp_store(c10::intrusive_ptr<c10d::Store> store) {
 // Gloo, whose rank 0 does not wait, passed). Once all have counted in, rank
 // 0 returns and drops the store at once: the others wait for their
 // connection to break, at most kServerGoneWait more (a program may hold
-// rank 0's store itself). Nothing here may throw: a store already gone is no
-// error.
+// rank 0's store itself), and then for its listening socket to close
+// (refused_at). Nothing here may throw: a store already gone is no error.
 void ProcessGroupAxon::close_store_together() {
   if (!default_group_store_ || getSize() == 1) return;
   constexpr auto kCloseWait = std::chrono::seconds(5);
   constexpr auto kServerGoneWait = std::chrono::seconds(1);
+  // Rank 0 may already listen again on the same port (a new group): then
+  // nothing is refused, and this much is lost.
+  constexpr auto kListenerGoneWait = std::chrono::milliseconds(200);
   const std::string key = "axon/closed";
-  const bool wait_for_server = getRank() != 0 && tcp_store(default_group_store_);
+  const c10d::TCPStore* tcp = tcp_store(default_group_store_);
+  const bool wait_for_server = getRank() != 0 && tcp != nullptr;
   if (getRank() != 0 && !wait_for_server) {
     try {
       default_group_store_->add(key, 1);
@@ -375,10 +415,10 @@ void ProcessGroupAxon::close_store_together() {
     }
     return false;
   };
+  bool all_in = false;
   try {
     std::int64_t closed = default_group_store_->add(key, 1);
     // A rank that has exited counts itself in no more (or did, before it went).
-    bool all_in = false;
     while (std::chrono::steady_clock::now() < deadline) {
       if (!all_in && closed + static_cast<std::int64_t>(backend_->exited_peers().size()) >= getSize()) {
         if (getRank() == 0) return;
@@ -392,6 +432,13 @@ void ProcessGroupAxon::close_store_together() {
     }
   } catch (const std::exception&) {
     // The store is gone (its host has closed it) or failing: nothing to wait for.
+  }
+  if (!all_in || getRank() == 0) return;
+  // Our connection has broken (or the wait ran out): wait, briefly, until
+  // rank 0's listening socket is gone too.
+  const auto listener_deadline = std::chrono::steady_clock::now() + kListenerGoneWait;
+  while (!refused_at(tcp->getHost(), tcp->getPort()) && std::chrono::steady_clock::now() < listener_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
 
