@@ -1,5 +1,6 @@
 #include "axonml/torch/process_group.hpp"
 
+#include <ATen/MemoryOverlap.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -51,13 +52,30 @@ class C10dStore final : public ad::KeyValueStore {
   c10::intrusive_ptr<c10d::Store> store_;
 };
 
+// Copies `c` (contiguous, t's shape) into t. An expanded t (stride 0 in a
+// dimension: several elements share one place) refuses copy_(); each place
+// then gets the last element that maps to it, as a copy in element order
+// leaves it (Gloo's result).
+void copy_back(at::Tensor& t, const at::Tensor& c) {
+  if (at::has_internal_overlap(t) != at::MemOverlap::Yes) return void(t.copy_(c));
+  at::Tensor places = t;
+  at::Tensor values = c.view(t.sizes());
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) == 0 && t.size(d) > 1) {
+      places = places.narrow(d, t.size(d) - 1, 1);
+      values = values.narrow(d, t.size(d) - 1, 1);
+    }
+  }
+  places.copy_(values);  // other overlaps (as_strided's) still refuse, naming it
+}
+
 // Runs `fn` on a contiguous tensor with t's values and copies the result
 // back when t itself is not contiguous.
 template <class Fn> void in_place(at::Tensor& t, Fn&& fn) {
   if (t.is_contiguous()) return fn(t);
   at::Tensor c = t.contiguous();
   fn(c);
-  t.copy_(c);
+  copy_back(t, c);
 }
 
 std::string where_of(const char* op, int rank, int size) {

@@ -221,6 +221,7 @@ def check(rank, n):
                 same(got, inputs[prv], f"send/recv ring {at}")
             dist.barrier()
     check_nan_min_max(rank, n)
+    check_expanded(rank, n, gloo)
     dist.destroy_process_group()
     return stats
 
@@ -254,6 +255,19 @@ def check_nan_min_max(rank, n):
             t = torch.empty(count, dtype=dtype)
             dist._reduce_scatter_base(t, wide, op=op)
             same(t, wants[rank * count:(rank + 1) * count], f"_reduce_scatter_base {at}")
+
+
+def check_expanded(rank, n, gloo):
+    """Expanded tensors (stride 0: elements share memory), which copy_()
+    refuses to write, as Gloo leaves them: broadcast into one raised on
+    every rank before (found by the review helper)."""
+    for group in (None, gloo):
+        t = torch.tensor([float(rank + 2)]).expand(5)
+        dist.broadcast(t, 0, group=group)
+        same(t, torch.full((5,), 2.0), f"broadcast into an expanded tensor, group {group}")
+        u = torch.tensor([[1.0, float(rank)]]).expand(3, 2)
+        dist.all_reduce(u, group=group)
+        same(u, torch.tensor([[float(n), float(n * (n - 1) / 2)]]).expand(3, 2), f"all_reduce of an expanded tensor, group {group}")
 
 
 if __name__ == "__main__":
