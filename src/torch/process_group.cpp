@@ -559,6 +559,14 @@ bool may_meet_placed(bool room, const at::Tensor& t, const c10d::ReduceOp& op, c
   return room && t.nbytes() > kSmallestInPlace && native_type(t.scalar_type()) && native_op(op, where);
 }
 
+// One tensor of allreduce() or allreduce_coalesced(), agreeing first where
+// a placed tensor may meet a private one (may_meet_placed).
+void all_reduce_one(ad::StoreBackend& b, at::Tensor& t, const c10d::ReduceOp& op, bool room,
+                    const std::string& where) {
+  if (may_meet_placed(room, t, op, where)) return all_reduce_where_agreed(b, t, op, /*move=*/false, where);
+  in_place(t, [&](at::Tensor& c) { all_reduce_tensor(b, c, op, where); });
+}
+
 }  // namespace
 
 bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
@@ -605,13 +613,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, con
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   return collective(OpType::ALLREDUCE, tensors, total_bytes(tensors),
                     [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
-    for (auto& t : tensors) {
-      if (may_meet_placed(room, t, op, where)) {
-        all_reduce_where_agreed(*b, t, op, /*move=*/false, where);
-      } else {
-        in_place(t, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
-      }
-    }
+    for (auto& t : tensors) all_reduce_one(*b, t, op, room, where);
   });
 }
 
@@ -621,13 +623,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& te
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   return collective(OpType::ALLREDUCE_COALESCED, tensors, total_bytes(tensors),
                     [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
-    for (auto& t : tensors) {
-      if (may_meet_placed(room, t, op, where)) {
-        all_reduce_where_agreed(*b, t, op, /*move=*/false, where);
-      } else {
-        in_place(t, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
-      }
-    }
+    for (auto& t : tensors) all_reduce_one(*b, t, op, room, where);
   });
 }
 
