@@ -114,3 +114,24 @@ TEST_CASE("a wait that finds several watched peers gone names every one of them,
   CHECK(header.abort_rank == 1);
   CHECK(std::string(header.abort_reason) == expected);
 }
+
+TEST_CASE("sleepers of an oversubscribed world above 64 ranks look for aborts less often, at most every second",
+          "[shm][waiting]") {
+  // 700 sleepers of 1024 ranks on 2 cores looking every 50 ms starved the
+  // ranks still starting (axon-launch -n 1024: 42-65 s, now about 4).
+  alignas(64) static shm::ArenaHeader header{};
+  auto slice = [](std::uint32_t ranks, const char* oversubscribed) {
+    header.world_size = ranks;
+    setenv("AXON_OVERSUBSCRIBED", oversubscribed, 1);
+    shm::WaitContext waits(header, 0, std::chrono::seconds(60));
+    unsetenv("AXON_OVERSUBSCRIBED");
+    return waits.sleep_slice();
+  };
+  using std::chrono::milliseconds;
+  REQUIRE(slice(8, "1") == milliseconds(50));
+  REQUIRE(slice(64, "1") == milliseconds(50));
+  REQUIRE(slice(256, "1") == milliseconds(200));
+  REQUIRE(slice(1024, "1") == milliseconds(800));
+  REQUIRE(slice(4096, "1") == milliseconds(1000));
+  REQUIRE(slice(1024, "0") == milliseconds(50));  // a core per rank: looking costs nothing
+}

@@ -63,9 +63,10 @@ def zero_copy_allreduce_hook(process_group, bucket):
     (or a subgroup as the state); give the group room, ``Options(shared_mb=)``
     or ``AXON_TORCH_SHARED_MB``, of at least twice the group's size times the
     model's gradient size in MiB (DDP rebuilds its buckets after the first
-    step, and both sets may be alive for a moment), and pass ``gradient_as_bucket_view=True`` so
-    that the gradients themselves live in the buckets. Without room it works
-    as the default hook does.
+    step, and both sets may be alive for a moment), and pass
+    ``gradient_as_bucket_view=True`` so that the gradients themselves live in
+    the buckets. Without room it works as the default hook does, and warns
+    once.
     """
     group = _axon_group(process_group)
     tensor = bucket.buffer()
@@ -86,7 +87,6 @@ def zero_copy_allreduce_hook(process_group, bucket):
                           f"or AXON_TORCH_SHARED_MB)", RuntimeWarning)
         return f.value()[0]
     return fut.then(done)
-
 
 
 class Options:

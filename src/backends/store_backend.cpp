@@ -365,7 +365,9 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
       // the sizes, not as SIGBUS in a rank later.
       shm::MemfdArena created;
       try {
-        created = shm::create_arena_memfd("axon-arena", spec, "StoreOptions::arena_bytes sets a smaller arena");
+        created = shm::create_arena_memfd("axon-arena", spec,
+                                          options.size_remedy.empty() ? "StoreOptions::arena_bytes sets a smaller arena"
+                                                                      : options.size_remedy);
       } catch (const InvalidArgument& e) {
         throw InvalidArgument(who + e.what());
       } catch (const Error& e) {

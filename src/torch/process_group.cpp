@@ -281,23 +281,21 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   }
   // Before the rendezvous: a bad value fails here, not with peers waiting.
   inline_bytes_ = ad::env::integer("AXON_TORCH_INLINE_BYTES", 0, std::int64_t{1} << 50).value_or(kDefaultInlineBytes);
-  shared_bytes_ = shared_bytes ? *shared_bytes
-                               : static_cast<std::size_t>(
-                                     ad::env::integer("AXON_TORCH_SHARED_MB", 0, 1 << 24).value_or(0)) << 20;
+  const std::size_t room = shared_bytes ? *shared_bytes
+                                        : static_cast<std::size_t>(
+                                              ad::env::integer("AXON_TORCH_SHARED_MB", 0, 1 << 24).value_or(0)) << 20;
   C10dStore kv(store);
   ad::StoreOptions options;
   options.timeout = timeout;
   options.timeout_name = "the group's timeout";
   options.while_waiting = [this] { give_up_if_a_process_exited(); };
   options.group = "global ranks " + describe_global_ranks();
-  options.shared_bytes = shared_bytes_;
-  try {
-    backend_ = ad::StoreBackend::create(kv, rank, size, options);
-  } catch (const ad::Error& e) {
-    if (shared_bytes_ == 0 || dynamic_cast<const ad::PeerFailure*>(&e) || dynamic_cast<const ad::Timeout*>(&e)) throw;
-    throw ad::Error(std::string(e.what()) + " (the arena includes " + ad::format_bytes(shared_bytes_) +
-                    " of room for tensors placed in it, asked for by Options.shared_mb or AXON_TORCH_SHARED_MB)");
+  options.shared_bytes = room;
+  if (room > 0) {
+    options.size_remedy = "ask for less room for placed tensors than the " + ad::format_bytes(room) +
+                          " it includes (axonml_torch.Options(shared_mb=) or AXON_TORCH_SHARED_MB)";
   }
+  backend_ = ad::StoreBackend::create(kv, rank, size, options);
   // Rank 0 sized the arena every rank maps, so every rank reads the same.
   shared_room_ = backend_->arena_bytes() > ad::shm::default_arena_bytes(size);
   thread_ = std::make_unique<CommThread>();

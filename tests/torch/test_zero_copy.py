@@ -258,6 +258,28 @@ def misuse(rank, n):
             assert "shared_mb" in str(e), str(e)
         else:
             raise AssertionError(f"Options(shared_mb={bad!r}) was accepted")
+    # More room than the machine has: every rank's new_group fails, saying
+    # what to ask for less of.
+    try:
+        dist.new_group(list(range(n)), backend="axon", pg_options=axonml_torch.Options(shared_mb=1 << 24))
+    except RuntimeError as e:
+        assert "cannot reserve" in str(e) and "axonml_torch.Options(shared_mb=) or AXON_TORCH_SHARED_MB" in str(e), \
+            str(e)
+    else:
+        raise AssertionError("16 TiB of room was reserved")
+    # A rank that places while another runs something else: the mismatch
+    # says the all_reduce(i32, 1, min) is the placement's agreement.
+    g = dist.new_group(list(range(n)), pg_options=axonml_torch.Options(shared_mb=4))
+    try:
+        if rank == 0:
+            axonml_torch.place_in_arena(torch.ones(1000), g)
+        else:
+            dist.barrier(group=g)
+    except RuntimeError as e:
+        if rank == 0:
+            assert "agree whether their tensors lie in the group's shared memory" in str(e), str(e)
+    else:
+        raise AssertionError("place_in_arena against a barrier went through")
     try:
         dist.new_group(list(range(n)), backend="axon", pg_options={"shared_mb": 4})
     except TypeError as e:

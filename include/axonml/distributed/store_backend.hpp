@@ -63,6 +63,9 @@ struct StoreOptions {
   // allocate_shared(): buffers there are all-reduced without a copy in.
   // Reserved up front like the rest of the arena.
   std::size_t shared_bytes = 0;
+  // What an arena too large for the memory available tells the caller to
+  // change ("" : "StoreOptions::arena_bytes sets a smaller arena").
+  std::string size_remedy;
   std::size_t slot_bytes = 0;            // 0: the default
   // What the caller calls this group ("global ranks [0, 2]"), the same on
   // every rank of it. Each rank publishes it with the world size, and a

@@ -107,16 +107,20 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // Moves the memory of `tensor`'s storage into this group's shared memory
   // (every tensor and view of that storage follows), where an all_reduce of
   // more than 16 KiB reads the peers' tensors in place instead of copying
-  // them through the slots: 1.3-2.4x faster at 1-64 MiB. Collective: every
-  // rank calls it, in the same order as the group's other collectives, with
-  // a tensor whose storage has the same size. Returns true on every rank
-  // when all moved (or had moved before), else false on every rank and
-  // nothing moved: the arena lacks room (AXON_TORCH_SHARED_MB sets it; by
-  // default there is almost none), or a rank's storage is not PyTorch's own
-  // CPU memory (a numpy array's, from_blob's), whose sharing a move would
-  // end. Blocks until done; no op may be using the tensor meanwhile. The
-  // memory goes back to the arena when the storage goes away, and stays
-  // valid until then, also after the group is destroyed.
+  // them through the slots (0.58-0.69x the time at 1-4 MiB here;
+  // docs/benchmarks.md). Collective: every rank calls it, in the same order
+  // as the group's other collectives, with a tensor whose storage has the
+  // same size. Returns true on every rank when all moved (or had moved
+  // before), else false on every rank and nothing moved: the arena lacks
+  // room (the constructor's shared_bytes; by default there is almost none),
+  // or a rank's storage is not PyTorch's own CPU memory (a numpy array's,
+  // from_blob's), whose sharing a move would end. Blocks until done. The
+  // memory moved from is kept until the storage goes (a numpy array taken
+  // before still points at valid memory, no longer the tensor's); an op of
+  // another group still running on the tensor finishes there, and its
+  // result is lost. The arena memory goes back when the storage goes away
+  // (in this process only), and stays valid until then, also after the
+  // group is destroyed.
   // DDP's buckets get there through axonml_torch.zero_copy_allreduce_hook.
   bool place_in_arena(const at::Tensor& tensor);
   // Whether `tensor`'s storage lies in this group's shared memory.
@@ -196,9 +200,7 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // Collectives up to this many bytes run on the caller's thread when the
   // group is idle (AXON_TORCH_INLINE_BYTES; default kDefaultInlineBytes).
   std::int64_t inline_bytes_;
-  // Room in the arena for place_in_arena() (AXON_TORCH_SHARED_MB).
-  std::size_t shared_bytes_;
-  // Whether the arena has such room (as rank 0 made it: the same on every
+  // Whether the arena has room for place_in_arena() (as rank 0 made it: the same on every
   // rank). Then an all_reduce the runtime might read in place first agrees
   // whether every rank's tensor lies there: a placed tensor on one rank and
   // a private one on another (a copy, a tensor share_memory_() moved out)
