@@ -10,7 +10,7 @@ measured (axon-bench's handoff column).
 
     benchmarks/ab_compare.py --a OLD/axon-bench --b NEW/axon-bench \\
         [--launcher build/release/launcher/axon-launch] [--launcher-b NEW/axon-launch] \\
-        [--ranks 2 8] [--rounds 7] [--env-b NAME=VALUE] [--split-phases] \\
+        [--ranks 2 8] [--rounds 7] [--env-b NAME=VALUE] [--launch-arg=--arena-mb=800] [--split-phases] \\
         [-- extra axon-bench options, e.g. -b 4 -e 4M -f 4 -n 200]
 
 Every axon-bench run checks its results (a wrong element fails the run), so
@@ -25,11 +25,11 @@ import sys
 import tempfile
 
 
-def run_once(launcher, bench, ranks, extra, env):
+def run_once(launcher, bench, ranks, extra, env, launch_args=()):
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     try:
-        cmd = [launcher, "-n", str(ranks), bench, "--json", path] + extra
+        cmd = [launcher, *launch_args, "-n", str(ranks), bench, "--json", path] + extra
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         if done.returncode != 0:
             sys.exit(f"ab_compare: {' '.join(cmd)} failed (status {done.returncode}):\n{done.stdout}")
@@ -55,6 +55,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=7, help="A/B pairs per world size")
     parser.add_argument("--env-b", action="append", default=[], metavar="NAME=VALUE",
                         help="set only in B's environment (compare one build with two settings)")
+    parser.add_argument("--launch-arg", action="append", default=[], metavar="ARG",
+                        help="an axon-launch option for both sides, e.g. --launch-arg=--arena-mb=800")
     parser.add_argument("--split-phases", action="store_true",
                         help="also print each side's medians over the rows whose own run measured a round trip "
                              "below --fast-ns (the host's fast phase) and above --slow-ns (the slow one)")
@@ -77,7 +79,7 @@ def main():
             for side in order:
                 bench, env = (args.a, env_a) if side == "a" else (args.b, env_b)
                 launcher = args.launcher_b if side == "b" and args.launcher_b else args.launcher
-                runs[side].append(run_once(launcher, bench, ranks, extra, env))
+                runs[side].append(run_once(launcher, bench, ranks, extra, env, args.launch_arg))
         print(f"# n={ranks}: {args.rounds} interleaved rounds; A={args.a}; B={args.b} {' '.join(args.env_b)}")
         print(f"# {'collective':<14} {'bytes':>10} {'A us':>10} {'B us':>10} {'B/A':>6} "
               f"{'B/A min':>7} {'B/A max':>7} {'A x_hand':>8} {'B x_hand':>8}")

@@ -58,6 +58,11 @@ int run(int argc, char** argv) {
                "all_reduce buffers in the arena (zero copy): each rank holds one buffer, regrown "
                "to each larger size, so give axon-launch an --arena-mb of at least ranks x the "
                "sum of the sizes (at most ranks x MAX x F/(F-1)), plus the default");
+  app.add_flag("--fresh-inputs", o.fresh_inputs,
+               "as a training step uses its gradients: each rank writes its input afresh before "
+               "every call (untimed) and loads every cache line of the result after it (timed "
+               "with the call); without it every call reduces the last one's result, wherever "
+               "the last call left its cache lines");
   bool no_floor = false;
   app.add_flag("--no-floor", no_floor,
                "do not measure the floor (cache-line round trip, cross-core hand-off) before each row");

@@ -90,13 +90,24 @@ def pattern(count):
     return torch.arange(1, 8, dtype=torch.float32).repeat((count + 6) // 7)[:count]
 
 
-def all_reduce_times(group, t, iterations, ctl):
-    """Per-iteration µs of `iterations` all_reduces, the slowest rank's each."""
+def all_reduce_times(group, t, iterations, ctl, fresh=False):
+    """Per-iteration µs of `iterations` all_reduces, the slowest rank's each.
+    With `fresh`, as a training step uses its gradients: the tensor is
+    written (zeroed) before every call, untimed, and one element of every
+    cache line of the result is read after it, timed with the call, so a
+    backend that leaves the result's lines in another core's cache pays for
+    it in its own figure."""
+    lines = t.view(-1)[::16]  # float32: one element per 64-byte line
     dist.barrier(group=group)
     times = []
     last = time.perf_counter_ns()
     for _ in range(iterations):
+        if fresh:
+            t.zero_()
+            last = time.perf_counter_ns()
         dist.all_reduce(t, group=group)
+        if fresh:
+            lines.sum()
         now = time.perf_counter_ns()
         times.append((now - last) / 1e3)
         last = now
@@ -146,7 +157,8 @@ def sweep(rank, n, cfg, groups, ctl):
         medians = {b: [] for b in variants}
         for repeat in range(cfg["repeats"]):
             for b in (variants if repeat % 2 == 0 else variants[::-1]):
-                medians[b].append(statistics.median(all_reduce_times(groups[b], tensors[b], iterations[b], ctl)))
+                medians[b].append(statistics.median(all_reduce_times(groups[b], tensors[b], iterations[b], ctl,
+                                                                       cfg.get("fresh_inputs", False))))
         for b in variants:
             # Check: the timed tensor is still zero, and a known pattern sums right
             # (in the timed tensor itself, so a placed one is checked where it lies).
@@ -340,7 +352,7 @@ def run_job(n, cfg):
 
 # ---------------------------------------------------------------- axon-bench
 
-def axon_bench_times(build_dir, n, sizes, seconds):
+def axon_bench_times(build_dir, n, sizes, seconds, fresh=False):
     """The runtime's own all_reduce time (µs, its median of the slowest rank) per size."""
     launcher = os.path.join(build_dir, "launcher", "axon-launch")
     bench = os.path.join(build_dir, "benchmarks", "axon-bench")
@@ -352,6 +364,8 @@ def axon_bench_times(build_dir, n, sizes, seconds):
             out = os.path.join(tmp, "bench.json")
             cmd = [launcher, "-n", str(n), "--no-tag-output", bench, "-c", "all_reduce", "-b", str(nbytes),
                    "-e", str(nbytes), "--seconds-per-size", str(seconds), "--json", out]
+            if fresh:
+                cmd.append("--fresh-inputs")
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode != 0:
                 print(f"axon-bench at {human(nbytes)} on {n} ranks failed ({done.returncode}), column left out:\n"
@@ -381,6 +395,9 @@ def report(results):
         if zc:
             print("axon-zc: another axon group, its tensors placed in its shared memory "
                   "(axonml_torch.place_in_arena: zero copy)")
+        if res.get("fresh_inputs"):
+            print("fresh inputs: every tensor written before each call (untimed), every cache line of the "
+                  "result read after it (timed with the call); axon-bench --fresh-inputs alike")
         if "call_floor_us" in res:
             print(f"PyTorch's call path alone (dist.all_reduce of 4 B on a one-rank axon group): "
                   f"{res['call_floor_us']:.1f} µs a call")
@@ -492,6 +509,10 @@ def main():
     p.add_argument("--zero-copy", action="store_true",
                    help="axon's all_reduce tensors placed in its group's shared memory (axonml_torch.place_in_arena) "
                         "and its DDP replica with axonml_torch.zero_copy_allreduce_hook")
+    p.add_argument("--fresh-inputs", action="store_true",
+                   help="all_reduce as a training step uses its gradients: every backend's tensor written before "
+                        "each call (untimed) and every cache line of the result read after it (timed); "
+                        "axon-bench the same (its --fresh-inputs)")
     p.add_argument("--build-dir", default="build/release", help="for axon-bench (default build/release)")
     p.add_argument("--no-axon-bench", action="store_true", help="leave out the axon-bench column")
     p.add_argument("--json", help="write every figure here")
@@ -526,15 +547,17 @@ def main():
         use_bench = not a.no_axon_bench
     if any(r < 1 for r in ranks) or cfg["repeats"] < 1 or cfg["ddp_repeats"] < 1:
         p.error("--ranks, --repeats and --ddp-repeats must be at least 1")
-    cfg.update(sizes=sizes, batch=a.batch, bucket_view=a.gradient_as_bucket_view, zero_copy=a.zero_copy)
+    cfg.update(sizes=sizes, batch=a.batch, bucket_view=a.gradient_as_bucket_view, zero_copy=a.zero_copy,
+               fresh_inputs=a.fresh_inputs)
 
     started = time.time()
     results = []
     for n in ranks:
         print(f"running on {n} ranks ...", flush=True)
         res = run_job(n, cfg)
+        res["fresh_inputs"] = a.fresh_inputs
         if use_bench:
-            res["axon_bench_us"] = axon_bench_times(a.build_dir, n, sizes, min(a.seconds, 1.0))
+            res["axon_bench_us"] = axon_bench_times(a.build_dir, n, sizes, min(a.seconds, 1.0), a.fresh_inputs)
         results.append(res)
     failed = report(results)
     if a.plot:

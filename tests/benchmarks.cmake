@@ -13,6 +13,17 @@ if(TARGET axon-bench AND TARGET axon-launch AND Python3_Interpreter_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/benchmarks/check_floor.py
             $<TARGET_FILE:axon-launch> -n 2 -- $<TARGET_FILE:axon-bench>)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 300)
+  # Shared buffers (every rank writes its reduced slice into every rank's
+  # buffer) with inputs written afresh before every call: the first and the
+  # last timed call of each size are checked, on 3 ranks and odd slices.
+  foreach(dtype f32 bf16)
+    set(name "axon-bench: all_reduce of shared buffers with fresh inputs verifies under axon-launch -n 3 (${dtype})")
+    add_test(NAME "${name}"
+      COMMAND axon-launch -n 3 --arena-mb 96 -- $<TARGET_FILE:axon-bench> -c all_reduce -d ${dtype} -b 12K -e 12M -f 8
+              -n 5 -w 1 --shared-buffers --fresh-inputs --no-floor)
+    set_tests_properties("${name}" PROPERTIES TIMEOUT 120
+      PASS_REGULAR_EXPRESSION "all_reduce +6291456 .*# wrong elements in total: 0")
+  endforeach()
   # ab_compare.py: one build against itself, with a setting in B only; its
   # table has a row per size with both medians and the ratio, then the same
   # per phase of the host (a phase neither side saw has rows that say so).

@@ -2,8 +2,12 @@
 // all-reducing them skips the copy into the slots.
 #include <catch2/catch.hpp>
 
+#include <barrier>
 #include <cstdint>
 #include <cstring>
+#include <future>
+#include <span>
+#include <string>
 
 #include "support/run_ranks.hpp"
 
@@ -91,4 +95,141 @@ TEST_CASE("alloc_shared of a shape whose byte count overflows is refused, not on
   REQUIRE(world[0]->allocate_shared(SIZE_MAX) == nullptr);
   Tensor small = pg.alloc_shared({4});
   REQUIRE(small.numel() == 4);
+}
+
+namespace {
+
+// Each rank's element i of a shared all-reduce whose members write into every
+// buffer; every call writes fresh inputs first and checks every element after.
+template <typename T> void shared_all_reduce_of_every_element(int n, std::size_t count, ReduceOp op) {
+  CAPTURE(n, count, to_string(op), to_string(data_type_v<T>));
+  auto value = [](int rank, std::size_t i, int call) {
+    return static_cast<double>(static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 5 + static_cast<std::size_t>(call)) % 9) - 4);
+  };
+  std::vector<std::string> failures(static_cast<std::size_t>(n));
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    std::shared_ptr<std::byte> memory = b->allocate_shared(count * sizeof(T));
+    REQUIRE(memory);
+    std::span<T> data(reinterpret_cast<T*>(memory.get()), count);
+    for (int call = 0; call < 3; ++call) {
+      for (std::size_t i = 0; i < count; ++i) data[i] = T(value(r, i, call));
+      b->all_reduce(data, op);
+      for (std::size_t i = 0; i < count; ++i) {
+        double want = value(0, i, call);
+        for (int m = 1; m < n; ++m) {
+          const double x = value(m, i, call);
+          want = op == ReduceOp::Sum ? want + x : op == ReduceOp::Min ? std::min(want, x) : std::max(want, x);
+        }
+        if (!(data[i] == T(want))) {
+          failures[static_cast<std::size_t>(r)] = "call " + std::to_string(call) + " element " + std::to_string(i);
+          return;
+        }
+      }
+    }
+  }, MockOptions{std::size_t{64} << 20, 0});
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    REQUIRE(failures[static_cast<std::size_t>(r)].empty());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("shared all_reduce is right in every element for every dtype, slices not on cache lines included",
+          "[zero-copy][mock]") {
+  // 2-byte elements slice on 32-byte boundaries, so two members write halves
+  // of one cache line; odd counts leave the last member a short slice.
+  const int n = GENERATE(2, 3, 5);
+  const std::size_t count = GENERATE(std::size_t{4099}, 300001);
+  shared_all_reduce_of_every_element<bfloat16>(n, count, ReduceOp::Sum);
+  shared_all_reduce_of_every_element<float16>(n, count, ReduceOp::Max);
+  shared_all_reduce_of_every_element<double>(n, count, ReduceOp::Min);
+  shared_all_reduce_of_every_element<std::int32_t>(n, count, ReduceOp::Sum);
+  shared_all_reduce_of_every_element<std::int64_t>(n, count, ReduceOp::Max);
+}
+
+TEST_CASE("ranks that pass overlapping shared buffers are told which, and the group goes on",
+          "[zero-copy][errors]") {
+  // Threads of one process can name the same shared memory; ranks of a job
+  // cannot by accident, but a wrong pointer must not corrupt anyone's data.
+  constexpr std::size_t kCount = 100000;
+  std::vector<std::string> errors(3);
+  std::vector<float> after(3);
+  std::promise<float*> common_promise;
+  std::shared_future<float*> common = common_promise.get_future().share();
+  run_ranks(3, [&](std::shared_ptr<Backend> b, int r) {
+    ProcessGroup pg(b);
+    Tensor own = pg.alloc_shared({kCount});
+    Tensor big = pg.alloc_shared({2 * kCount});
+    if (r == 0) common_promise.set_value(big.data().data());
+    // Ranks 1 and 2 reduce the two halves-and-a-bit of rank 0's big buffer.
+    std::span<float> data = r == 0 ? own.data()
+                                   : std::span<float>(common.get() + (r == 1 ? 0 : kCount - 1), kCount);
+    errors[static_cast<std::size_t>(r)] = error_of([&] { b->all_reduce(data, ReduceOp::Sum); });
+    std::vector<float> one{1.0f};
+    b->all_reduce(std::span<float>(one), ReduceOp::Sum);
+    after[static_cast<std::size_t>(r)] = one[0];
+  });
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    REQUIRE_THAT(errors[static_cast<std::size_t>(r)],
+                 Contains("all_reduce on rank " + std::to_string(r) + " of 3: the shared buffers of ranks 1 and 2 overlap"));
+    REQUIRE(after[static_cast<std::size_t>(r)] == 3.0f);
+  }
+}
+
+namespace {
+
+// Runs one shared all_reduce of kCount floats per rank on 3 ranks (rank 2's
+// of `rank2_count`), then, once every rank has dropped its buffer, lets rank
+// 0 alone allocate the same size again: the ranks share one allocator in
+// this process, so only one may allocate for the answer to be certain.
+// Returns each rank's error and whether rank 0's new buffer overlaps any old one.
+struct ReuseAfterAllReduce {
+  std::vector<std::string> errors;
+  bool reused = false;
+};
+
+ReuseAfterAllReduce reuse_after_all_reduce(std::size_t rank2_count) {
+  constexpr std::size_t kCount = 200000;
+  constexpr int kRanks = 3;
+  ReuseAfterAllReduce out{std::vector<std::string>(kRanks), false};
+  std::vector<std::pair<const std::byte*, std::size_t>> old(kRanks);
+  std::barrier dropped(kRanks);
+  run_ranks(kRanks, [&](std::shared_ptr<Backend> b, int r) {
+    const std::size_t count = r == 2 ? rank2_count : kCount;
+    std::shared_ptr<std::byte> buffer = b->allocate_shared(count * sizeof(float));
+    REQUIRE(buffer);
+    old[static_cast<std::size_t>(r)] = {buffer.get(), count * sizeof(float)};
+    std::span<float> data(reinterpret_cast<float*>(buffer.get()), count);
+    out.errors[static_cast<std::size_t>(r)] = error_of([&] { b->all_reduce(data, ReduceOp::Sum); });
+    buffer.reset();
+    dropped.arrive_and_wait();
+    if (r != 0) return;
+    std::shared_ptr<std::byte> next = b->allocate_shared(kCount * sizeof(float));
+    REQUIRE(next);
+    for (const auto& [p, bytes] : old) {
+      if (next.get() < p + bytes && p < next.get() + kCount * sizeof(float)) out.reused = true;
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a shared all_reduce that fails keeps the ranks' shared buffers allocated, since peers may still write them",
+          "[zero-copy][errors]") {
+  // Peers write their reduced slices into every rank's buffer; one that is
+  // still copying when this rank's wait fails must not find that memory
+  // handed to a new buffer. A mismatch is the failure a test can place
+  // inside the collective every time: each rank sees it after publishing.
+  const ReuseAfterAllReduce got = reuse_after_all_reduce(200016);
+  for (const std::string& error : got.errors) REQUIRE_THAT(error, Contains("collective mismatch"));
+  REQUIRE_FALSE(got.reused);
+}
+
+TEST_CASE("a shared buffer dropped after a good all_reduce goes back to the allocator", "[zero-copy]") {
+  const ReuseAfterAllReduce got = reuse_after_all_reduce(200000);
+  for (const std::string& error : got.errors) REQUIRE(error.empty());
+  REQUIRE(got.reused);
 }

@@ -75,11 +75,12 @@ endif()
 # working (n=2, three sizes, two DDP steps); it exits non-zero on any wrong
 # all_reduce element or when the gloo and axon DDP replicas end apart. Once
 # with DDP's defaults, once with every replica's gradients as views into its
-# buckets (the DDP table then says so).
-foreach(variant "" "--gradient-as-bucket-view" "--gradient-as-bucket-view --zero-copy")
-  if(variant STREQUAL "--gradient-as-bucket-view --zero-copy")
+# buckets (the DDP table then says so), and once with placed tensors written
+# before and read after every timed call (--fresh-inputs).
+foreach(variant "" "--gradient-as-bucket-view" "--gradient-as-bucket-view --zero-copy --fresh-inputs")
+  if(variant STREQUAL "--gradient-as-bucket-view --zero-copy --fresh-inputs")
     set(name "torch: benchmarks/torch_compare.py --quick ${variant} checks placed tensors and the zero-copy DDP hook against gloo")
-    set(expect "axon-zc: with zero_copy_allreduce_hook.*torch_compare: every result checked")
+    set(expect "fresh inputs: every tensor written.*axon-zc: with zero_copy_allreduce_hook.*torch_compare: every result checked")
     set(json torch_compare_quick_zero_copy.json)
   elseif(variant)
     set(name "torch: benchmarks/torch_compare.py --quick ${variant} checks DDP against gloo")

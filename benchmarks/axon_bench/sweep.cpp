@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 #include <stdexcept>
 #include <type_traits>
 
@@ -100,6 +101,9 @@ std::shared_ptr<std::byte> shared_buffer(Transport& t, std::size_t bytes) {
 }
 
 // The buffers of one collective and how to run and check it.
+// Where consume() leaves its loads, so that the compiler keeps them.
+volatile std::uint64_t consumed_sink = 0;
+
 template <typename T> struct Case {
   Transport& t;
   const Options& o;
@@ -107,6 +111,7 @@ template <typename T> struct Case {
   std::size_t count;  // per rank
   std::vector<T> a, b;
   std::shared_ptr<std::byte> shared;  // all_reduce's buffer with --shared-buffers
+  std::vector<T> fresh;               // the input as reset() wrote it, for --fresh-inputs
 
   void reset() {
     const int n = t.size(), r = t.rank();
@@ -125,6 +130,31 @@ template <typename T> struct Case {
       a = inputs<T>(o.op, r, count * static_cast<std::size_t>(n));
       b.assign(count, from_double<T>(kSentinel));
     }
+    fresh = a;
+  }
+
+  // Writes the input again, on this rank's core: what a training step does to
+  // its gradients between two all-reduces.
+  void refresh() {
+    std::byte* input = shared ? shared.get() : bytes(a);
+    if (!fresh.empty()) std::memcpy(input, fresh.data(), fresh.size() * sizeof(T));
+  }
+
+  // Loads one word of every cache line of the result, as the step that uses
+  // it would: an algorithm that leaves the result's lines in another core's
+  // cache pays for it here, not in a later untimed refresh().
+  void consume() const {
+    const std::byte* out = shared ? shared.get() : collective == "all_reduce" || collective == "broadcast"
+                                                       ? reinterpret_cast<const std::byte*>(a.data())
+                                                       : reinterpret_cast<const std::byte*>(b.data());
+    const std::size_t size = (collective == "all_gather" || collective == "reduce_scatter" ? b.size() : a.size()) * sizeof(T);
+    std::uint64_t sum = 0;
+    for (std::size_t at = 0; at + sizeof(std::uint64_t) <= size; at += 64) {
+      std::uint64_t word;
+      std::memcpy(&word, out + at, sizeof(word));
+      sum += word;
+    }
+    consumed_sink = consumed_sink + sum;
   }
 
   void run() {
@@ -181,7 +211,7 @@ template <typename T> Row measure(Transport& t, const Options& o, FloorProbe& pr
   row.collective = collective;
   row.count = collective == "barrier" ? 0 : bytes / sizeof(T) / (split ? static_cast<std::size_t>(n) : 1);
   row.bytes = row.count * sizeof(T) * (split ? static_cast<std::size_t>(n) : 1);
-  Case<T> c{t, o, collective, row.count, {}, {}, {}};
+  Case<T> c{t, o, collective, row.count, {}, {}, {}, {}};
 
   c.reset();
   c.run();
@@ -202,12 +232,22 @@ template <typename T> Row measure(Transport& t, const Options& o, FloorProbe& pr
   auto last = Clock::now();
   const auto start = last;
   for (int i = 0; i < row.iterations; ++i) {
+    if (o.fresh_inputs) {
+      c.refresh();
+      last = Clock::now();
+    }
     c.run();
+    if (o.fresh_inputs) c.consume();
     const auto now = Clock::now();
     times[static_cast<std::size_t>(i)] = std::chrono::duration<double, std::micro>(now - last).count();
     last = now;
   }
   times.back() = std::chrono::duration<double, std::micro>(last - start).count() / row.iterations;
+  if (o.fresh_inputs) {  // the loop's time less the refreshes
+    times.back() = std::accumulate(times.begin(), times.end() - 1, 0.0) / row.iterations;
+  }
+  // Fresh inputs give the same result every call: check the last one too.
+  if (o.fresh_inputs) row.wrong += sum_over_ranks(t, c.check());
   times = max_over_ranks(t, times);
   row.avg_us = times.back();
   times.pop_back();

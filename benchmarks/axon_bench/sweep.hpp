@@ -26,6 +26,7 @@ struct Options {
   double seconds_per_size = 2.0;  // fewer iterations when the warm-up says a size would take longer
   std::string json_file;
   bool shared_buffers = false;    // all_reduce on buffers in the arena (zero copy)
+  bool fresh_inputs = false;      // each rank rewrites its input before every timed call
   bool floor = true;              // measure the floor (axon_bench/floor.hpp) before each row
 };
 

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
@@ -92,10 +94,10 @@ CollectiveCall reducing(CollectiveCall call, ReduceOp op) {
 }  // namespace
 
 // The buffer goes back to the arena when its last pointer on this rank is
-// dropped. Peers read it only inside a zero-copy all_reduce, whose last round
-// keeps every rank in the collective until all have copied out of every
-// buffer, and they never write it; so once this rank's collectives have
-// returned, no peer touches it.
+// dropped. Peers read and write it only inside a zero-copy all_reduce, whose
+// last round keeps every rank in the collective until all have written every
+// buffer; so once this rank's collectives have returned, no peer touches it.
+// A collective that fails instead of returning sets keep_shared_buffers.
 std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
   const std::shared_ptr<RankState>& state = impl_->state;
   const std::uint64_t start = state->allocator.allocate(bytes);
@@ -109,7 +111,9 @@ std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
   // them gave the block back under the parent, whose next allocation then
   // overlapped a live buffer (found by the review helper).
   return std::shared_ptr<std::byte>(memory, [state, start, bytes, owner = ::getpid()](std::byte*) {
-    if (::getpid() == owner) state->allocator.release(start, bytes);
+    if (::getpid() == owner && !state->keep_shared_buffers.load(std::memory_order_relaxed)) {
+      state->allocator.release(start, bytes);
+    }
   });
 }
 
@@ -154,7 +158,20 @@ void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   call.detail = shared ? kSharedBuffer : 0;
   channel.begin(call);
   if (shared) {
-    collectives::all_reduce_shared(channel, data.data, data.count, data.type, op);
+    std::optional<std::pair<int, int>> overlap;
+    try {
+      overlap = collectives::all_reduce_shared(channel, data.data, data.count, data.type, op);
+    } catch (...) {
+      impl_->state->keep_shared_buffers.store(true, std::memory_order_relaxed);
+      throw;
+    }
+    if (overlap) {
+      throw InvalidArgument("all_reduce on rank " + std::to_string(rank()) + " of " +
+                            std::to_string(world_size()) + ": the shared buffers of ranks " +
+                            std::to_string(overlap->first) + " and " + std::to_string(overlap->second) +
+                            " overlap (" + std::to_string(bytes) +
+                            " bytes each); every rank must pass its own buffer. Nothing was reduced");
+    }
   } else {
     collectives::all_reduce(channel, data.data, data.count, data.type, op, impl_->one_round_limit);
   }

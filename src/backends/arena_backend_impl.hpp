@@ -1,6 +1,7 @@
 // The state behind an ArenaBackend, shared with the transports that build one.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -30,6 +31,11 @@ struct RankState {
   shm::WaitContext waits;
   shm::ArenaAllocator allocator;
   PointToPoint p2p;
+  // Set when a zero-copy all-reduce failed after this rank published its
+  // buffer: a peer may still be writing its reduced slice there (it cannot be
+  // stopped mid-copy), so from then on this rank's shared buffers are never
+  // given back to the allocator, lest a late write land in a new one.
+  std::atomic<bool> keep_shared_buffers{false};
 };
 
 // One member's hold on a group area that new_group() took from the arena.

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <utility>
 
 #include "axonml/distributed/dtype.hpp"
 #include "collectives/round_channel.hpp"
@@ -28,11 +30,12 @@ std::size_t one_round_all_reduce_limit(std::size_t slot_bytes, int members);
 // owner computes once (it depends on the channel and the environment only).
 void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                 ReduceOp op, std::size_t one_round_limit);
-// Zero copy: `data` lies in the shared region on every member. Three
-// exchanges: addresses; each member reduces its slice of all buffers in
-// place; each copies the other slices out of their owners' buffers.
-void all_reduce_shared(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
-                       ReduceOp op);
+// Zero copy: `data` lies in the shared region on every member. Two
+// exchanges: addresses; then each member reduces its slice of all buffers
+// and writes the result into that slice of every buffer. Returns the first
+// two members whose buffers overlap, having reduced nothing, if any do.
+std::optional<std::pair<int, int>> all_reduce_shared(RoundChannel& channel, std::byte* data,
+                                                     std::size_t count, DataType type, ReduceOp op);
 void broadcast(RoundChannel& channel, std::byte* data, std::size_t count, DataType type, int root);
 void all_gather(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
                 DataType type);

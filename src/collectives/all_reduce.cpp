@@ -159,8 +159,8 @@ void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataT
 
 namespace axonml::distributed::collectives {
 
-void all_reduce_shared(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
-                       ReduceOp op) {
+std::optional<std::pair<int, int>> all_reduce_shared(RoundChannel& channel, std::byte* data,
+                                                     std::size_t count, DataType type, ReduceOp op) {
   const auto n = static_cast<std::size_t>(channel.size());
   const auto me = static_cast<std::size_t>(channel.rank());
   const std::size_t es = size_of(type);
@@ -174,6 +174,17 @@ void all_reduce_shared(RoundChannel& channel, std::byte* data, std::size_t count
     copy_bytes(&offset, channel.inbox(static_cast<int>(m)), sizeof(offset));
     buffers[m] = channel.address_of(offset);
   }
+  // Every member writes into every buffer, so two that overlap would corrupt
+  // each other. Every member sees the same offsets and returns the same pair,
+  // before anyone has written: the group stays in step and usable.
+  const std::size_t bytes = count * es;
+  for (std::size_t a = 0; a < n; ++a) {
+    for (std::size_t b = a + 1; b < n; ++b) {
+      if (buffers[a] < buffers[b] + bytes && buffers[b] < buffers[a] + bytes) {
+        return std::pair{static_cast<int>(a), static_cast<int>(b)};
+      }
+    }
+  }
 
   std::size_t block = (count + n - 1) / n;
   block = (block + 15) / 16 * 16;  // slices on cache-line boundaries
@@ -181,21 +192,26 @@ void all_reduce_shared(RoundChannel& channel, std::byte* data, std::size_t count
     return std::pair{std::min(m * block, count), std::min((m + 1) * block, count)};
   };
 
-  // Member `me` alone reads and writes slice `me` of every buffer now, so it
-  // may reduce in place into its own.
+  // Member `me` alone reads and writes slice `me` of every buffer, so it may
+  // reduce in place into its own and write the result straight into the
+  // others': two exchanges instead of three, and nobody reads a reduced slice
+  // back out of its owner's buffer. Piece by piece, so each copy reads what
+  // the reduce has just written while it is still in this core's L1.
   const auto [begin, end] = slice(me);
   std::vector<const std::byte*> sources(n);
-  for (std::size_t m = 0; m < n; ++m) sources[m] = buffers[m] + begin * es;
-  kernels::reduce(type, op, sources, data + begin * es, end - begin);
-  channel.exchange();
-
-  for (std::size_t m = 0; m < n; ++m) {
-    if (m == me) continue;
-    const auto [first, last] = slice(m);
-    copy_bytes(data + first * es, buffers[m] + first * es, (last - first) * es);
+  constexpr std::size_t kPieceBytes = 32 * 1024;
+  const std::size_t piece = std::max<std::size_t>(kPieceBytes / es, 1);
+  for (std::size_t at = begin; at < end; at += piece) {
+    const std::size_t len = std::min(piece, end - at);
+    for (std::size_t m = 0; m < n; ++m) sources[m] = buffers[m] + at * es;
+    kernels::reduce(type, op, sources, data + at * es, len);
+    for (std::size_t m = 0; m < n; ++m) {
+      if (m != me) copy_bytes(buffers[m] + at * es, data + at * es, len * es);
+    }
   }
-  // Nobody may change its buffer until everyone has copied out of it.
+  // Nobody may return (and change its buffer) until every slice is written.
   channel.exchange();
+  return std::nullopt;
 }
 
 }  // namespace axonml::distributed::collectives
