@@ -35,8 +35,10 @@ RUNS = {
     "private": ({"RANKS": "2 8", "REPEATS": "3", "SECONDS_PER_SIZE": "1"},
                 "buffers in each rank's own memory (std::vector)"),
     "shared": ({"RANKS": "2 8", "REPEATS": "3", "SECONDS_PER_SIZE": "1",
-                "LAUNCH_ARGS": "--arena-mb 3000", "OURS_ARGS": "--shared-buffers"},
-               "buffers in the arena (zero copy, ProcessGroup::alloc_shared)"),
+                "LAUNCH_ARGS": "--arena-mb 3000", "OURS_ARGS": "--shared-buffers", "BOTH_ARGS": "--fresh-inputs"},
+               "buffers in the arena (zero copy, ProcessGroup::alloc_shared); both sides with --fresh-inputs: "
+               "every rank writes its input before each call (untimed) and loads every cache line of the "
+               "result after it (timed), as a training step uses its gradients"),
 }
 SUMMARY_SIZES = [(4, "4 B"), (1024, "1 KiB"), (65536, "64 KiB"), (1 << 20, "1 MiB"), (16 << 20, "16 MiB"),
                  (256 << 20, "256 MiB")]

@@ -29,6 +29,8 @@
 #   OURS_ARGS         extra axon-bench options for our side only, e.g. "--shared-buffers"
 #                     (which needs LAUNCH_ARGS="--arena-mb" of at least N x MAX x FACTOR/(FACTOR-1)
 #                     plus the default arena, in MiB, for the largest N of RANKS)
+#   BOTH_ARGS         extra options for both sides, e.g. "--fresh-inputs" (each rank writes its input
+#                     before every call, untimed, and loads every line of the result after it, timed)
 #   OUT               where the JSON, the tables and the plot go (build/<preset>/compare)
 #
 # Run time: 2 x REPEATS runs per world size, each at most about
@@ -62,6 +64,7 @@ WARMUP=${WARMUP:-5}
 SECONDS_PER_SIZE=${SECONDS_PER_SIZE:-2}
 LAUNCH_ARGS=${LAUNCH_ARGS:-}
 OURS_ARGS=${OURS_ARGS:-}
+BOTH_ARGS=${BOTH_ARGS:-}
 OUT=${OUT:-$build/compare}
 
 for program in "$bench" "$bench_mpi"; do
@@ -74,6 +77,8 @@ rm -f "$OUT"/*.json
 
 args=(-c "$COLLECTIVE" -d "$DTYPE" -o "$OP" -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP"
       --seconds-per-size "$SECONDS_PER_SIZE")
+# shellcheck disable=SC2206
+args+=($BOTH_ARGS)
 
 run_ours() {  # n repeat
   local n=$1 rep=$2 json=$OUT/axon-n$1-r$2.json

@@ -94,10 +94,15 @@ class Backend {
   // each rank allocates its own. Reductions of buffers that every rank placed
   // here skip the copy into the transport (zero copy); DDP buckets use it.
   // The memory goes back to the backend when the last copy of the returned
-  // pointer is dropped; peers read it only inside collectives, which return
-  // only when no peer reads it any more, so dropping it after the last
-  // collective on it has returned is safe. Only the process that allocated
-  // it gives it back: a forked child dropping its copies frees nothing.
+  // pointer is dropped; peers read and write it only inside collectives,
+  // which return only when no peer touches it any more, so dropping it after
+  // the last collective on it has returned is safe. After such a collective
+  // throws instead, the buffer's contents are undefined (a peer may still be
+  // writing them) and none of this rank's shared memory is given back any
+  // more, so that no late write lands in a new buffer. Every rank must pass
+  // its own buffer: ranks whose buffers overlap get InvalidArgument naming
+  // them. Only the process that allocated it gives it back: a forked child
+  // dropping its copies frees nothing.
   virtual std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) {
     (void)bytes;
     return nullptr;

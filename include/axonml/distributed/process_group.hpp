@@ -64,7 +64,8 @@ class ProcessGroup {
   // A tensor in memory the group's ranks share (the arena), so that
   // all-reducing it skips the copy into the transport when every rank passes
   // such a tensor. Zeroed; its memory goes back to the arena when the last
-  // view of it is dropped. Throws InvalidArgument naming the request and the
+  // view of it is dropped (not after an all_reduce on it has thrown:
+  // Backend::allocate_shared says why). Throws InvalidArgument naming the request and the
   // free space when the backend has no shared memory or no room (raise
   // axon-launch --arena-mb).
   Tensor alloc_shared(Shape shape) const;

@@ -106,9 +106,12 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
 
   // Moves the memory of `tensor`'s storage into this group's shared memory
   // (every tensor and view of that storage follows), where an all_reduce of
-  // more than 16 KiB reads the peers' tensors in place instead of copying
-  // them through the slots (0.58-0.69x the time at 1-4 MiB here;
-  // docs/benchmarks.md). Collective: every rank calls it, in the same order
+  // more than 16 KiB reads the peers' tensors in place, and each rank writes
+  // its reduced slice into every rank's tensor, instead of copying through
+  // the slots (0.48-0.68x the time at most sizes from 64 KiB here;
+  // docs/benchmarks.md). After an all_reduce on it fails, the tensor's
+  // contents are undefined (a peer may still be writing them) and its arena
+  // memory is never reused. Collective: every rank calls it, in the same order
   // as the group's other collectives, with a tensor whose storage has the
   // same size. Returns true on every rank when all moved (or had moved
   // before), else false on every rank and nothing moved: the arena lacks
