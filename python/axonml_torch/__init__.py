@@ -30,11 +30,13 @@ def place_in_arena(tensor, group=None):
     of copying them through the shared slots (zero copy).
 
     Collective: every rank of the group calls it, in the same order as the
-    group's other collectives, with a tensor of the same size. Returns True
+    group's other collectives, with a tensor of the same size (else every
+    rank raises, naming the sizes, and nothing moves). Returns True
     on every rank when all moved (or were there already), else False on every
     rank and nothing moved: the arena has no room (``Options(shared_mb=)``
     or ``AXON_TORCH_SHARED_MB`` reserve it when the group is made; every
-    rank's tensor takes its share),
+    rank's tensor takes its share; a group made without them places
+    nothing),
     or a rank's storage is not PyTorch's own CPU memory (a numpy array's).
 
     The memory the tensor moved from is kept until the tensor goes: a numpy

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -571,8 +572,30 @@ bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
   const std::string where = where_of("place_in_arena", getRank(), getSize());
   check_tensor(tensor, where);
   auto placed = std::make_shared<bool>(false);
-  auto work = collective(OpType::UNKNOWN, {tensor}, sizeof(std::int32_t), [b = backend_, tensor, placed, where] {
-    *placed = agree_in_arena(*b, tensor, storage_in_arena(tensor, *b), /*movable=*/true, KeepOld::UntilStorageGoes,
+  // Without room asked for, nothing is placed, not even a tensor that would fit
+  // in the default arena's spare pages: all_reduce agrees where tensors lie
+  // only in groups with room, so a placed tensor there would meet a rank's
+  // private copy as a collective mismatch instead of as a private tensor.
+  auto work = collective(OpType::UNKNOWN, {tensor}, sizeof(std::int32_t),
+                         [b = backend_, tensor, placed, where, room = shared_room_] {
+    // Sizes that differ would place fine and fail at the first all_reduce:
+    // say so here, where the cause is.
+    const auto bytes = static_cast<std::int64_t>(tensor.storage().nbytes());
+    std::array<std::int64_t, 2> least_and_most{bytes, -bytes};
+    try {
+      b->all_reduce(std::span<std::int64_t>(least_and_most), ad::ReduceOp::Min);
+    } catch (const ad::CollectiveMismatch& e) {
+      throw ad::CollectiveMismatch(std::string(e.what()) + " (" + where + ": the all_reduce(i64, 2, min) is where " +
+                                   "the ranks compare their tensors' sizes, before they agree whether their " +
+                                   "tensors lie in the group's shared memory)");
+    }
+    if (least_and_most[0] != -least_and_most[1]) {
+      throw ad::InvalidArgument(where + ": the ranks' tensors differ in size (storages of " +
+                                std::to_string(least_and_most[0]) + " to " + std::to_string(-least_and_most[1]) +
+                                " bytes, this rank's " + std::to_string(bytes) +
+                                "); every rank places a tensor of the same size");
+    }
+    *placed = agree_in_arena(*b, tensor, storage_in_arena(tensor, *b), /*movable=*/room, KeepOld::UntilStorageGoes,
                              where);
   });
   work->wait();
@@ -586,9 +609,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_in_arena(at::Tensor& 
   check_reducible(opts.reduceOp, type, where);
   const bool native = native_type(type) && native_op(opts.reduceOp, where);
   return collective(OpType::ALLREDUCE, {tensor}, static_cast<std::int64_t>(tensor.nbytes()),
-                    [b = backend_, tensor, op = opts.reduceOp, where, native]() mutable {
+                    [b = backend_, tensor, op = opts.reduceOp, where, native, room = shared_room_]() mutable {
     if (!native) return in_place(tensor, [&](at::Tensor& c) { all_reduce_tensor(*b, c, op, where); });
-    all_reduce_where_agreed(*b, tensor, op, /*move=*/true, where);
+    all_reduce_where_agreed(*b, tensor, op, /*move=*/room, where);  // no room: as place_in_arena
   });
 }
 

@@ -241,6 +241,35 @@ def hook_without_room(rank, n):
     return True
 
 
+def a_group_without_room_places_nothing(rank, n):
+    """A group made without room (shared_mb=0, the default) places nothing,
+    not even a tensor the default arena's spare pages would hold: such a
+    group all-reduces without agreeing where tensors lie, so a placed tensor
+    would meet another rank's private copy as a collective mismatch."""
+    import warnings
+    group = dist.new_group(list(range(n)), pg_options=axonml_torch.Options(shared_mb=0))
+    t = torch.full((100_003,), float(rank + 1))
+    assert axonml_torch.place_in_arena(t, group) is False
+    assert not axonml_torch.in_arena(t, group)
+    u = t.clone() if rank == 1 else t
+    dist.all_reduce(u, group=group)
+    assert bool((u == n * (n + 1) / 2).all()), f"{u[:3]}"
+    axonml_torch._warned_no_room = False  # hook_without_room has had this process's warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.manual_seed(0)
+        net = torch.nn.Linear(64, 64)   # 16 KiB of gradients: would fit in the spare pages
+        ddp = DDP(net, process_group=group, gradient_as_bucket_view=True)
+        ddp.register_comm_hook(group, axonml_torch.zero_copy_allreduce_hook)
+        ddp(torch.randn(4, 64)).square().mean().backward()
+        assert not any(axonml_torch.in_arena(p.grad, group) for p in net.parameters())
+    assert any("no room in the axon group's shared memory" in str(w.message) for w in caught), \
+        [str(w.message) for w in caught]
+    dist.all_reduce(u, group=group)  # the group is still in step
+    dist.barrier(group=group)
+    return True
+
+
 def misuse(rank, n):
     gloo = dist.new_group(backend="gloo")
     for call in (lambda: axonml_torch.place_in_arena(torch.ones(4), gloo),
@@ -280,6 +309,20 @@ def misuse(rank, n):
             assert "agree whether their tensors lie in the group's shared memory" in str(e), str(e)
     else:
         raise AssertionError("place_in_arena against a barrier went through")
+    # Tensors of different sizes: every rank is told, and nothing moves (a
+    # new group: the mismatch above leaves g unusable).
+    g = dist.new_group(list(range(n)), pg_options=axonml_torch.Options(shared_mb=4))
+    t = torch.ones(1000 + rank)
+    try:
+        axonml_torch.place_in_arena(t, g)
+    except RuntimeError as e:
+        assert "the ranks' tensors differ in size (storages of 4000 to " in str(e) and \
+            f"this rank's {4 * (1000 + rank)}" in str(e), str(e)
+    else:
+        raise AssertionError("tensors of different sizes were placed")
+    assert not axonml_torch.in_arena(t, g)
+    same = torch.ones(1000)
+    assert axonml_torch.place_in_arena(same, g)  # the group goes on
     try:
         dist.new_group(list(range(n)), backend="axon", pg_options={"shared_mb": 4})
     except TypeError as e:
@@ -297,7 +340,8 @@ def check(rank, n):
     results = [same_results_as_private(rank, n), ranks_agree_and_space_returns(rank, n, ROOM_MB),
                outlives_its_group(rank, n), ddp_equals_gloo(rank, n), mixed_places_still_meet(rank, n),
                plain_all_reduce_of_mixed_places(rank, n), earlier_numpy_views_stay_valid(rank, n),
-               join_equals_gloo(rank, n), hook_without_room(rank, n), misuse(rank, n)]
+               join_equals_gloo(rank, n), hook_without_room(rank, n),
+               a_group_without_room_places_nothing(rank, n), misuse(rank, n)]
     dist.barrier()
     dist.destroy_process_group()
     return results

@@ -113,9 +113,11 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // contents are undefined (a peer may still be writing them) and its arena
   // memory is never reused. Collective: every rank calls it, in the same order
   // as the group's other collectives, with a tensor whose storage has the
-  // same size. Returns true on every rank when all moved (or had moved
+  // same size (else every rank throws InvalidArgument naming the sizes, and
+  // nothing moves). Returns true on every rank when all moved (or had moved
   // before), else false on every rank and nothing moved: the arena lacks
-  // room (the constructor's shared_bytes; by default there is almost none),
+  // room (the constructor's shared_bytes; a group made without any has none,
+  // whatever spare pages its arena has),
   // or a rank's storage is not PyTorch's own CPU memory (a numpy array's,
   // from_blob's), whose sharing a move would end. Blocks until done. The
   // memory moved from is kept until the storage goes (a numpy array taken
