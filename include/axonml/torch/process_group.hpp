@@ -108,7 +108,7 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // (every tensor and view of that storage follows), where an all_reduce of
   // more than 16 KiB reads the peers' tensors in place, and each rank writes
   // its reduced slice into every rank's tensor, instead of copying through
-  // the slots (0.48-0.68x the time at most sizes from 64 KiB here;
+  // the slots (0.44-0.68x the time at most sizes from 64 KiB here;
   // docs/benchmarks.md). After an all_reduce on it fails, the tensor's
   // contents are undefined (a peer may still be writing them) and its arena
   // memory is never reused. Collective: every rank calls it, in the same order
