@@ -117,9 +117,9 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // nothing moves). Returns true on every rank when all moved (or had moved
   // before), else false on every rank and nothing moved: the arena lacks
   // room (the constructor's shared_bytes; a group made without any has none,
-  // whatever spare pages its arena has),
-  // or a rank's storage is not PyTorch's own CPU memory (a numpy array's,
-  // from_blob's), whose sharing a move would end. Blocks until done. The
+  // whatever spare pages its arena has), or a rank's storage is not
+  // PyTorch's own CPU memory (a numpy array's, from_blob's), whose sharing a
+  // move would end. Blocks until done. The
   // memory moved from is kept until the storage goes (a numpy array taken
   // before still points at valid memory, no longer the tensor's); an op of
   // another group still running on the tensor finishes there, and its
