@@ -560,6 +560,22 @@ bool may_meet_placed(bool room, const at::Tensor& t, const c10d::ReduceOp& op, c
 
 // One tensor of allreduce() or allreduce_coalesced(), agreeing first where
 // a placed tensor may meet a private one (may_meet_placed).
+// Whether two of `tensors` may share memory: views of one storage that
+// overlap, or that are too irregular for ATen to tell.
+bool any_two_overlap(const std::vector<at::Tensor>& tensors) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    for (std::size_t j = i + 1; j < tensors.size(); ++j) {
+      const at::MemOverlapStatus status = at::get_overlap_status(tensors[i], tensors[j]);
+      if (status == at::MemOverlapStatus::Full || status == at::MemOverlapStatus::Partial) return true;
+      // Not dense (strided, expanded): ATen cannot tell; the same storage may.
+      if (status == at::MemOverlapStatus::TooHard && tensors[i].storage().is_alias_of(tensors[j].storage())) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 void all_reduce_one(ad::StoreBackend& b, at::Tensor& t, const c10d::ReduceOp& op, bool room,
                     const std::string& where) {
   if (may_meet_placed(room, t, op, where)) return all_reduce_where_agreed(b, t, op, /*move=*/false, where);
@@ -644,7 +660,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& te
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   return collective(OpType::ALLREDUCE_COALESCED, tensors, total_bytes(tensors),
                     [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
-    for (auto& t : tensors) all_reduce_one(*b, t, op, room, where);
+    if (!any_two_overlap(tensors)) {
+      for (auto& t : tensors) all_reduce_one(*b, t, op, room, where);
+      return;
+    }
+    // Views that share elements: reducing them one after the other would
+    // reduce the shared elements twice. Reduce copies of the inputs, as Gloo
+    // does (it flattens them), and write the results back: the shared
+    // elements get the same value from each copy.
+    std::vector<at::Tensor> copies;
+    copies.reserve(tensors.size());
+    for (const auto& t : tensors) copies.push_back(t.clone(at::MemoryFormat::Contiguous));
+    for (auto& c : copies) all_reduce_one(*b, c, op, room, where);
+    for (std::size_t i = 0; i < tensors.size(); ++i) copy_back(tensors[i], copies[i]);
   });
 }
 

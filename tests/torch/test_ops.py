@@ -222,6 +222,7 @@ def check(rank, n):
             dist.barrier()
     check_nan_min_max(rank, n)
     check_expanded(rank, n, gloo)
+    check_overlapping_coalesced(rank, n, gloo)
     dist.destroy_process_group()
     return stats
 
@@ -268,6 +269,25 @@ def check_expanded(rank, n, gloo):
         u = torch.tensor([[1.0, float(rank)]]).expand(3, 2)
         dist.all_reduce(u, group=group)
         same(u, torch.tensor([[float(n), float(n * (n - 1) / 2)]]).expand(3, 2), f"all_reduce of an expanded tensor, group {group}")
+
+
+def check_overlapping_coalesced(rank, n, gloo):
+    """all_reduce_coalesced of views that share elements reduces each element
+    once, as Gloo does (it flattens the list first); reducing the views one
+    after another summed the shared elements twice (found in a review)."""
+    def views(base):
+        return {"partial": [base[0:6], base[4:10]],
+                "same twice": [base[2:8], base[2:8]],
+                "strided and dense": [base[::2], base[0:6]],
+                "disjoint views": [base[0:5], base[5:10]]}
+    for case in views(torch.zeros(10)):
+        for op in (R.SUM, R.MAX, R.PRODUCT):
+            got = {}
+            for name, group in (("axon", None), ("gloo", gloo)):
+                base = torch.arange(10, dtype=torch.float32) * (rank + 1) + 1
+                dist.all_reduce_coalesced(views(base)[case], op=op, group=group)
+                got[name] = base
+            same(got["axon"], got["gloo"], f"all_reduce_coalesced of {case} views, {op}")
 
 
 if __name__ == "__main__":
