@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <span>
 #include <stdexcept>
 #include <type_traits>
 
@@ -100,10 +101,10 @@ std::shared_ptr<std::byte> shared_buffer(Transport& t, std::size_t bytes) {
   return buffer;
 }
 
-// The buffers of one collective and how to run and check it.
-// Where consume() leaves its loads, so that the compiler keeps them.
+// Where Case::consume() leaves its loads, so that the compiler keeps them.
 volatile std::uint64_t consumed_sink = 0;
 
+// The buffers of one collective and how to run and check it.
 template <typename T> struct Case {
   Transport& t;
   const Options& o;
@@ -133,25 +134,28 @@ template <typename T> struct Case {
     fresh = a;
   }
 
+  // The buffer the collective reads its input from (all_reduce, broadcast:
+  // also its result).
+  T* input() { return shared ? reinterpret_cast<T*>(shared.get()) : a.data(); }
+  // What the collective leaves on this rank.
+  std::span<const T> result() const {
+    if (shared) return {reinterpret_cast<const T*>(shared.get()), count};
+    return collective == "all_gather" || collective == "reduce_scatter" ? std::span<const T>(b) : std::span<const T>(a);
+  }
+
   // Writes the input again, on this rank's core: what a training step does to
   // its gradients between two all-reduces.
-  void refresh() {
-    std::byte* input = shared ? shared.get() : bytes(a);
-    if (!fresh.empty()) std::memcpy(input, fresh.data(), fresh.size() * sizeof(T));
-  }
+  void refresh() { std::copy(fresh.begin(), fresh.end(), input()); }
 
   // Loads one word of every cache line of the result, as the step that uses
   // it would: an algorithm that leaves the result's lines in another core's
   // cache pays for it here, not in a later untimed refresh().
   void consume() const {
-    const std::byte* out = shared ? shared.get() : collective == "all_reduce" || collective == "broadcast"
-                                                       ? reinterpret_cast<const std::byte*>(a.data())
-                                                       : reinterpret_cast<const std::byte*>(b.data());
-    const std::size_t size = (collective == "all_gather" || collective == "reduce_scatter" ? b.size() : a.size()) * sizeof(T);
+    const std::span<const std::byte> out = std::as_bytes(result());
     std::uint64_t sum = 0;
-    for (std::size_t at = 0; at + sizeof(std::uint64_t) <= size; at += 64) {
+    for (std::size_t at = 0; at + sizeof(std::uint64_t) <= out.size(); at += 64) {
       std::uint64_t word;
-      std::memcpy(&word, out + at, sizeof(word));
+      std::memcpy(&word, out.data() + at, sizeof(word));
       sum += word;
     }
     consumed_sink = consumed_sink + sum;
@@ -159,7 +163,7 @@ template <typename T> struct Case {
 
   void run() {
     const DataType type = ad::data_type_v<T>;
-    if (collective == "all_reduce") t.all_reduce(shared ? shared.get() : bytes(a), count, type, o.op);
+    if (collective == "all_reduce") t.all_reduce(reinterpret_cast<std::byte*>(input()), count, type, o.op);
     else if (collective == "broadcast") t.broadcast(bytes(a), count, type, o.root);
     else if (collective == "all_gather") t.all_gather(bytes(a), bytes(b), count, type);
     else if (collective == "reduce_scatter") t.reduce_scatter(bytes(a), bytes(b), count, type, o.op);
@@ -169,7 +173,7 @@ template <typename T> struct Case {
   long check() const {
     const int n = t.size(), r = t.rank();
     if (collective == "all_reduce")
-      return count_wrong(shared ? reinterpret_cast<const T*>(shared.get()) : a.data(), count, [&](std::size_t i) { return reference<T>(o.op, n, i); });
+      return count_wrong(result().data(), count, [&](std::size_t i) { return reference<T>(o.op, n, i); });
     if (collective == "broadcast")
       return count_wrong(a.data(), count, [&](std::size_t i) { return from_double<T>(input_value(o.op, o.root, i)); });
     if (collective == "all_gather")
@@ -242,10 +246,10 @@ template <typename T> Row measure(Transport& t, const Options& o, FloorProbe& pr
     times[static_cast<std::size_t>(i)] = std::chrono::duration<double, std::micro>(now - last).count();
     last = now;
   }
-  times.back() = std::chrono::duration<double, std::micro>(last - start).count() / row.iterations;
-  if (o.fresh_inputs) {  // the loop's time less the refreshes
-    times.back() = std::accumulate(times.begin(), times.end() - 1, 0.0) / row.iterations;
-  }
+  // With fresh inputs the loop's time less the refreshes: the calls' own.
+  times.back() = (o.fresh_inputs ? std::accumulate(times.begin(), times.end() - 1, 0.0)
+                                 : std::chrono::duration<double, std::micro>(last - start).count()) /
+                 row.iterations;
   // Fresh inputs give the same result every call: check the last one too.
   if (o.fresh_inputs) row.wrong += sum_over_ranks(t, c.check());
   times = max_over_ranks(t, times);

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <optional>
-#include <functional>
 #include <string>
 #include <utility>
 

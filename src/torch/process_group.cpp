@@ -561,16 +561,23 @@ bool may_meet_placed(bool room, const at::Tensor& t, const c10d::ReduceOp& op, c
 // One tensor of allreduce() or allreduce_coalesced(), agreeing first where
 // a placed tensor may meet a private one (may_meet_placed).
 // Whether two of `tensors` may share memory: views of one storage that
-// overlap, or that are too irregular for ATen to tell.
+// overlap, or that are too irregular for ATen to tell. Only tensors of one
+// storage can, so only those are compared: a model's gradient list, one
+// storage each, costs a sort, not every pair.
 bool any_two_overlap(const std::vector<at::Tensor>& tensors) {
+  std::vector<std::pair<const void*, std::size_t>> by_storage;  // (storage, index)
+  by_storage.reserve(tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    for (std::size_t j = i + 1; j < tensors.size(); ++j) {
-      const at::MemOverlapStatus status = at::get_overlap_status(tensors[i], tensors[j]);
-      if (status == at::MemOverlapStatus::Full || status == at::MemOverlapStatus::Partial) return true;
-      // Not dense (strided, expanded): ATen cannot tell; the same storage may.
-      if (status == at::MemOverlapStatus::TooHard && tensors[i].storage().is_alias_of(tensors[j].storage())) {
-        return true;
-      }
+    by_storage.emplace_back(tensors[i].storage().unsafeGetStorageImpl(), i);
+  }
+  std::sort(by_storage.begin(), by_storage.end());
+  for (std::size_t first = 0; first < by_storage.size(); ++first) {
+    for (std::size_t other = first + 1; other < by_storage.size() && by_storage[other].first == by_storage[first].first;
+         ++other) {
+      const at::Tensor& a = tensors[by_storage[first].second];
+      const at::Tensor& b = tensors[by_storage[other].second];
+      // Same storage: anything but a clear "no" (TooHard: not dense) may overlap.
+      if (at::get_overlap_status(a, b) != at::MemOverlapStatus::No) return true;
     }
   }
   return false;
