@@ -15,9 +15,12 @@ namespace axonml::distributed::collectives {
 namespace {
 
 // One round per slotful: copy in, exchange, every member reduces all slots in
-// rank order straight into its own output. Reads n times the message per
-// member, so it pays off only while latency dominates (one slotful), or when
-// slots are too small for the pipelined algorithm's n + 1 blocks.
+// rank order straight into its own output (its own part read where it lies,
+// not from its slot). Reads n times the message per member, so it pays off
+// only while latency dominates (one slotful), when slots are too small for
+// the pipelined algorithm's n + 1 blocks, or at two members, where it reads
+// no more across cores than the pipelined one (the peer's whole message) and
+// never waits for the peer's reduce.
 void all_reduce_one_round(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                           ReduceOp op) {
   const int n = channel.size();
@@ -28,10 +31,14 @@ void all_reduce_one_round(RoundChannel& channel, std::byte* data, std::size_t co
   std::size_t offset = 0;
   do {
     const std::size_t len = std::min(per_round, count - offset);
-    copy_bytes(channel.outbox(), data + offset * es, len * es);
+    std::byte* here = data + offset * es;
+    copy_bytes(channel.outbox(), here, len * es);
     channel.exchange();
     for (int m = 0; m < n; ++m) sources[static_cast<std::size_t>(m)] = channel.inbox(m);
-    kernels::reduce(type, op, sources, data + offset * es, len);
+    // Our own part where it already lies, not the copy in our slot, which
+    // the peers are reading at this moment.
+    sources[static_cast<std::size_t>(channel.rank())] = here;
+    kernels::reduce(type, op, sources, here, len);
     offset += len;
   } while (offset < count);
 }
@@ -66,7 +73,11 @@ std::size_t pipelined_block_limit(std::size_t slot_bytes, std::size_t es, std::s
 // moves a third fewer bytes: a 1 MiB all-reduce at n = 2 takes 119-138 us
 // this way against 174-190 us when every slice goes through the slots, in a
 // two-process model of both (2-vCPU machine, slow phase, where the
-// cross-core hand-off of 1 MiB alone takes 78 us).
+// cross-core hand-off of 1 MiB alone takes 78 us). Two members now take the
+// one-round algorithm instead, which reads the same bytes across cores with
+// one dependency on the peer per slotful instead of two: 0.63x this one's time
+// at 64 KiB and 0.95-0.98x from 256 KiB to 16 MiB (7 interleaved rounds,
+// fresh inputs).
 void all_reduce_pipelined(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                           ReduceOp op) {
   const auto n = static_cast<std::size_t>(channel.size());
@@ -128,7 +139,10 @@ std::size_t one_round_all_reduce_limit(std::size_t slot_bytes, int members) {
   // 32-128 KiB, 16 KiB equal) and from 8 KiB at n=8 (0.90x at 8 KiB,
   // 0.69-0.71x at 16 and 32 KiB), 7 interleaved rounds each on 2 cores; the
   // 16-core run also showed 64 KiB one-round slower at n=16 than the
-  // pipelined 256 KiB. Hence 32 KiB / n within 4..16 KiB.
+  // pipelined 256 KiB. Hence 32 KiB / n within 4..16 KiB. (Those runs read
+  // the member's own part from its slot; two members now take one round at
+  // every size, see all_reduce(). The limit still sets where zero copy
+  // starts.)
   std::size_t limit = std::clamp<std::size_t>((std::size_t{32} << 10) / static_cast<std::size_t>(members),
                                               std::size_t{4} << 10, std::size_t{16} << 10);
   static const std::optional<long long> requested =
@@ -146,7 +160,8 @@ void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataT
   }
   if (bytes <= channel.small_bytes()) {
     all_reduce_small<RoundChannel>(channel, data, count, type, op);
-  } else if (bytes <= one_round_limit ||
+  } else if (channel.size() == 2 ||  // see all_reduce_one_round; measured in docs/benchmarks.md
+             bytes <= one_round_limit ||
       pipelined_block_limit(channel.slot_bytes(), size_of(type),
                             static_cast<std::size_t>(channel.size())) == 0) {
     all_reduce_one_round(channel, data, count, type, op);
