@@ -17,7 +17,10 @@ side by side and measures, interleaved (the order alternates every repeat):
               torch.set_num_threads(1), SGD: forward, backward, step; steps
               with and without no_sync() in turn (the slowest rank's time of
               each); communication = the median over those pairs of step -
-              no_sync step (a pair sees one moment of the machine). A third
+              no_sync step (a pair sees one moment of the machine), with
+              its quartiles and a 95% confidence interval of the median
+              (order statistics; it narrows with more pairs: --ddp-steps x
+              --ddp-repeats, and bounds the ratio to gloo's). A third
               replica, "none", runs DDP with a communication hook that
               communicates nothing: its figure is DDP's own bucket work,
               which every backend pays. Then
@@ -200,6 +203,21 @@ def quartiles(values):
     return [q[0], q[2]]
 
 
+def median_interval(values):
+    """A 95% confidence interval for the median of `values`, free of any
+    assumption about their distribution: the order statistics k and n + 1 - k,
+    k from the normal approximation to Binomial(n, 1/2). Needs at least 6
+    values (below that it is the whole range)."""
+    v = sorted(values)
+    if not v:
+        return [0.0, 0.0]
+    # The j-th smallest and the j-th largest, j = floor(n/2 - 0.98 sqrt(n)) (1-based).
+    k = int(len(v) / 2 - 0.98 * len(v) ** 0.5) - 1  # 0-based
+    if k < 0 or len(v) < 6:
+        return [v[0], v[-1]]
+    return [v[k], v[len(v) - 1 - k]]
+
+
 def ddp_steps(rank, n, cfg, groups, ctl):
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
@@ -284,7 +302,8 @@ def ddp_steps(rank, n, cfg, groups, ctl):
         step_ms = statistics.median(ms[(b, True)])  # over every step of every repeat
         no_sync_ms = statistics.median(ms[(b, False)])
         result[b] = {"step_ms": step_ms, "no_sync_ms": no_sync_ms, "comm_ms": statistics.median(diffs[b]),
-                     "comm_quartiles_ms": quartiles(diffs[b]), "pairs": len(diffs[b]),
+                     "comm_quartiles_ms": quartiles(diffs[b]), "comm_median_ci_ms": median_interval(diffs[b]),
+                     "pairs": len(diffs[b]),
                      "steps_ms": ms[(b, True)], "no_sync_steps_ms": ms[(b, False)]}
     return result
 
@@ -426,22 +445,33 @@ def report(results):
                   f"parameters), batch {d['batch_per_rank']} per rank, 1 thread per rank"
                   f"{', gradient_as_bucket_view=True' if d.get('bucket_view') else ''}, ms"
                   f"{' (axon-zc: with zero_copy_allreduce_hook)' if 'axon-zc' in d else ''}")
-            print(f"{'backend':>8} {'step':>9} {'no_sync':>9} {'comm':>9} {'beyond DDP':>11} {'comm q1..q3':>17}")
+            print(f"{'backend':>8} {'step':>9} {'no_sync':>9} {'comm':>9} {'beyond DDP':>11} {'comm q1..q3':>17}"
+                  f" {'comm 95% CI':>17}")
             own = d["none"]["comm_ms"] if "none" in d else None
             for b in BACKENDS + (("axon-zc",) if "axon-zc" in d else ()) + (("none",) if "none" in d else ()):
                 beyond = f"{d[b]['comm_ms'] - own:>11.2f}" if own is not None and b != "none" else f"{'':>11}"
                 q1, q3 = d[b].get("comm_quartiles_ms", (float("nan"), float("nan")))
                 spread = f"{q1:.1f}..{q3:.1f}"
+                lo, hi = d[b].get("comm_median_ci_ms", (float("nan"), float("nan")))
+                ci = f"{lo:.1f}..{hi:.1f}"
                 print(f"{b:>8} {d[b]['step_ms']:>9.2f} {d[b]['no_sync_ms']:>9.2f} {d[b]['comm_ms']:>9.2f} {beyond}"
-                      f" {spread:>17}")
+                      f" {spread:>17} {ci:>17}")
             if own is not None:
                 print("(none: DDP with a hook that communicates nothing; its comm is DDP's own bucket work, and")
                 print(" 'beyond DDP' is each backend's comm less that; comm is the median over "
-                      f"{d['axon'].get('pairs', '?')} pairs of steps, q1..q3 their quartiles)")
+                      f"{d['axon'].get('pairs', '?')} pairs of steps, q1..q3 their quartiles, and the 95% CI that of")
+                print(" the median, from order statistics: it narrows as 1/sqrt(pairs), the quartiles do not)")
             if d["gloo"]["comm_ms"] > 0:
                 print(f"communication axon/gloo: {d['axon']['comm_ms'] / d['gloo']['comm_ms']:.3f}")
                 if "axon-zc" in d:
                     print(f"communication axon-zc/gloo: {d['axon-zc']['comm_ms'] / d['gloo']['comm_ms']:.3f}")
+                # The ratio's bounds from the two intervals: each end a 95% bound, so
+                # together at least 90% (Bonferroni); meaningful once gloo's lower end is above 0.
+                gloo_lo, gloo_hi = d["gloo"].get("comm_median_ci_ms", (0.0, 0.0))
+                if gloo_lo > 0:
+                    for b in ("axon",) + (("axon-zc",) if "axon-zc" in d else ()):
+                        lo, hi = d[b].get("comm_median_ci_ms", (float("nan"), float("nan")))
+                        print(f"communication {b}/gloo, from the 95% CIs: {lo / gloo_hi:.3f}..{hi / gloo_lo:.3f}")
             print(f"parameters gloo vs {'each axon replica' if 'axon-zc' in d else 'axon'}: largest difference {d['max_relative_difference']:.2e} of the largest "
                   f"parameter ({'match' if d['parameters_match'] else 'DIFFER'})")
             if not d["parameters_match"]:
