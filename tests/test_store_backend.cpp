@@ -121,6 +121,45 @@ TEST_CASE("an invalid rank or world size for a store world names the range", "[s
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 0), Contains("world size 0"));
 }
 
+TEST_CASE("a store world given its ranks' names in the job names them in its errors, not its own numbers",
+          "[store][errors]") {
+  // A PyTorch subgroup of the job's ranks 5 and 7 is a world of two here.
+  MemoryStore store(true);
+  StoreOptions options;
+  options.timeout = std::chrono::milliseconds(300);
+  options.rank_names = {5, 7};
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto backend = StoreBackend::create(store, r, 2, options);
+        std::vector<float> data(3, 1.0f);
+        if (r == 0) {
+          backend->all_reduce(data, ReduceOp::Sum);  // rank 7 never comes: a timeout
+        } else {
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          backend->all_reduce(data, ReduceOp::Sum);  // after rank 5's timeout aborted the group
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CAPTURE(errors[0], errors[1]);
+  CHECK_THAT(errors[0], Contains("rank 5: timed out after 0.3 s") && Contains("in group [5, 7]") &&
+                            Contains("waiting for rank(s) 7"));
+  CHECK_THAT(errors[1], Contains("rank 7: job aborted: rank 5: timed out"));
+  CHECK_THAT(errors[0] + errors[1], !Contains("rank 0") && !Contains("rank 1") && !Contains("[0, 1]"));
+
+  MemoryStore other;
+  options.rank_names = {5};
+  REQUIRE_THROWS_AS(StoreBackend::create(other, 0, 2, options), InvalidArgument);
+  REQUIRE_THROWS_WITH(StoreBackend::create(other, 0, 2, options),
+                      Contains("1 rank names (StoreOptions::rank_names) for a world of 2"));
+}
+
 TEST_CASE("an arena larger than the available memory fails at set-up naming the sizes, not with SIGBUS later",
           "[store][errors]") {
   MemoryStore store;

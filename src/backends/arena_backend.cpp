@@ -21,12 +21,12 @@
 namespace axonml::distributed {
 
 RankState::RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-                     std::chrono::milliseconds timeout, const std::vector<int>& peer_pids)
+                     std::chrono::milliseconds timeout, const std::vector<int>& peer_pids, RankNames names)
     : memory(std::move(memory_owner)),
       base(arena_base),
       header(shm::ArenaView(arena_base).header()),
       world_rank(rank),
-      waits(header, rank, timeout, peer_pids),
+      waits(header, rank, timeout, peer_pids, std::move(names)),
       allocator(arena_base, waits),
       p2p(arena_base, rank, waits) {}
 
@@ -53,8 +53,9 @@ ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-    std::chrono::milliseconds timeout, const std::vector<int>& peer_pids) {
-  auto state = std::make_shared<RankState>(std::move(memory_owner), arena_base, rank, timeout, peer_pids);
+    std::chrono::milliseconds timeout, const std::vector<int>& peer_pids, RankNames names) {
+  auto state = std::make_shared<RankState>(std::move(memory_owner), arena_base, rank, timeout, peer_pids,
+                                           std::move(names));
   std::vector<int> everyone(state->header.world_size);
   for (std::size_t r = 0; r < everyone.size(); ++r) everyone[r] = static_cast<int>(r);
   shm::GroupHeader& world = shm::ArenaView(arena_base).world_group();
@@ -71,8 +72,8 @@ int ArenaBackend::world_size() const { return impl_->channel.size(); }
 std::size_t ArenaBackend::slot_bytes() const { return impl_->channel.slot_bytes(); }
 
 void ArenaBackend::abort(const std::string& reason) {
-  impl_->state->waits.abort(impl_->state->world_rank,
-                            "rank " + std::to_string(impl_->state->world_rank) + " aborted: " + reason);
+  const auto& waits = impl_->state->waits;
+  waits.abort(impl_->state->world_rank, waits.names().rank(impl_->state->world_rank) + " aborted: " + reason);
 }
 
 namespace {
@@ -122,6 +123,8 @@ std::vector<ExitedPeer> ArenaBackend::exited_peers() const {
   for (const auto& [rank, pid] : impl_->state->waits.exited_peers()) exited.push_back({rank, pid});
   return exited;
 }
+
+std::vector<int> ArenaBackend::ranks_waiting_for_this_rank() const { return impl_->channel.members_ahead(); }
 
 bool ArenaBackend::peers_arrived() const { return impl_->channel.peers_arrived(); }
 void ArenaBackend::announce_next() { impl_->channel.announce_next(); }

@@ -20,7 +20,7 @@ namespace axonml::distributed {
 // subgroup backend it creates.
 struct RankState {
   RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-            std::chrono::milliseconds timeout, const std::vector<int>& peer_pids);
+            std::chrono::milliseconds timeout, const std::vector<int>& peer_pids, RankNames names = {});
   RankState(const RankState&) = delete;
   RankState& operator=(const RankState&) = delete;
 
@@ -63,11 +63,12 @@ struct ArenaBackend::Impl {
        std::vector<int> world_ranks, GroupAreaHold area = {});
 
   // The world endpoint of `rank` in a formatted arena at `arena_base`;
-  // `peer_pids` as for shm::WaitContext (empty: the peers are not watched).
+  // `peer_pids` and `names` as for shm::WaitContext (empty: the peers are
+  // not watched; every rank named by itself).
   static std::unique_ptr<Impl> attach_world(std::shared_ptr<void> memory_owner,
                                             std::byte* arena_base, int rank,
                                             std::chrono::milliseconds timeout,
-                                            const std::vector<int>& peer_pids = {});
+                                            const std::vector<int>& peer_pids = {}, RankNames names = {});
 
   // Whether [p, p + bytes) lies in this rank's mapping of the arena.
   bool in_arena(const std::byte* p, std::size_t bytes) const;

@@ -128,6 +128,15 @@ bool ArenaChannel::peers_arrived() const {
 
 void ArenaChannel::announce_next() { controls_[member_].intent.store(calls_ + 1, std::memory_order_release); }
 
+std::vector<int> ArenaChannel::members_ahead() const {
+  const std::uint64_t mine = controls_[member_].round.load(std::memory_order_acquire);
+  std::vector<int> ahead;
+  for (int m = 0; m < size(); ++m) {
+    if (controls_[m].round.load(std::memory_order_acquire) > mine) ahead.push_back(m);
+  }
+  return ahead;
+}
+
 // 1. post the descriptor (first round of a collective) and publish the round;
 // 2. ring the group bell only if this publish completed the round: after the
 //    full barrier, of all publishers of a round at least the last sees every
@@ -258,12 +267,12 @@ void ArenaChannel::report_barrier_mismatch(std::uint64_t round, int parity) {
     check_descriptors(parity, round);  // throws when a descriptor differs
   }
   broken_ = "collective mismatch in group " + group_name() + " at call #" + std::to_string(pending_.call) +
-            ": rank " + std::to_string(world_ranks_[static_cast<std::size_t>(member_)]) + " is in " +
+            ": " + waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + " is in " +
             describe(pending_) + "; another member found a mismatch (see its error)";
   throw CollectiveMismatch(broken_);
 }
 
-std::string ArenaChannel::group_name() const { return bracketed(world_ranks_); }
+std::string ArenaChannel::group_name() const { return bracketed(waits_.names().job_ranks(world_ranks_)); }
 
 std::string ArenaChannel::describe(const shm::Descriptor& d) const {
   // new_group's detail is its list's hash, which call_text shows as such.
@@ -295,13 +304,13 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
   const shm::Descriptor& theirs = controls_[m].descriptor[parity];
   std::string where = theirs.call == mine.call
                           ? "at call #" + std::to_string(mine.call)
-                          : "at call #" + std::to_string(mine.call) + " (rank " +
-                                std::to_string(world_ranks_[static_cast<std::size_t>(m)]) +
+                          : "at call #" + std::to_string(mine.call) + " (" +
+                                waits_.names().rank(world_ranks_[static_cast<std::size_t>(m)]) +
                                 "'s call #" + std::to_string(theirs.call) + ")";
-  broken_ = "collective mismatch in group " + group_name() + " " + where + ": rank " +
-            std::to_string(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
-            describe(mine) + " vs rank " +
-            std::to_string(world_ranks_[static_cast<std::size_t>(m)]) + ": " + describe(theirs);
+  broken_ = "collective mismatch in group " + group_name() + " " + where + ": " +
+            waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
+            describe(mine) + " vs " +
+            waits_.names().rank(world_ranks_[static_cast<std::size_t>(m)]) + ": " + describe(theirs);
   // Members waiting on us in a barrier learn of it from our relay.
   auto& relay = controls_[member_].relay;
   relay.store(shm::relay_broken(round), std::memory_order_release);
@@ -312,7 +321,8 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
 std::string ArenaChannel::describe_wait(std::uint64_t round) const {
   const shm::Descriptor& current = pending_;
   return describe(current) + " call #" + std::to_string(current.call) + " in group " +
-         group_name() + ": waiting for rank(s) " + joined(missing_ranks(round)) + " (round " +
+         group_name() + ": waiting for rank(s) " + joined(waits_.names().job_ranks(missing_ranks(round))) +
+         " (round " +
          std::to_string(round) + ")";
 }
 

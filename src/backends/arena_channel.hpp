@@ -83,6 +83,9 @@ class ArenaChannel final : public collectives::RoundChannel {
   // Announces that this member runs its next collective now, with nothing
   // else to do first (MemberControl::intent).
   void announce_next();
+  // The members that have published a round this member has not: they are
+  // in a collective it has not entered, waiting for it.
+  std::vector<int> members_ahead() const;
 
  private:
   // Members [first_missing, n) have all published `round`; advances

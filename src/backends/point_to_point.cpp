@@ -44,12 +44,12 @@ void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* d
   const auto d = static_cast<std::size_t>(dst);
   auto describe = [&] {
     return "send of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
-           " to rank " + std::to_string(dst) + ": waiting for it to receive";
+           " to " + waits_.names().rank(dst) + ": waiting for it to receive";
   };
   auto claim = [&] {
     std::lock_guard lock(mutex_);
     if (sending_[d] == 2) {
-      throw Error("send on rank " + std::to_string(me_) + " to rank " + std::to_string(dst) +
+      throw Error("send on " + waits_.names().rank(me_) + " to " + waits_.names().rank(dst) +
                   ": an earlier send to that rank failed midway, so the link is unusable");
     }
     if (sending_[d] == 0) {
@@ -114,8 +114,8 @@ bool PointToPoint::take_stashed(const PostedReceive& want) {
     // the next receive gets the next message, under either launcher.
     const std::size_t had = message->bytes.size();
     stash_[static_cast<std::size_t>(want.src)].remove_if([&](const StashedMessage& m) { return &m == message; });
-    throw InvalidArgument("recv on rank " + std::to_string(me_) + " from rank " +
-                          std::to_string(want.src) + " with tag " + std::to_string(want.tag) +
+    throw InvalidArgument("recv on " + waits_.names().rank(me_) + " from " +
+                          waits_.names().rank(want.src) + " with tag " + std::to_string(want.tag) +
                           ": the message has " + std::to_string(had) +
                           " bytes but the buffer has " + std::to_string(want.bytes));
   }
@@ -216,7 +216,7 @@ void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, s
   try {
     shm::wait_until(arrived, doorbell(me_), waits_, [&] {
       return "recv of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
-             " from rank " + std::to_string(src) + ": waiting for it to send";
+             " from " + waits_.names().rank(src) + ": waiting for it to send";
     }, [&] { return std::vector<int>{src}; });
   } catch (...) {
     std::lock_guard lock(mutex_);

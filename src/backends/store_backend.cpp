@@ -20,6 +20,7 @@
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
 #include "base/process_watch.hpp"
+#include "base/rank_names.hpp"
 #include "base/text.hpp"
 #include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
@@ -70,11 +71,12 @@ constexpr const char* kFailedKey = "axon/failed";
 // What create() watches while it waits for a peer's entry in the store.
 class SetupWait {
  public:
-  SetupWait(KeyValueStore& store, const StoreOptions& options, std::string who, int world_size,
-            std::chrono::milliseconds timeout)
+  SetupWait(KeyValueStore& store, const StoreOptions& options, std::string who, const RankNames& names,
+            int world_size, std::chrono::milliseconds timeout)
       : store_(store),
         options_(options),
         who_(std::move(who)),
+        names_(names),
         timeout_(timeout),
         deadline_(std::chrono::steady_clock::now() + timeout),
         peers_(static_cast<std::size_t>(world_size)),
@@ -82,7 +84,7 @@ class SetupWait {
 
   // From now on a wait also ends when `rank`'s process exits.
   void watch(int rank, int pid) {
-    peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + "rank " + std::to_string(rank));
+    peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + names_.rank(rank));
   }
 
   // Whether the store answers has(): only then can peers leave reasons in
@@ -103,7 +105,7 @@ class SetupWait {
   template <class WaitingFor> void throw_if_a_watched_peer_exited(WaitingFor&& waiting_for) const {
     for (const auto& peer : peers_) {
       if (peer.exited()) {
-        throw PeerFailure(who_ + "rank " + std::to_string(&peer - peers_.data()) + " (pid " +
+        throw PeerFailure(who_ + names_.rank(static_cast<int>(&peer - peers_.data())) + " (pid " +
                           std::to_string(peer.pid()) + ") exited or was killed while this rank waited for " +
                           waiting_for() + " to set up the shared memory");
       }
@@ -161,6 +163,7 @@ class SetupWait {
   KeyValueStore& store_;
   const StoreOptions& options_;
   std::string who_;
+  const RankNames& names_;
   std::chrono::milliseconds timeout_;
   std::chrono::steady_clock::time_point deadline_;
   std::vector<ProcessWatch> peers_;
@@ -209,11 +212,12 @@ HostEntries read_hosts(SetupWait& setup, int rank, int world_size, const std::st
   return e;
 }
 
-void check_one_machine(const HostEntries& e, const std::string& mine, const std::string& who) {
+void check_one_machine(const HostEntries& e, const std::string& mine, const std::string& who,
+                       const RankNames& names) {
   std::string elsewhere;
   for (std::size_t r = 0; r < e.hosts.size(); ++r) {
     if (e.hosts[r] != mine) {
-      elsewhere += (elsewhere.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on " +
+      elsewhere += (elsewhere.empty() ? "" : ", ") + names.rank(static_cast<int>(r)) + " on " +
                    host_name(e.hosts[r]);
     }
   }
@@ -232,7 +236,7 @@ constexpr const char* kGivenDifferentGroups =
     "calls in a different order)";
 
 void check_same_group(const HostEntries& e, int rank, int world_size, const std::string& group,
-                      const std::string& who) {
+                      const std::string& who, const RankNames& names) {
   const int claimed_by = e.pids[static_cast<std::size_t>(rank)];
   if (claimed_by != ::getpid()) {
     throw InvalidArgument(who + "another process (pid " + std::to_string(claimed_by) + ") set up as rank " +
@@ -243,7 +247,7 @@ void check_same_group(const HostEntries& e, int rank, int world_size, const std:
   };
   for (std::size_t r = 0; r < e.pids.size(); ++r) {
     if (e.sizes[r] > 0 && (e.sizes[r] != world_size || e.groups[r] != group)) {
-      throw InvalidArgument(who + "rank " + std::to_string(r) + " (pid " + std::to_string(e.pids[r]) +
+      throw InvalidArgument(who + names.rank(static_cast<int>(r)) + " (pid " + std::to_string(e.pids[r]) +
                             ") sets up this group as " + as_given(e.sizes[r], e.groups[r]) + ", this rank as " +
                             as_given(world_size, group) + ": the ranks" + kGivenDifferentGroups);
     }
@@ -336,9 +340,14 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     throw InvalidArgument("store backend: invalid rank " + std::to_string(rank) +
                           " (rank should be in the 0.." + std::to_string(world_size - 1) + " range)");
   }
-  const std::string who = "rank " + std::to_string(rank) + ": ";
+  if (!options.rank_names.empty() && options.rank_names.size() != static_cast<std::size_t>(world_size)) {
+    throw InvalidArgument("store backend: " + std::to_string(options.rank_names.size()) +
+                          " rank names (StoreOptions::rank_names) for a world of " + std::to_string(world_size));
+  }
+  const RankNames names(options.rank_names);
+  const std::string who = names.rank(rank) + ": ";
   const auto timeout = options.timeout.count() > 0 ? options.timeout : shm::default_timeout();
-  SetupWait setup(store, options, who, world_size, timeout);
+  SetupWait setup(store, options, who, names, world_size, timeout);
   const std::string mine = host_identity();
   publish_host(store, rank, world_size, mine, options.group);
 
@@ -348,8 +357,8 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   auto set_up = [&]() -> std::shared_ptr<StoreBackend> {
     // 1. Hosts and pids.
     const HostEntries hosts = read_hosts(setup, rank, world_size, mine);
-    check_one_machine(hosts, mine, who);
-    check_same_group(hosts, rank, world_size, options.group, who);
+    check_one_machine(hosts, mine, who, names);
+    check_same_group(hosts, rank, world_size, options.group, who, names);
 
     // 2. Rank 0 makes the arena, the others map it.
     shm::ArenaSpec spec;
@@ -402,7 +411,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
       shm::abort_job(arena.header(), rank, e.what());
       throw;
     }
-    auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, hosts.pids);
+    auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, hosts.pids, names);
     if (options.timeout.count() > 0) {
       impl->state->waits.name_timeout(options.timeout_name.empty() ? "StoreOptions::timeout" : options.timeout_name);
     }

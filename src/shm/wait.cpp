@@ -87,9 +87,10 @@ int choose_spin_polls(bool oversubscribed) {
 }  // namespace
 
 WaitContext::WaitContext(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
-                     const std::vector<int>& peer_pids)
+                     const std::vector<int>& peer_pids, RankNames names)
     : header_(header),
       rank_(rank),
+      names_(std::move(names)),
       timeout_(timeout),
       oversubscribed_(ranks_outnumber_cores(static_cast<int>(header.world_size))),
       spin_polls_(choose_spin_polls(oversubscribed_)),
@@ -100,7 +101,7 @@ WaitContext::WaitContext(ArenaHeader& header, int rank, std::chrono::millisecond
       peers_(peer_pids.size()) {
   for (std::size_t r = 0; r < peer_pids.size(); ++r) {
     if (static_cast<int>(r) == rank_ || peer_pids[r] <= 0) continue;
-    peers_[r] = ProcessWatch(peer_pids[r], "rank " + std::to_string(rank_) + ": rank " + std::to_string(r));
+    peers_[r] = ProcessWatch(peer_pids[r], names_.rank(rank_) + ": " + names_.rank(static_cast<int>(r)));
   }
 }
 
@@ -122,13 +123,13 @@ void WaitContext::check_peers() const {
   if (exited.empty()) return;
   std::string names;
   for (const auto& [r, pid] : exited) {
-    names += (names.empty() ? "" : ", ") + std::to_string(r) + " (pid " + std::to_string(pid) + ")";
+    names += (names.empty() ? "" : ", ") + std::to_string(names_.job_rank(r)) + " (pid " + std::to_string(pid) + ")";
   }
   const std::string reason =
       exited.size() == 1 ? "rank " + names + " exited or was killed while its peers still needed it"
                          : "ranks " + names + " exited or were killed while their peers still needed them";
   abort(exited.front().first, reason);
-  throw PeerFailure("rank " + std::to_string(rank_) + ": job aborted: " + reason);
+  throw PeerFailure(names_.rank(rank_) + ": job aborted: " + reason);
 }
 
 bool WaitContext::aborted() const {
@@ -145,14 +146,14 @@ void WaitContext::check_alive() const {
       detail::yield_cpu();
     }
     std::string reason(header_.abort_reason, strnlen(header_.abort_reason, sizeof(header_.abort_reason)));
-    throw PeerFailure("rank " + std::to_string(rank_) + ": job aborted: " + reason);
+    throw PeerFailure(names_.rank(rank_) + ": job aborted: " + reason);
   }
   check_peers();
   // The launcher is normally our parent; a wrapper in between (sh -c, time,
   // a debugger) makes it a grandparent, so ask the kernel before concluding.
   if (header_.launcher_pid != 0 && getppid() != header_.launcher_pid &&
       ::kill(header_.launcher_pid, 0) != 0 && errno == ESRCH) {
-    throw PeerFailure("rank " + std::to_string(rank_) + ": the launcher (pid " +
+    throw PeerFailure(names_.rank(rank_) + ": the launcher (pid " +
                       std::to_string(header_.launcher_pid) + ") has gone away");
   }
 }
@@ -187,11 +188,11 @@ void WaitContext::peer_ended(int peer, const std::string& what) const {
   } else {
     how = "ended";
   }
-  const std::string peer_name = "rank " + std::to_string(peer);
+  const std::string peer_name = names_.rank(peer);
   // Blame the peer, so that the launcher's summary names it rather than us.
-  abort(peer, peer_name + " " + how + " while rank " + std::to_string(rank_) +
+  abort(peer, peer_name + " " + how + " while " + names_.rank(rank_) +
                   " still waited for it (" + what + ")");
-  throw PeerFailure("rank " + std::to_string(rank_) + ": " + peer_name + " " + how +
+  throw PeerFailure(names_.rank(rank_) + ": " + peer_name + " " + how +
                     " while this rank still waited for it: " + what);
 }
 
@@ -227,7 +228,7 @@ void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point 
   const auto waited = std::chrono::steady_clock::now() - started;
   if (waited >= waits.timeout()) {
     const double seconds = std::chrono::duration<double>(waits.timeout()).count();
-    const std::string what = "rank " + std::to_string(waits.rank()) + ": timed out after " +
+    const std::string what = waits.names().rank(waits.rank()) + ": timed out after " +
                              format_seconds(seconds) + " s (" + waits.timeout_source() + "): " + describe();
     // This rank now leaves an op its peers may still complete, reading or
     // writing its buffers out of turn, and every later op would pair with

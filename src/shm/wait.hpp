@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "base/process_watch.hpp"
+#include "base/rank_names.hpp"
 #include "shm/arena_layout.hpp"
 
 namespace axonml::distributed::shm {
@@ -85,8 +86,10 @@ class WaitContext {
   // aborts the arena when a rank dies). Each peer is then watched
   // (ProcessWatch), so that a rank that dies fails every wait within one
   // sleep slice.
+  // `names`: how messages name the world's ranks (a PyTorch subgroup's
+  // arena names its members by their ranks in the job).
   WaitContext(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
-            const std::vector<int>& peer_pids = {});
+            const std::vector<int>& peer_pids = {}, RankNames names = {});
   ~WaitContext();
   WaitContext(const WaitContext&) = delete;
   WaitContext& operator=(const WaitContext&) = delete;
@@ -117,6 +120,7 @@ class WaitContext {
   const std::string& timeout_source() const { return timeout_source_; }
   void name_timeout(std::string source) { timeout_source_ = std::move(source); }
   int rank() const { return rank_; }
+  const RankNames& names() const { return names_; }
   ArenaHeader& header() const { return header_; }
   // Polls before the first yield: none when the job has more ranks than
   // this process may use cores (spinning would only delay the rank that has
@@ -150,6 +154,7 @@ class WaitContext {
   void check_peers() const;
 
   int rank_;
+  RankNames names_;
   std::chrono::milliseconds timeout_;
   std::string timeout_source_ = "AXON_TIMEOUT";
   bool oversubscribed_;

@@ -79,8 +79,14 @@ template <class Fn> void in_place(at::Tensor& t, Fn&& fn) {
   copy_back(t, c);
 }
 
-std::string where_of(const char* op, int rank, int size) {
-  return std::string("axon ") + op + " on rank " + std::to_string(rank) + " of " + std::to_string(size);
+// "axon allreduce on rank 1 of 2", and in a subgroup "(global rank 2)" too:
+// roots and peers are given as ranks in the group, but the user knows the
+// process by its rank in the job.
+std::string where_of(const char* op, int rank, int size, const std::vector<int>& global_ranks) {
+  std::string where = std::string("axon ") + op + " on rank " + std::to_string(rank) + " of " + std::to_string(size);
+  const int global = global_ranks.at(static_cast<std::size_t>(rank));
+  if (global != rank) where += " (global rank " + std::to_string(global) + ")";
+  return where;
 }
 
 void check_root(std::int64_t root, int size, const std::string& where, const char* role) {
@@ -291,6 +297,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   options.timeout_name = "the group's timeout";
   options.while_waiting = [this] { give_up_if_a_process_exited(); };
   options.group = "global ranks " + describe_global_ranks();
+  options.rank_names = global_ranks_;
   options.shared_bytes = room;
   if (room > 0) {
     options.size_remedy = "ask for less room for placed tensors than the " + ad::format_bytes(room) +
@@ -338,8 +345,27 @@ ProcessGroupAxon::~ProcessGroupAxon() {
     thread_.reset();
     send_thread_.reset();
     recv_thread_.reset();
+    release_ranks_left_waiting();
     close_store_together();
   });
+}
+
+// Why: a rank whose program ends with an exception leaves its peers in the
+// collective it never reached. They used to learn of it only when its
+// process exited, after close_store_together()'s wait for them to count in,
+// which they never do from inside that collective: 5.2 s every time.
+void ProcessGroupAxon::release_ranks_left_waiting() noexcept {
+  try {
+    const std::vector<int> waiting = backend_->ranks_waiting_for_this_rank();
+    if (waiting.empty()) return;
+    std::vector<int> global;
+    for (int member : waiting) global.push_back(global_ranks_[static_cast<std::size_t>(member)]);
+    backend_->abort("it left the group of global ranks " + describe_global_ranks() +
+                    " (destroy_process_group, or the end of its program) while global rank(s) " + ad::joined(global) +
+                    " waited for it in a collective it never called");
+  } catch (const std::exception&) {
+    // Aborting is best effort: the peers still see this process exit.
+  }
 }
 
 namespace {
@@ -437,6 +463,7 @@ void ProcessGroupAxon::close_store_together() {
     std::int64_t closed = default_group_store_->add(key, 1);
     // A rank that has exited counts itself in no more (or did, before it went).
     while (std::chrono::steady_clock::now() < deadline) {
+      release_ranks_left_waiting();  // a peer that enters a collective now would never count in
       if (!all_in && closed + static_cast<std::int64_t>(backend_->exited_peers().size()) >= getSize()) {
         if (getRank() == 0) return;
         all_in = true;
@@ -592,7 +619,7 @@ void all_reduce_one(ad::StoreBackend& b, at::Tensor& t, const c10d::ReduceOp& op
 }  // namespace
 
 bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
-  const std::string where = where_of("place_in_arena", getRank(), getSize());
+  const std::string where = where_of("place_in_arena", getRank(), getSize(), global_ranks_);
   check_tensor(tensor, where);
   auto placed = std::make_shared<bool>(false);
   // Without room asked for, nothing is placed, not even a tensor that would fit
@@ -627,7 +654,7 @@ bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_in_arena(at::Tensor& tensor,
                                                                   const c10d::AllreduceOptions& opts) {
-  const std::string where = where_of("allreduce_in_arena", getRank(), getSize());
+  const std::string where = where_of("allreduce_in_arena", getRank(), getSize(), global_ranks_);
   const at::ScalarType type = check_all({tensor}, where);
   check_reducible(opts.reduceOp, type, where);
   const bool native = native_type(type) && native_op(opts.reduceOp, where);
@@ -643,7 +670,7 @@ bool ProcessGroupAxon::in_arena(const at::Tensor& tensor) const {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
-  const std::string where = where_of("broadcast", getRank(), getSize());
+  const std::string where = where_of("broadcast", getRank(), getSize(), global_ranks_);
   check_all(tensors, where);
   check_root(opts.rootRank, getSize(), where, "src");
   const int root = static_cast<int>(opts.rootRank);
@@ -653,7 +680,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, con
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
-  const std::string where = where_of("allreduce", getRank(), getSize());
+  const std::string where = where_of("allreduce", getRank(), getSize(), global_ranks_);
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   return collective(OpType::ALLREDUCE, tensors, total_bytes(tensors),
                     [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
@@ -663,7 +690,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, con
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& tensors,
                                                                    const c10d::AllreduceCoalescedOptions& opts) {
-  const std::string where = where_of("allreduce_coalesced", getRank(), getSize());
+  const std::string where = where_of("allreduce_coalesced", getRank(), getSize(), global_ranks_);
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   return collective(OpType::ALLREDUCE_COALESCED, tensors, total_bytes(tensors),
                     [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
@@ -684,7 +711,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& te
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
-  const std::string where = where_of("reduce", getRank(), getSize());
+  const std::string where = where_of("reduce", getRank(), getSize(), global_ranks_);
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   check_root(opts.rootRank, getSize(), where, "dst");
   const int root = static_cast<int>(opts.rootRank);
@@ -710,7 +737,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>& outputs, Tensors& inputs,
                                                          const c10d::AllgatherOptions&) {
-  const std::string where = where_of("allgather", getRank(), getSize());
+  const std::string where = where_of("allgather", getRank(), getSize(), global_ranks_);
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one list per process");
   const at::ScalarType type = check_all(inputs, where);
@@ -732,7 +759,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>&
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                const c10d::AllgatherOptions&) {
-  const std::string where = where_of("_allgather_base", getRank(), getSize());
+  const std::string where = where_of("_allgather_base", getRank(), getSize(), global_ranks_);
   check_all({output, input}, where);
   check_count(where, "the output tensor", output.numel(), input.numel() * getSize(),
               "elements of the input x world size");
@@ -743,7 +770,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_allgather_base(at::Tensor& out
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector<Tensors>& outputs, Tensors& inputs,
                                                                    const c10d::AllgatherOptions&) {
-  const std::string where = where_of("allgather_coalesced", getRank(), getSize());
+  const std::string where = where_of("allgather_coalesced", getRank(), getSize(), global_ranks_);
   const at::ScalarType type = check_all(inputs, where);
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), getSize(), "one list per rank");
   Tensors all_outputs;
@@ -772,7 +799,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& outputs, Tensors& inputs,
                                                       const c10d::GatherOptions& opts) {
-  const std::string where = where_of("gather", getRank(), getSize());
+  const std::string where = where_of("gather", getRank(), getSize(), global_ranks_);
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
   check_all(inputs, where);
   check_root(opts.rootRank, getSize(), where, "dst");
@@ -791,7 +818,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& ou
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                                        const c10d::ScatterOptions& opts) {
-  const std::string where = where_of("scatter", getRank(), getSize());
+  const std::string where = where_of("scatter", getRank(), getSize(), global_ranks_);
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
   check_all(outputs, where);
   check_root(opts.rootRank, getSize(), where, "src");
@@ -806,7 +833,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                                               const c10d::ReduceScatterOptions& opts) {
-  const std::string where = where_of("reduce_scatter", getRank(), getSize());
+  const std::string where = where_of("reduce_scatter", getRank(), getSize(), global_ranks_);
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one list per process");
   const at::ScalarType type = check_all(outputs, where);
@@ -828,7 +855,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                     const c10d::ReduceScatterOptions& opts) {
-  const std::string where = where_of("_reduce_scatter_base", getRank(), getSize());
+  const std::string where = where_of("_reduce_scatter_base", getRank(), getSize(), global_ranks_);
   const at::ScalarType type = check_all({output, input}, where);
   check_reducible(opts.reduceOp, type, where);
   check_count(where, "the input tensor", input.numel(), output.numel() * getSize(),
@@ -908,7 +935,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
                                                              std::vector<int64_t>& output_splits,
                                                              std::vector<int64_t>& input_splits,
                                                              const c10d::AllToAllOptions&) {
-  const std::string where = where_of("alltoall_base", getRank(), getSize());
+  const std::string where = where_of("alltoall_base", getRank(), getSize(), global_ranks_);
   check_all({output, input}, where);
   const std::int64_t n = getSize();
   auto check_splits = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* which) {
@@ -956,7 +983,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall(Tensors& outputs, Tensors& inputs,
                                                         const c10d::AllToAllOptions&) {
-  const std::string where = where_of("alltoall", getRank(), getSize());
+  const std::string where = where_of("alltoall", getRank(), getSize(), global_ranks_);
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), getSize(), "one tensor per rank");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), getSize(), "one tensor per rank");
   const at::ScalarType type = check_all(inputs, where);
@@ -985,7 +1012,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::barrier(const c10d::BarrierOpti
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::send(Tensors& tensors, int dst, int tag) {
-  const std::string where = where_of("send", getRank(), getSize());
+  const std::string where = where_of("send", getRank(), getSize(), global_ranks_);
   check_count(where, "the tensor list", static_cast<std::int64_t>(tensors.size()), 1, "one tensor");
   check_all(tensors, where);
   check_root(dst, getSize(), where, "dst");
@@ -997,7 +1024,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::send(Tensors& tensors, int dst,
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src, int tag) {
-  const std::string where = where_of("recv", getRank(), getSize());
+  const std::string where = where_of("recv", getRank(), getSize(), global_ranks_);
   check_count(where, "the tensor list", static_cast<std::int64_t>(tensors.size()), 1, "one tensor");
   check_all(tensors, where);
   check_root(src, getSize(), where, "src");
@@ -1008,7 +1035,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src,
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recvAnysource(Tensors&, int) {
-  throw ad::InvalidArgument(where_of("recv", getRank(), getSize()) +
+  throw ad::InvalidArgument(where_of("recv", getRank(), getSize(), global_ranks_) +
                             ": receiving from any source is not supported by the axon backend; pass src");
 }
 

@@ -77,6 +77,54 @@ def killed_rank(rank, n):
     return text
 
 
+def killed_subgroup_member(rank, n):
+    """A subgroup has shared memory of its own, whose members are numbered
+    from 0; its errors still name the job's ranks. With new_group([1, 2]) and
+    rank 2 killed, rank 1 used to read "rank 0: job aborted: rank 1 (pid of
+    rank 2) exited", naming itself as the dead one."""
+    dist.init_process_group("axon")
+    pair = dist.new_group([n - 2, n - 1], backend="axon")
+    dist.barrier()
+    text = ""
+    if rank >= n - 2:
+        t = torch.ones(1 << 20)
+        dist.all_reduce(t, group=pair)
+        # A bad argument in the subgroup names the job's rank beside the group's.
+        member = rank - (n - 2)
+        raises(lambda: dist.all_gather([torch.ones(2)], torch.ones(2), group=pair),
+               f"axon allgather on rank {member} of 2 (global rank {rank})", "the output list")
+        dist.all_reduce(torch.ones(2), group=pair)  # every member is past the first, large one
+        if rank == n - 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        text = raises(lambda: dist.all_reduce(t, group=pair), f"rank {n - 2}: job aborted: rank {n - 1} (pid",
+                      "exited or was killed")
+        for wrong in (f"rank {n - 2} (pid", "rank 0:", "rank 1 (pid"):
+            assert wrong not in text, f"the error names the wrong rank ({wrong!r}): {text}"
+    end_as_a_survivor(rank, n)
+    return text
+
+
+def left_while_peer_waits(rank, n):
+    """A rank whose program ends (an uncaught exception, or simply returning)
+    while a peer is in a collective it never calls makes that peer raise at
+    once, naming it: its group, going, aborts for the ranks left waiting.
+    The peer used to wait for its process to exit, 5.2 s after its atexit,
+    while the group's end waited for that very peer to count itself in."""
+    dist.init_process_group("axon")
+    dist.all_reduce(torch.ones(1000))
+    if rank == n - 1:
+        return "left"  # the end of the program: the group goes as the process ends
+    time.sleep(0.5)
+    start = time.monotonic()
+    text = raises(lambda: dist.all_reduce(torch.ones(1 << 20)),
+                  f"rank {n - 1} aborted: it left the group of global ranks {list(range(n))}",
+                  f"while global rank(s) {', '.join(map(str, range(n - 1)))} waited for it")
+    waited = time.monotonic() - start
+    assert waited < 2, f"noticed the rank that left only after {waited:.1f} s"
+    dist.destroy_process_group()
+    return text
+
+
 def end_as_a_survivor(rank, n):
     """Ends a run whose rank n - 1 was killed. Rank 0 hosts the store
     (PyTorch's TCPStore): it stays until every survivor is done with it, or
@@ -270,6 +318,10 @@ if __name__ == "__main__":
     print(f"test_errors: a late rank raised after its peer's timeout: {texts[1].splitlines()[0]}")
     texts = run_ranks(3, killed_rank, dead={2})
     print(f"test_errors: kill -9 of rank 2 raised on the others: {texts[0].splitlines()[0]}")
+    texts = run_ranks(4, killed_subgroup_member, dead={3})
+    print(f"test_errors: kill -9 of rank 3 in new_group([2, 3]) named the job's rank 3: {texts[2].splitlines()[0]}")
+    texts = run_ranks(2, left_while_peer_waits)
+    print(f"test_errors: a rank whose program ended released its peer waiting in a collective: {texts[0].splitlines()[0]}")
     texts = run_ranks(3, killed_non_member, dead={2})
     print(f"test_errors: kill -9 of rank 2 left the set-up of a group without it alone: {texts[0].splitlines()[0][:120]}")
     texts = run_ranks(3, killed_before_new_group, dead={2})

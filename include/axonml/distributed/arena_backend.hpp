@@ -58,6 +58,12 @@ class ArenaBackend : public Backend {
   // a caller waiting elsewhere for the same processes (setting up another
   // group through a store) give up when one has gone.
   std::vector<ExitedPeer> exited_peers() const;
+  // The ranks of this group (numbered as rank() is) that have entered a
+  // collective this rank has not, and wait for it. A rank that leaves the
+  // group for good with such ranks (PyTorch's destroy_process_group, or the
+  // end of its program) aborts the group for them: otherwise they would wait
+  // until its process exits, or for their timeout.
+  std::vector<int> ranks_waiting_for_this_rank() const;
 
  protected:
   // The shared state (src/backends/arena_backend_impl.hpp); the backends

@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "axonml/distributed/arena_backend.hpp"
 
@@ -72,6 +73,11 @@ struct StoreOptions {
   // rank given another group under the same keys fails at set-up
   // (InvalidArgument naming both), rather than on a peer's arena.
   std::string group;
+  // How messages name this world's ranks: rank r is "rank rank_names[r]".
+  // Empty: by r itself. The PyTorch backend gives a subgroup (an arena of its
+  // own) its members' ranks in the job, so that an error names the process
+  // the user knows. Otherwise one entry per rank.
+  std::vector<int> rank_names;
   // Called every few milliseconds while create() waits for a peer's entry
   // in the store; throws to give up (its exception leaves create()). The
   // PyTorch backend gives up when a process of the job has exited, as seen

@@ -194,6 +194,11 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // counts itself in, and rank 0 (which hosts the store under env:// and
   // tcp://, so takes it down with the group) waits a little for the others.
   void close_store_together();
+  // For a group this rank is leaving for good, with every op of its own
+  // finished: members already in a collective this rank never called would
+  // wait for it until its process exits (or their timeout), so the group is
+  // aborted for them, naming this rank. Nothing here throws.
+  void release_ranks_left_waiting() noexcept;
 
   std::shared_ptr<distributed::StoreBackend> backend_;
   std::vector<int> global_ranks_;  // by group rank
