@@ -360,7 +360,7 @@ def run_job(n, cfg):
                     pass
             if context.join(timeout=0 if result is None else 1):
                 break
-    except mp.ProcessException as e:
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
         raise SystemExit(f"torch_compare: the job on {n} ranks failed:\n{e}")
     if result is None:
         result = queue.get(timeout=10)
@@ -543,7 +543,8 @@ def main():
                    help="all_reduce as a training step uses its gradients: every backend's tensor written before "
                         "each call (untimed) and every cache line of the result read after it (timed); "
                         "axon-bench the same (its --fresh-inputs)")
-    p.add_argument("--build-dir", default="build/release", help="for axon-bench (default build/release)")
+    p.add_argument("--build-dir", default="build/release",
+                   help="for axon-bench, and for axonml_torch when PYTHONPATH lacks it (default build/release)")
     p.add_argument("--no-axon-bench", action="store_true", help="leave out the axon-bench column")
     p.add_argument("--json", help="write every figure here")
     p.add_argument("--plot", help="draw all_reduce time against size into this PNG (needs gnuplot)")
@@ -579,6 +580,19 @@ def main():
         p.error("--ranks, --repeats and --ddp-repeats must be at least 1")
     cfg.update(sizes=sizes, batch=a.batch, bucket_view=a.gradient_as_bucket_view, zero_copy=a.zero_copy,
                fresh_inputs=a.fresh_inputs)
+
+    # The ranks import axonml_torch; a run from the source tree finds the
+    # build's module without PYTHONPATH (spawned ranks inherit the variable).
+    try:
+        import axonml_torch  # noqa: F401
+    except ImportError:
+        module_dir = os.path.abspath(os.path.join(a.build_dir, "python"))
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [module_dir, os.environ.get("PYTHONPATH")]))
+        sys.path.insert(0, module_dir)
+        try:
+            import axonml_torch  # noqa: F401,F811
+        except ImportError as e:
+            p.error(f"cannot import axonml_torch ({e}): build first (make build), or set PYTHONPATH or --build-dir")
 
     started = time.time()
     results = []
