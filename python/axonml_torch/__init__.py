@@ -13,7 +13,7 @@ import torch.distributed
 import atexit
 import warnings
 
-from ._C import _finish_pending, create_process_group
+from ._C import _program_ends, create_process_group
 from ._C import allreduce_in_arena as _allreduce_in_arena
 from ._C import in_arena as _in_arena
 from ._C import place_in_arena as _place_in_arena
@@ -132,7 +132,8 @@ if "AXON" not in torch.distributed.Backend._plugins:
     # A program may end without destroy_process_group(), with ops (and their
     # callbacks) still running on a group's threads; once the interpreter is
     # finalizing, those threads can no longer drop the Python objects they
-    # hold. Let them finish while it still can.
-    atexit.register(_finish_pending)
+    # hold. Let them finish while it still can, and release the peers that
+    # wait for this rank in an op it will never call (_program_ends).
+    atexit.register(_program_ends)
 
 __all__ = ["Options", "create_process_group", "in_arena", "place_in_arena", "zero_copy_allreduce_hook"]

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -333,6 +334,24 @@ void ProcessGroupAxon::finish_all_pending() {
   for (ProcessGroupAxon* group : live_groups()) group->finish_pending();
 }
 
+namespace {
+std::atomic<bool>& program_ending() {
+  static std::atomic<bool> ending{false};
+  return ending;
+}
+}  // namespace
+
+void ProcessGroupAxon::program_ends() {
+  program_ending().store(true);
+  finish_all_pending();
+  release_ranks_left_waiting_everywhere();
+}
+
+void ProcessGroupAxon::release_ranks_left_waiting_everywhere() noexcept {
+  std::lock_guard<std::mutex> lock(live_groups_mutex());
+  for (ProcessGroupAxon* group : live_groups()) group->release_ranks_left_waiting();
+}
+
 // Joining the threads may take as long as the pending ops, and their tensors
 // may need Python's GIL (torch/without_gil.hpp).
 ProcessGroupAxon::~ProcessGroupAxon() {
@@ -441,7 +460,9 @@ void ProcessGroupAxon::close_store_together() {
   const std::string key = "axon/closed";
   const c10d::TCPStore* tcp = tcp_store(default_group_store_);
   const bool wait_for_server = getRank() != 0 && tcp != nullptr;
-  if (getRank() != 0 && !wait_for_server) {
+  // Past the program's end no init_process_group() follows, so the others'
+  // destroy is no reason to stay: the store needs this rank only as rank 0.
+  if (getRank() != 0 && (!wait_for_server || program_ending().load())) {
     try {
       default_group_store_->add(key, 1);
     } catch (const std::exception&) {
@@ -463,7 +484,10 @@ void ProcessGroupAxon::close_store_together() {
     std::int64_t closed = default_group_store_->add(key, 1);
     // A rank that has exited counts itself in no more (or did, before it went).
     while (std::chrono::steady_clock::now() < deadline) {
-      release_ranks_left_waiting();  // a peer that enters a collective now would never count in
+      // A peer that enters a collective now, in this group or another this
+      // process is leaving with it, would never count in.
+      release_ranks_left_waiting();
+      if (program_ending().load()) release_ranks_left_waiting_everywhere();
       if (!all_in && closed + static_cast<std::int64_t>(backend_->exited_peers().size()) >= getSize()) {
         if (getRank() == 0) return;
         all_in = true;

@@ -76,5 +76,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_finish_pending", &axonml::torch::ProcessGroupAxon::finish_all_pending,
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "Lets every axon group's pending ops finish (cancelling receives still waiting), so that no "
-        "thread of theirs holds a Python object when the interpreter ends; registered with atexit");
+        "thread of theirs holds a Python object when the interpreter ends");
+  m.def("_program_ends", &axonml::torch::ProcessGroupAxon::program_ends,
+        pybind11::call_guard<pybind11::gil_scoped_release>(),
+        "_finish_pending, then releases the peers already waiting for this rank in a collective, and "
+        "lets the default group's end skip waiting for the others (except on rank 0, which hosts the "
+        "store); registered with atexit");
 }

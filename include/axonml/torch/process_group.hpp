@@ -93,6 +93,15 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // the GIL to drop the Python objects of their last ops: afterwards that
   // would end the process ("terminate called") or hang it.
   static void finish_all_pending();
+  // The program is ending (the Python module calls this at interpreter exit,
+  // atexit): finish_all_pending(), then release every peer already waiting
+  // for this rank in a collective of a live group (the group is aborted for
+  // them, naming this rank), and from now on a rank other than 0 does not
+  // wait for the others as its default group goes (that wait keeps a later
+  // init_process_group() off the old store, and nothing comes later now).
+  // A peer waiting in a receive from this rank is released when the process
+  // has exited. Call it without the GIL.
+  static void program_ends();
 
   // Collectives up to this many bytes run on the caller's thread when the
   // group is idle, unless AXON_TORCH_INLINE_BYTES says otherwise.
@@ -199,6 +208,8 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // wait for it until its process exits (or their timeout), so the group is
   // aborted for them, naming this rank. Nothing here throws.
   void release_ranks_left_waiting() noexcept;
+  // release_ranks_left_waiting() on every live group.
+  static void release_ranks_left_waiting_everywhere() noexcept;
 
   std::shared_ptr<distributed::StoreBackend> backend_;
   std::vector<int> global_ranks_;  // by group rank
