@@ -36,7 +36,6 @@ class RankNames {
     for (const auto r : ranks) named.push_back(job_rank(static_cast<int>(r)));
     return named;
   }
-  bool identity() const { return job_ranks_.empty(); }
 
  private:
   std::vector<int> job_ranks_;

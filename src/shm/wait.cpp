@@ -121,13 +121,13 @@ std::vector<std::pair<int, int>> WaitContext::exited_peers() const {
 void WaitContext::check_peers() const {
   const auto exited = exited_peers();
   if (exited.empty()) return;
-  std::string names;
+  std::string listed;
   for (const auto& [r, pid] : exited) {
-    names += (names.empty() ? "" : ", ") + std::to_string(names_.job_rank(r)) + " (pid " + std::to_string(pid) + ")";
+    listed += (listed.empty() ? "" : ", ") + std::to_string(names_.job_rank(r)) + " (pid " + std::to_string(pid) + ")";
   }
   const std::string reason =
-      exited.size() == 1 ? "rank " + names + " exited or was killed while its peers still needed it"
-                         : "ranks " + names + " exited or were killed while their peers still needed them";
+      exited.size() == 1 ? "rank " + listed + " exited or was killed while its peers still needed it"
+                         : "ranks " + listed + " exited or were killed while their peers still needed them";
   abort(exited.front().first, reason);
   throw PeerFailure(names_.rank(rank_) + ": job aborted: " + reason);
 }

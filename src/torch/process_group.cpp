@@ -80,16 +80,6 @@ template <class Fn> void in_place(at::Tensor& t, Fn&& fn) {
   copy_back(t, c);
 }
 
-// "axon allreduce on rank 1 of 2", and in a subgroup "(global rank 2)" too:
-// roots and peers are given as ranks in the group, but the user knows the
-// process by its rank in the job.
-std::string where_of(const char* op, int rank, int size, const std::vector<int>& global_ranks) {
-  std::string where = std::string("axon ") + op + " on rank " + std::to_string(rank) + " of " + std::to_string(size);
-  const int global = global_ranks.at(static_cast<std::size_t>(rank));
-  if (global != rank) where += " (global rank " + std::to_string(global) + ")";
-  return where;
-}
-
 void check_root(std::int64_t root, int size, const std::string& where, const char* role) {
   if (root < 0 || root >= size) {
     throw ad::InvalidArgument(where + ": invalid " + role + " " + std::to_string(root) + " (" + role +
@@ -518,6 +508,17 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intru
   return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout, std::move(global_ranks), shared_bytes);
 }
 
+// "axon allreduce on rank 1 of 2", and in a subgroup "(global rank 2)" too:
+// roots and peers are given as ranks in the group, but the user knows the
+// process by its rank in the job.
+std::string ProcessGroupAxon::where_of(const char* op) const {
+  std::string where = std::string("axon ") + op + " on rank " + std::to_string(getRank()) + " of " +
+                      std::to_string(getSize());
+  const int global = global_ranks_[static_cast<std::size_t>(getRank())];
+  if (global != getRank()) where += " (global rank " + std::to_string(global) + ")";
+  return where;
+}
+
 std::string ProcessGroupAxon::describe_global_ranks() const { return ad::bracketed(global_ranks_); }
 
 // Called by the set-up of this group, before it is live: the others are
@@ -643,7 +644,7 @@ void all_reduce_one(ad::StoreBackend& b, at::Tensor& t, const c10d::ReduceOp& op
 }  // namespace
 
 bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
-  const std::string where = where_of("place_in_arena", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("place_in_arena");
   check_tensor(tensor, where);
   auto placed = std::make_shared<bool>(false);
   // Without room asked for, nothing is placed, not even a tensor that would fit
@@ -678,7 +679,7 @@ bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_in_arena(at::Tensor& tensor,
                                                                   const c10d::AllreduceOptions& opts) {
-  const std::string where = where_of("allreduce_in_arena", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("allreduce_in_arena");
   const at::ScalarType type = check_all({tensor}, where);
   check_reducible(opts.reduceOp, type, where);
   const bool native = native_type(type) && native_op(opts.reduceOp, where);
@@ -694,7 +695,7 @@ bool ProcessGroupAxon::in_arena(const at::Tensor& tensor) const {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
-  const std::string where = where_of("broadcast", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("broadcast");
   check_all(tensors, where);
   check_root(opts.rootRank, getSize(), where, "src");
   const int root = static_cast<int>(opts.rootRank);
@@ -704,7 +705,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, con
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
-  const std::string where = where_of("allreduce", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("allreduce");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   return collective(OpType::ALLREDUCE, tensors, total_bytes(tensors),
                     [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
@@ -714,7 +715,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, con
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& tensors,
                                                                    const c10d::AllreduceCoalescedOptions& opts) {
-  const std::string where = where_of("allreduce_coalesced", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("allreduce_coalesced");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   return collective(OpType::ALLREDUCE_COALESCED, tensors, total_bytes(tensors),
                     [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
@@ -735,7 +736,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& te
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
-  const std::string where = where_of("reduce", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("reduce");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   check_root(opts.rootRank, getSize(), where, "dst");
   const int root = static_cast<int>(opts.rootRank);
@@ -761,7 +762,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>& outputs, Tensors& inputs,
                                                          const c10d::AllgatherOptions&) {
-  const std::string where = where_of("allgather", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("allgather");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one list per process");
   const at::ScalarType type = check_all(inputs, where);
@@ -783,7 +784,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>&
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                const c10d::AllgatherOptions&) {
-  const std::string where = where_of("_allgather_base", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("_allgather_base");
   check_all({output, input}, where);
   check_count(where, "the output tensor", output.numel(), input.numel() * getSize(),
               "elements of the input x world size");
@@ -794,7 +795,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_allgather_base(at::Tensor& out
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector<Tensors>& outputs, Tensors& inputs,
                                                                    const c10d::AllgatherOptions&) {
-  const std::string where = where_of("allgather_coalesced", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("allgather_coalesced");
   const at::ScalarType type = check_all(inputs, where);
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), getSize(), "one list per rank");
   Tensors all_outputs;
@@ -823,7 +824,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& outputs, Tensors& inputs,
                                                       const c10d::GatherOptions& opts) {
-  const std::string where = where_of("gather", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("gather");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
   check_all(inputs, where);
   check_root(opts.rootRank, getSize(), where, "dst");
@@ -842,7 +843,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& ou
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                                        const c10d::ScatterOptions& opts) {
-  const std::string where = where_of("scatter", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("scatter");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
   check_all(outputs, where);
   check_root(opts.rootRank, getSize(), where, "src");
@@ -857,7 +858,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                                               const c10d::ReduceScatterOptions& opts) {
-  const std::string where = where_of("reduce_scatter", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("reduce_scatter");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one list per process");
   const at::ScalarType type = check_all(outputs, where);
@@ -879,7 +880,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                     const c10d::ReduceScatterOptions& opts) {
-  const std::string where = where_of("_reduce_scatter_base", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("_reduce_scatter_base");
   const at::ScalarType type = check_all({output, input}, where);
   check_reducible(opts.reduceOp, type, where);
   check_count(where, "the input tensor", input.numel(), output.numel() * getSize(),
@@ -959,7 +960,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
                                                              std::vector<int64_t>& output_splits,
                                                              std::vector<int64_t>& input_splits,
                                                              const c10d::AllToAllOptions&) {
-  const std::string where = where_of("alltoall_base", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("alltoall_base");
   check_all({output, input}, where);
   const std::int64_t n = getSize();
   auto check_splits = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* which) {
@@ -1007,7 +1008,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall(Tensors& outputs, Tensors& inputs,
                                                         const c10d::AllToAllOptions&) {
-  const std::string where = where_of("alltoall", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("alltoall");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), getSize(), "one tensor per rank");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), getSize(), "one tensor per rank");
   const at::ScalarType type = check_all(inputs, where);
@@ -1036,7 +1037,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::barrier(const c10d::BarrierOpti
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::send(Tensors& tensors, int dst, int tag) {
-  const std::string where = where_of("send", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("send");
   check_count(where, "the tensor list", static_cast<std::int64_t>(tensors.size()), 1, "one tensor");
   check_all(tensors, where);
   check_root(dst, getSize(), where, "dst");
@@ -1048,7 +1049,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::send(Tensors& tensors, int dst,
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src, int tag) {
-  const std::string where = where_of("recv", getRank(), getSize(), global_ranks_);
+  const std::string where = where_of("recv");
   check_count(where, "the tensor list", static_cast<std::int64_t>(tensors.size()), 1, "one tensor");
   check_all(tensors, where);
   check_root(src, getSize(), where, "src");
@@ -1059,7 +1060,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src,
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recvAnysource(Tensors&, int) {
-  throw ad::InvalidArgument(where_of("recv", getRank(), getSize(), global_ranks_) +
+  throw ad::InvalidArgument(where_of("recv") +
                             ": receiving from any source is not supported by the axon backend; pass src");
 }
 

@@ -198,6 +198,8 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   void give_up_if_a_process_exited() const;
   // "[0, 2, 3]": the group's members as ranks of the job.
   std::string describe_global_ranks() const;
+  // "axon allreduce on rank 1 of 2 (global rank 2)": where an op's error happened.
+  std::string where_of(const char* op) const;
 
   // The default group's last use of the store, as it goes: every rank
   // counts itself in, and rank 0 (which hosts the store under env:// and
