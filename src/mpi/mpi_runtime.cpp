@@ -4,9 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -26,34 +25,56 @@ int world_rank() {
   return rank;
 }
 
-// MPI_Finalize, but when this process has already given up waiting for a
-// peer: Open MPI's MPI_Finalize waits for every process to reach it, and a
-// peer that hangs (alive, never calling the collective that timed out here)
-// never does, so neither would this process nor mpirun ever end. After
-// AXON_TIMEOUT the process exits with status 1 instead, without finalizing,
-// and mpirun ends the job. A program that recovered from its timeout and
-// whose peers all finalize is not affected: they finalize together.
-void finalize_or_exit_after(std::chrono::milliseconds timeout) {
-  std::mutex mutex;
-  std::condition_variable finished;
-  bool done = false;
-  std::thread watchdog([&] {
-    std::unique_lock lock(mutex);
-    if (finished.wait_for(lock, timeout, [&] { return done; })) return;
-    log::log(log::Level::Error, world_rank(),
-             "MpiBackend: MPI_Finalize has waited {} ms (AXON_TIMEOUT) for peers that never reached "
-             "it, after this process gave up waiting for one; exiting with status 1 so that "
-             "mpirun ends the job",
-             timeout.count());
-    std::_Exit(1);
-  });
-  MPI_Finalize();
-  {
-    std::lock_guard lock(mutex);
-    done = true;
+// Waits until every process has come to exit, then finalizes.
+//
+// Open MPI's MPI_Finalize is a fence: it waits for every process to reach
+// it, and a peer that hangs alive (never calling the collective that timed
+// out here) never does. A process must not leave from inside that fence
+// either: when processes die in it, mpirun can crash in its own clean-up
+// (PMIx_server_finalize: 3 of 22 runs of a test where a peer is away) or hang after reporting the
+// failed job, so a job that should end in seconds fails or never ends.
+//
+// So every process first meets the others in a barrier of its own on
+// `exit_comm`, which it can leave. Once that completes, every process is at
+// exit and MPI_Finalize's fence has nothing to wait for. A process that gave
+// up waiting for a peer gives the barrier AXON_TIMEOUT and then exits with
+// status 1 without finalizing, from outside any MPI call, and mpirun ends the
+// job. A process that did not give up waits as MPI_Finalize itself would:
+// as long as its peers take to finish (sleeping between tests, not spinning).
+void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
+  const int rank = world_rank();
+  const bool gave_up = gave_up_waiting.load();
+  const auto timeout = shm::default_timeout();
+  const auto started = std::chrono::steady_clock::now();
+  // Not wait_all(): this runs in a static destructor, after the main
+  // thread's thread_local objects (wait_all's scratch vectors) are gone.
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc = MPI_Ibarrier(exit_comm, &request);
+  for (int done = 0; rc == MPI_SUCCESS;) {
+    rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) break;
+    if (gave_up && std::chrono::steady_clock::now() - started >= timeout) {
+      log::log(log::Level::Error, rank,
+               "MpiBackend: waited {} ms (AXON_TIMEOUT) at exit for peers that never reached "
+               "MPI_Finalize, after this process gave up waiting for one; exiting with status 1 "
+               "so that mpirun ends the job",
+               timeout.count());
+      std::fflush(nullptr);  // _Exit does not flush what the program printed
+      std::_Exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  finished.notify_one();
-  watchdog.join();
+  if (rc != MPI_SUCCESS) {
+    // The barrier itself failed (a peer is gone): the fence would not end.
+    log::log(log::Level::Error, rank,
+             "MpiBackend: the barrier before MPI_Finalize failed (MPI error {}); exiting with "
+             "status 1 so that mpirun ends the job",
+             rc);
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  MPI_Comm_free(&exit_comm);
+  MPI_Finalize();
 }
 
 // Started by the first ensure_initialized(); its destructor runs at exit,
@@ -71,6 +92,11 @@ class Runtime {
       check(MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided_), "MPI_Init_thread",
             -1, "starting MPI");
       owned_ = true;
+      // Collective, like MpiBackend::create() that calls us: every process
+      // makes it, for meet_at_exit_then_finalize().
+      check(MPI_Comm_dup(MPI_COMM_WORLD, &exit_comm_), "MPI_Comm_dup", world_rank(),
+            "creating the communicator that meets at exit");
+      MPI_Comm_set_errhandler(exit_comm_, MPI_ERRORS_RETURN);
     }
     if (provided_ < MPI_THREAD_SERIALIZED) {
       int rank = 0;
@@ -92,11 +118,7 @@ class Runtime {
                  "calling MPI_Abort instead of MPI_Finalize");
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
-      if (gave_up_waiting.load()) {
-        finalize_or_exit_after(shm::default_timeout());
-      } else {
-        MPI_Finalize();
-      }
+      meet_at_exit_then_finalize(exit_comm_);
     }
   }
   Runtime(const Runtime&) = delete;
@@ -104,6 +126,7 @@ class Runtime {
 
  private:
   bool owned_ = false;
+  MPI_Comm exit_comm_ = MPI_COMM_NULL;  // made when owned_
   int provided_ = MPI_THREAD_SINGLE;
 };
 

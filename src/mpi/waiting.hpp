@@ -46,9 +46,10 @@ int wait_all(std::span<MPI_Request> requests, const WaitContext& context,
 void note_abandoned_requests();
 
 // Says that this process gave up waiting for a peer (a Timeout, an abort):
-// at exit MPI_Finalize, which waits for every process to reach it, is then
-// given AXON_TIMEOUT before the process exits with status 1 without it, so
-// that a peer that hangs cannot keep this process and mpirun alive.
+// at exit the barrier before MPI_Finalize, which waits for every process to
+// reach it, is then given AXON_TIMEOUT before the process exits with status 1
+// without finalizing, so that a peer that hangs cannot keep this process and
+// mpirun alive.
 void note_gave_up_waiting();
 
 }  // namespace axonml::distributed::mpi

@@ -18,10 +18,11 @@
 // throws PeerFailure naming the op, the rank and the sizes. When a wait was
 // given up with MPI still holding requests that cannot be cancelled, the
 // process calls MPI_Abort at exit instead of MPI_Finalize (which would wait
-// for them), and mpirun ends the job. After any wait given up (a peer that
-// hangs alive never reaches MPI_Finalize either), MPI_Finalize gets
-// AXON_TIMEOUT before the process exits with status 1 without it, so that
-// mpirun still ends the job.
+// for them), and mpirun ends the job. At exit the processes meet in a
+// barrier of their own before MPI_Finalize; after any wait given up (a peer
+// that hangs alive never comes), that barrier gets AXON_TIMEOUT before the
+// process exits with status 1 without finalizing, so that mpirun still ends
+// the job.
 //
 // Hierarchical mode (the default when several ranks share a node): the ranks
 // of each node share an arena in /dev/shm, so that all_reduce is a
