@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <thread>
@@ -441,4 +442,44 @@ TEST_CASE("bucket sizes that cannot exist are refused", "[errors][ddp]") {
   REQUIRE_THROWS_AS(GradientBucket(std::size_t{1} << 62), InvalidArgument);
   REQUIRE_THROWS_WITH(GradientSynchronizer(GradSyncStrategy::Synchronous, SIZE_MAX / 2),
                       Contains("more than can exist"));
+}
+
+TEST_CASE("a rank that left for good fails its peers' recv and collective at once, after what it sent arrives",
+          "[errors][p2p]") {
+  // 3 ranks: rank 0 sends a message larger than the mailbox (it completes
+  // only as rank 1 takes it) and leaves; rank 1 still receives it, then waits
+  // for a message rank 0 never sent; rank 2 waits in a barrier rank 0 never
+  // calls, once rank 1 is done (its wait, seeing rank 0 gone, aborts the
+  // job). Neither may wait for the timeout (AXON_TIMEOUT, 300 s by default).
+  std::atomic<bool> rank_1_done{false};
+  run_ranks(3, [&](std::shared_ptr<Backend> b, int r) {
+    auto& arena = dynamic_cast<ArenaBackend&>(*b);
+    std::vector<float> sent(1 << 18, 7.0f);  // 1 MiB
+    if (r == 0) {
+      b->send<float>(sent, 1, 3);
+      arena.leave_for_good();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto start = std::chrono::steady_clock::now();
+    std::string error;
+    if (r == 1) {
+      std::vector<float> got(sent.size());
+      b->recv<float>(got, 0, 3);
+      RANK_REQUIRE(got == sent);
+      std::vector<float> never(4);
+      error = error_of([&] { b->recv<float>(never, 0, 4); });
+      rank_1_done.store(true);
+      RANK_REQUIRE_THAT(error, Contains("rank 1: rank 0 left the group") &&
+                                   Contains("recv of 16 bytes with tag 4 from rank 0"));
+    } else {
+      const auto deadline = start + std::chrono::seconds(10);  // rank 1 may have failed
+      while (!rank_1_done.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      error = error_of([&] { b->barrier(); });
+      RANK_REQUIRE_THAT(error, Contains("rank 2: job aborted: rank 0 left the group"));
+    }
+    RANK_REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+  });
 }

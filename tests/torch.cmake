@@ -18,7 +18,7 @@ function(axon_torch_test name)
   set_tests_properties("torch: ${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
 endfunction()
 
-axon_torch_test("bad input names the op and sizes, a rank killed with SIGKILL is named by the others within a second" test_errors.py)
+axon_torch_test("bad input names the op and sizes, a rank killed with SIGKILL, or one whose program ended while peers waited for it (rank 0 too), is named by the others within a second" test_errors.py)
 
 axon_torch_test("an irecv posted before its send, batch_isend_irecv and an irecv before a collective complete on 3 ranks" test_p2p.py 3)
 

@@ -126,6 +126,8 @@ std::vector<ExitedPeer> ArenaBackend::exited_peers() const {
 
 std::vector<int> ArenaBackend::ranks_waiting_for_this_rank() const { return impl_->channel.members_ahead(); }
 
+void ArenaBackend::leave_for_good() { impl_->state->waits.mark_left(); }
+
 bool ArenaBackend::peers_arrived() const { return impl_->channel.peers_arrived(); }
 void ArenaBackend::announce_next() { impl_->channel.announce_next(); }
 

@@ -134,6 +134,12 @@ struct RankControl {
   // launcher: a rank that exits while this is 0 never called World::init(),
   // and peers that did would wait for it in vain.
   alignas(kCacheLine) std::atomic<std::uint32_t> joined{0};
+  // Written by: this rank, once, when it leaves the arena for good (0 -> 1,
+  // release, after its last publication: ArenaBackend::leave_for_good()).
+  // A peer waiting for it reads `left` as it reads `ended`: it will never
+  // come, even though its process may live on a while (PyTorch's rank 0
+  // keeps its store up for the others at the end of its program).
+  std::atomic<std::uint32_t> left{0};
   // Written by: the launcher, once, when it has reaped this rank: first
   // `end_status` (its waitpid status), then `ended` 0 -> 1 (release). A peer
   // waiting for this rank reads `ended` between sleeps: a rank that ended

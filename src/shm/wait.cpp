@@ -163,11 +163,18 @@ RankControl& WaitContext::control(int rank) const {
 }
 
 int WaitContext::first_ended(const std::vector<int>& ranks) const {
-  if (header_.launcher_pid == 0) return -1;
+  const bool launched = header_.launcher_pid != 0;
   for (int r : ranks) {
-    if (control(r).ended.load(std::memory_order_acquire) != 0) return r;
+    if (launched && control(r).ended.load(std::memory_order_acquire) != 0) return r;
+    if (control(r).left.load(std::memory_order_acquire) != 0) return r;
   }
   return -1;
+}
+
+void WaitContext::mark_left() const {
+  // No bell: a sleeping peer looks between sleep slices (50 ms), soon
+  // enough, and ringing would mean knowing which bell each one sleeps on.
+  control(rank_).left.store(1, std::memory_order_release);
 }
 
 bool WaitContext::all_joined(const std::vector<int>& ranks) const {
@@ -180,8 +187,11 @@ bool WaitContext::all_joined(const std::vector<int>& ranks) const {
 
 void WaitContext::peer_ended(int peer, const std::string& what) const {
   const int status = control(peer).end_status;  // written before `ended` (release)
+  const bool ended = header_.launcher_pid != 0 && control(peer).ended.load(std::memory_order_acquire) != 0;
   std::string how;
-  if (WIFEXITED(status)) {
+  if (!ended) {
+    how = "left the group (it destroyed it, or its program ended)";
+  } else if (WIFEXITED(status)) {
     how = "exited (status " + std::to_string(WEXITSTATUS(status)) + ")";
   } else if (WIFSIGNALED(status)) {
     how = "was killed by signal " + std::to_string(WTERMSIG(status));

@@ -105,8 +105,12 @@ class WaitContext {
   bool aborted() const;
 
   // The first of `ranks` (world ranks) that has ended, or -1. Only a job with
-  // a launcher publishes ends.
+  // a launcher publishes ends; a rank that left the arena for good
+  // (mark_left()) counts as ended under any launcher.
   int first_ended(const std::vector<int>& ranks) const;
+  // Says that this rank takes part in nothing more through this arena. Call
+  // after its last publication: a peer that then still waits for it fails.
+  void mark_left() const;
   // Whether every one of `ranks` has joined (always true without a launcher).
   bool all_joined(const std::vector<int>& ranks) const;
   // Aborts the job blaming `peer`, which ended while this rank waited for it

@@ -334,7 +334,22 @@ std::atomic<bool>& program_ending() {
 void ProcessGroupAxon::program_ends() {
   program_ending().store(true);
   finish_all_pending();
+  {
+    std::lock_guard<std::mutex> lock(live_groups_mutex());
+    for (ProcessGroupAxon* group : live_groups()) group->leave_for_good();
+  }
   release_ranks_left_waiting_everywhere();
+}
+
+// Why: rank 0 stays up to 5 s at the end of its program, keeping its store
+// up for the others (close_store_together). A peer waiting meanwhile for a
+// message rank 0 never sent used to wait all that time, watching a process
+// that was still alive.
+void ProcessGroupAxon::leave_for_good() noexcept {
+  try {
+    backend_->leave_for_good();
+  } catch (const std::exception&) {
+  }
 }
 
 void ProcessGroupAxon::release_ranks_left_waiting_everywhere() noexcept {
@@ -354,6 +369,7 @@ ProcessGroupAxon::~ProcessGroupAxon() {
     thread_.reset();
     send_thread_.reset();
     recv_thread_.reset();
+    leave_for_good();
     release_ranks_left_waiting();
     close_store_together();
   });

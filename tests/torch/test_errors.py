@@ -145,6 +145,28 @@ def left_while_peer_receives(rank, n):
     return text
 
 
+def rank0_left_while_peer_receives(rank, n):
+    """Rank 0 keeps its store up to 5 s at the end of its program, for the
+    others: a peer waiting meanwhile for a message it never sent used to wait
+    all that time. Rank 0 now marks itself gone from its groups as its program
+    ends, and the receiver raises naming it at once; what it did send before
+    still arrives."""
+    dist.init_process_group("axon")
+    if rank == 0:
+        dist.send(torch.full((1 << 16,), 7.0), dst=1)
+        return "left"
+    time.sleep(0.5)
+    sent = torch.empty(1 << 16)
+    dist.recv(sent, src=0)
+    assert torch.equal(sent, torch.full((1 << 16,), 7.0)), "what rank 0 sent before it left did not arrive"
+    start = time.monotonic()
+    text = raises(lambda: dist.recv(torch.empty(4), src=0), "rank 0 left the group")
+    waited = time.monotonic() - start
+    assert waited < 2, f"noticed rank 0's end only after {waited:.1f} s"
+    dist.destroy_process_group()
+    return text
+
+
 def left_subgroup_while_peer_waits(rank, n):
     """A subgroup the program leaves behind at its end (never destroyed by
     hand) does not hold up the member waiting in its collective either,
@@ -364,6 +386,8 @@ if __name__ == "__main__":
     print(f"test_errors: a rank whose program ended released its peers waiting in a collective: {texts[1].splitlines()[0]}")
     texts = run_ranks(2, left_while_peer_receives)
     print(f"test_errors: a rank whose program ended released its peer waiting in recv: {texts[0].splitlines()[0]}")
+    texts = run_ranks(2, rank0_left_while_peer_receives)
+    print(f"test_errors: rank 0, whose program ended, released its peer waiting in recv: {texts[1].splitlines()[0]}")
     texts = run_ranks(3, left_subgroup_while_peer_waits)
     print(f"test_errors: ... and its peer waiting in a subgroup's collective: {texts[1].splitlines()[0]}")
     texts = run_ranks(3, killed_non_member, dead={2})

@@ -64,6 +64,14 @@ class ArenaBackend : public Backend {
   // end of its program) aborts the group for them: otherwise they would wait
   // until its process exits, or for their timeout.
   std::vector<int> ranks_waiting_for_this_rank() const;
+  // Says that this rank takes part in nothing more through this arena (this
+  // group and any group made from it): from then on a peer's wait that still
+  // needs this rank (a collective it never called, a recv of a message it
+  // never sent) fails within 50 ms with PeerFailure naming it as having left,
+  // instead of when its process exits or at the timeout. What it sent or
+  // published before stays readable. REQUIRES: every op of this rank on the
+  // arena has returned, and none follows.
+  void leave_for_good();
 
  protected:
   // The shared state (src/backends/arena_backend_impl.hpp); the backends

@@ -94,13 +94,13 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // would end the process ("terminate called") or hang it.
   static void finish_all_pending();
   // The program is ending (the Python module calls this at interpreter exit,
-  // atexit): finish_all_pending(), then release every peer already waiting
-  // for this rank in a collective of a live group (the group is aborted for
-  // them, naming this rank), and from now on a rank other than 0 does not
+  // atexit): finish_all_pending(), then leave every live group for good, so
+  // that a peer waiting for this rank there (a receive, a collective) fails
+  // naming it, and release every peer already waiting in a collective (the
+  // group is aborted for them); from now on a rank other than 0 does not
   // wait for the others as its default group goes (that wait keeps a later
   // init_process_group() off the old store, and nothing comes later now).
-  // A peer waiting in a receive from this rank is released when the process
-  // has exited. Call it without the GIL.
+  // Call it without the GIL.
   static void program_ends();
 
   // Collectives up to this many bytes run on the caller's thread when the
@@ -210,6 +210,11 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // wait for it until its process exits (or their timeout), so the group is
   // aborted for them, naming this rank. Nothing here throws.
   void release_ranks_left_waiting() noexcept;
+  // Marks this rank gone from the group's arena (ArenaBackend::
+  // leave_for_good()), once every op of its own has finished: a peer's
+  // recv of a message it never sent, or a collective it never called, then
+  // fails at once instead of when its process exits. Nothing here throws.
+  void leave_for_good() noexcept;
   // release_ranks_left_waiting() on every live group.
   static void release_ranks_left_waiting_everywhere() noexcept;
 
