@@ -1,5 +1,6 @@
 #include "mpi/call_exchange.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -11,6 +12,7 @@ namespace axonml::distributed::mpi {
 namespace {
 
 constexpr int kTag = 1;
+constexpr int kGaveUpTag = 2;  // a member's notice that it gave up a call
 constexpr std::size_t kHeader = sizeof(CallDescriptor);
 
 bool same_call(const CallDescriptor& a, const CallDescriptor& b) {
@@ -88,10 +90,44 @@ void CallExchange::abandon(std::span<MPI_Request> requests) {
   }
 }
 
+void CallExchange::tell_peers_gave_up(const std::string& reason) {
+  // MPI may read it after this call (and this object) are gone: kept for
+  // good, as abandon() keeps its sends. Short: sent eagerly, so the freed
+  // request holds nothing back at MPI_Finalize.
+  const auto* notice = new std::string(reason.substr(0, 1024));
+  for (int p = 0; p < size_; ++p) {
+    if (p == member_) continue;
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (MPI_Isend(notice->data(), static_cast<int>(notice->size()), MPI_CHAR, p, kGaveUpTag, comm_, &request) ==
+        MPI_SUCCESS) {
+      MPI_Request_free(&request);
+    }
+  }
+}
+
+void CallExchange::fail_if_a_peer_gave_up() {
+  int arrived = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kGaveUpTag, comm_, &arrived, &status) != MPI_SUCCESS || !arrived) return;
+  int length = 0;
+  MPI_Get_count(&status, MPI_CHAR, &length);
+  std::string notice(static_cast<std::size_t>(std::max(length, 0)), '\0');
+  MPI_Recv(notice.data(), length, MPI_CHAR, status.MPI_SOURCE, kGaveUpTag, comm_, MPI_STATUS_IGNORE);
+  broken_ = "rank " + std::to_string(world_rank(member_)) + ": job aborted: " + notice;
+  broken_by_mismatch_ = false;
+  note_gave_up_waiting();  // a peer that gave up may never reach MPI_Finalize
+  throw PeerFailure(broken_);
+}
+
+void CallExchange::throw_broken() const {
+  if (broken_by_mismatch_) throw CollectiveMismatch(broken_);
+  throw PeerFailure(broken_);
+}
+
 void CallExchange::run(CallDescriptor call,
                        const std::function<std::span<const std::byte>(int peer)>& payload, bool check,
                        const WaitContext& wait) {
-  if (!broken_.empty()) throw CollectiveMismatch(broken_);
+  if (!broken_.empty()) throw_broken();
   call.call = calls_++;
   current_ = call;
   if (size_ == 1) return;
@@ -134,9 +170,11 @@ void CallExchange::run(CallDescriptor call,
     mpi::check(rc, to_string(call), world_rank(member_), "exchanging call descriptors in group " + group_name());
   } catch (const Error& e) {
     abandon(requests_);
+    tell_peers_gave_up(e.what());
     broken_ = std::string("this group is unusable after: ") + e.what();
     throw;
   }
+  fail_if_a_peer_gave_up();
   if (!check) return;
   for (int m = 0; m < size_; ++m) {
     if (m == member_) continue;
@@ -147,6 +185,7 @@ void CallExchange::run(CallDescriptor call,
     if (theirs.call != call.call) {
       where += " (rank " + std::to_string(world_rank(m)) + "'s call #" + std::to_string(theirs.call) + ")";
     }
+    broken_by_mismatch_ = true;
     broken_ = "collective mismatch in group " + group_name() + " " + where + ": rank " +
               std::to_string(world_rank(member_)) + ": " + to_string(call) + " vs rank " +
               std::to_string(world_rank(m)) + ": " + to_string(theirs);

@@ -11,6 +11,13 @@
 // arrives is named in the Timeout. Since each member hears from every other
 // member, the exchange is also a barrier.
 //
+// A member whose wait gives up tells every peer. A peer that comes late
+// still completes the exchange (the descriptors were sent before), but
+// then finds the notice and throws PeerFailure with the giver-up's reason
+// ("rank 1: job aborted: rank 0: timed out after ..."), the words a
+// shared-memory job aborted by a timeout uses; after either the exchange
+// stays unusable, throwing PeerFailure, not CollectiveMismatch.
+//
 // Messages travel on a communicator used for nothing else, so they cannot
 // meet a user's send / recv.
 //
@@ -79,6 +86,16 @@ class CallExchange {
  private:
   std::string describe_wait(std::span<const MPI_Request> requests) const;
   void abandon(std::span<MPI_Request> requests);
+  // This member gave up the current call (`reason`, its Timeout or
+  // PeerFailure): tells every peer, so that one that comes late and still
+  // completes the exchange (with the descriptors sent before) fails instead
+  // of finishing a call the others abandoned.
+  void tell_peers_gave_up(const std::string& reason);
+  // Throws PeerFailure, and breaks the exchange, when a peer has given up
+  // a call (its tell_peers_gave_up() notice has arrived).
+  void fail_if_a_peer_gave_up();
+  // Throws what broke the exchange, again.
+  [[noreturn]] void throw_broken() const;
 
   MPI_Comm comm_;
   int member_;
@@ -87,6 +104,7 @@ class CallExchange {
   std::uint64_t calls_ = 0;
   CallDescriptor current_;
   std::string broken_;  // set after a mismatch or a failed wait
+  bool broken_by_mismatch_ = false;  // else by a wait that failed, here or on a peer
   std::vector<std::byte> send_, recv_;
   std::vector<std::size_t> send_offset_;
   std::vector<MPI_Request> requests_;  // [recv from each peer..., send to each peer...]

@@ -6,7 +6,10 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "axonml/distributed/error.hpp"
 #include "base/env.hpp"
@@ -199,13 +202,30 @@ std::shared_ptr<MpiBackend> MpiBackend::create(MpiOptions options) {
   return std::shared_ptr<MpiBackend>(new MpiBackend(std::move(impl)));
 }
 
+// Why: a second World::init() made a second MPI world that worked, where
+// under axon-launch it throws; and where only one rank made it, that rank
+// waited in it for peers that never came. A process is one rank: refused
+// here, before anything collective, as ShmBackend::from_environment does.
 std::shared_ptr<MpiBackend> MpiBackend::from_environment() {
+  static std::mutex mutex;
+  static std::optional<std::pair<int, int>> attached;  // (rank, world size) of the first call
+  std::lock_guard lock(mutex);
+  if (attached) {
+    throw InvalidArgument("rank " + std::to_string(attached->first) +
+                          ": World::init() (MpiBackend::from_environment) was already called in this "
+                          "process, which is rank " + std::to_string(attached->first) + " of " +
+                          std::to_string(attached->second) +
+                          " of the MPI job: a process is one rank and attaches once; keep the World "
+                          "the first call returned (copies share it)");
+  }
   MpiOptions options;
   if (const auto hierarchical = env::flag("AXON_HIERARCHICAL")) options.hierarchical = *hierarchical;
   if (const auto node = env::integer("AXON_NODE_ID", 0, 1'000'000'000)) {
     options.node_id = static_cast<int>(*node);
   }
-  return create(options);
+  auto backend = create(options);
+  attached = std::make_pair(backend->rank(), backend->world_size());
+  return backend;
 }
 
 std::string_view MpiBackend::name() const { return "mpi"; }
@@ -454,9 +474,11 @@ void MpiBackend::do_barrier() {
 }
 
 namespace {
-std::string p2p_what(const char* op, DataType type, std::size_t count, const char* dir, int peer, int tag) {
+// `world_peer`: the peer as the job numbers it, as every other message here
+// (and the shared-memory backend's) names ranks, in a subgroup too.
+std::string p2p_what(const char* op, DataType type, std::size_t count, const char* dir, int world_peer, int tag) {
   return std::string(op) + "(" + std::string(to_string(type)) + ", " + std::to_string(count) + ") " +
-         dir + " rank " + std::to_string(peer) + " with tag " + std::to_string(tag);
+         dir + " rank " + std::to_string(world_peer) + " with tag " + std::to_string(tag);
 }
 }  // namespace
 
@@ -474,7 +496,7 @@ void MpiBackend::do_send(ConstBuffer data, int dst, int tag) {
   // destroyed), which is unlimited buffering as far as the program can tell.
   const std::size_t bytes = data.count * size_of(data.type);
   PendingSend send;
-  send.what = p2p_what("send", data.type, data.count, "to", dst, tag);
+  send.what = p2p_what("send", data.type, data.count, "to", impl_->world_ranks[static_cast<std::size_t>(dst)], tag);
   send.data.assign(data.data, data.data + bytes);
   check(MPI_Isend(send.data.data(), int_count(bytes, "send", impl_->world_rank()), MPI_BYTE, dst, tag,
                   impl_->comm.get(), &send.request),
@@ -492,7 +514,8 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   }
   impl_->reap_sends();
   const std::size_t bytes = data.count * size_of(data.type);
-  const std::string what = p2p_what("recv", data.type, data.count, "from", src, tag);
+  const int world_src = impl_->world_ranks[static_cast<std::size_t>(src)];
+  const std::string what = p2p_what("recv", data.type, data.count, "from", world_src, tag);
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Irecv(data.data, int_count(bytes, "recv", impl_->world_rank()), MPI_BYTE, src, tag, impl_->comm.get(),
                   &request),
@@ -512,7 +535,7 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   // The same exception and words as the shared-memory backends' (a program
   // behaves the same under both launchers).
   const std::string mismatch = "recv on rank " + std::to_string(impl_->world_rank()) + " from rank " +
-                               std::to_string(src) + " with tag " + std::to_string(tag) + ": the message has ";
+                               std::to_string(world_src) + " with tag " + std::to_string(tag) + ": the message has ";
   if (error_class == MPI_ERR_TRUNCATE) {
     throw InvalidArgument(mismatch + "more bytes than the buffer's " + std::to_string(bytes));
   }

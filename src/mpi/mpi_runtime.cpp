@@ -1,6 +1,7 @@
 #include "mpi/mpi_runtime.hpp"
 #include "mpi/waiting.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -49,6 +50,7 @@ void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
   // Not wait_all(): this runs in a static destructor, after the main
   // thread's thread_local objects (wait_all's scratch vectors) are gone.
   MPI_Request request = MPI_REQUEST_NULL;
+  auto pause = std::chrono::microseconds(200);
   int rc = MPI_Ibarrier(exit_comm, &request);
   for (int done = 0; rc == MPI_SUCCESS;) {
     rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
@@ -62,7 +64,11 @@ void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
       std::fflush(nullptr);  // _Exit does not flush what the program printed
       std::_Exit(1);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    // Exit is no hot path: from 0.2 ms up to 10 ms between tests, so a rank
+    // that waits long here (for a peer still writing a checkpoint) costs
+    // next to nothing.
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(10'000));
   }
   if (rc != MPI_SUCCESS) {
     // The barrier itself failed (a peer is gone): the fence would not end.

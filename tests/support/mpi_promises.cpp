@@ -9,12 +9,18 @@
 //   recv-timeout      rank 0 receives what nobody sends: Timeout naming the op
 //                     and the peer within AXON_TIMEOUT (the test sets 1 s)
 //   recv-size         rank 1 receives a message shorter and one longer than
-//                     its buffer: InvalidArgument naming the sizes, pair and tag
+//                     its buffer: InvalidArgument naming the sizes, pair and tag;
+//                     the same on new_group({3, 2}), naming the job's ranks
 //   collective-timeout  rank 1 skips a barrier: the others' Timeout names it
 //   hung-peer         rank 1 stays alive 60 s without calling the barrier the
 //                     others time out in; they return from main, and mpirun
 //                     must end the job soon after (MPI_Finalize would wait for
 //                     rank 1: after AXON_TIMEOUT they exit without it)
+//   late-rank         rank 1 comes to an all_reduce 3 s late, after the
+//                     others timed out (the test sets 2 s): it throws
+//                     PeerFailure with their reason, and their next
+//                     all_reduce throws PeerFailure
+//   init-twice        a second World::init() throws InvalidArgument
 //   mismatch KIND     rank 0 calls one collective, the others another:
 //                     CollectiveMismatch on every rank showing both sides.
 //                     KIND: barrier-vs-all-reduce, count-0-vs-1, gather-roots,
@@ -123,6 +129,31 @@ void recv_size(Backend& b) {
   b.barrier();
 }
 
+// The same on a subgroup numbered apart from the job: in new_group({3, 2})
+// the job's rank 3 is the group's rank 0, and the message names job ranks,
+// as every other message does (MpiBackend named the group's rank here).
+void recv_size_in_subgroup(Backend& b) {
+  if (b.world_size() < 4) return;
+  const std::vector<int> members{3, 2};
+  auto pair = b.new_group(members);
+  if (pair && pair->rank() == 0) {
+    std::vector<float> three(3, 1.0f);
+    pair->send(std::span<const float>(three), 1, 4);
+  } else if (pair) {
+    std::vector<float> buffer(10);
+    std::string error;
+    try {
+      pair->recv(std::span<float>(buffer), 0, 4);
+    } catch (const InvalidArgument& e) {
+      error = e.what();
+    }
+    std::printf("[rank %d] %s\n", me, error.c_str());
+    expect(error == "recv on rank 2 from rank 3 with tag 4: the message has 12 bytes but the buffer has 40",
+           "a short message on new_group({3, 2}) names the job's ranks: '" + error + "'");
+  }
+  b.barrier();
+}
+
 // Rank 1 stays away from a barrier for `away` (collective-timeout: long
 // enough for the others to give up; hung-peer: alive past their timeout and
 // more, ending by itself should mpirun not end it).
@@ -142,6 +173,51 @@ void barrier_without_rank_1(Backend& b, std::chrono::milliseconds away) {
   if (b.rank() == 0) std::printf("[rank 0] %s\n", error.c_str());
   expect(contains(error, "barrier") && contains(error, "waiting for rank(s) 1") && contains(error, "AXON_TIMEOUT"),
          "a barrier that rank 1 skips throws Timeout naming it (or another rank's): '" + error + "'");
+}
+
+// Rank 1 comes to an all_reduce `away` after the others, which give it up
+// after AXON_TIMEOUT: it must fail with their reason rather than finish a
+// call they abandoned, and their group's next collective is a PeerFailure
+// (under MPI it was a CollectiveMismatch, and rank 1 finished the call).
+void late_rank(Backend& b, std::chrono::milliseconds away) {
+  std::vector<float> v(4, static_cast<float>(b.rank() + 1));
+  auto error_of = [&] {
+    try {
+      b.all_reduce(std::span<float>(v), ReduceOp::Sum);
+    } catch (const PeerFailure& e) {  // Timeout included
+      return std::string(e.what());
+    } catch (const std::exception& e) {
+      return "not a PeerFailure: " + std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  if (b.rank() == 1) {
+    std::this_thread::sleep_for(away);
+    const std::string error = error_of();
+    std::printf("[rank 1] %s\n", error.c_str());
+    expect(contains(error, "rank 1: job aborted: rank ") && contains(error, "timed out") &&
+               contains(error, "all_reduce(f32, 4, sum)"),
+           "a rank late to an all_reduce the others gave up throws PeerFailure with their reason: '" + error + "'");
+    return;
+  }
+  const std::string first = error_of();
+  expect(contains(first, "waiting for rank(s) 1"), "the all_reduce rank 1 is late to times out naming it: '" + first + "'");
+  const std::string second = error_of();
+  expect(second != "no error" && !contains(second, "not a PeerFailure"),
+         "after the timeout the group's next all_reduce throws PeerFailure: '" + second + "'");
+}
+
+// World::init() attaches a process once, under either launcher.
+void init_twice() {
+  std::string error;
+  try {
+    World again = World::init();
+  } catch (const InvalidArgument& e) {
+    error = e.what();
+  }
+  expect(contains(error, "rank " + std::to_string(me)) && contains(error, "World::init()") &&
+             contains(error, "already called"),
+         "a second World::init() throws InvalidArgument naming the rank: '" + error + "'");
 }
 
 void mismatch(Backend& b, const std::string& kind) {
@@ -258,10 +334,15 @@ int main(int argc, char** argv) {
       recv_timeout(b);
     } else if (mode == "recv-size") {
       recv_size(b);
+      recv_size_in_subgroup(b);
     } else if (mode == "collective-timeout") {
       barrier_without_rank_1(b, std::chrono::milliseconds(2500));
     } else if (mode == "hung-peer") {
       barrier_without_rank_1(b, std::chrono::seconds(60));
+    } else if (mode == "late-rank") {
+      late_rank(b, std::chrono::milliseconds(3000));
+    } else if (mode == "init-twice") {
+      init_twice();
     } else if (mode == "mismatch") {
       mismatch(b, arg);
     } else if (mode == "rank-order") {
@@ -269,11 +350,14 @@ int main(int argc, char** argv) {
       rank_order_type<double>(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "mismatch KIND | rank-order\n");
+                           "late-rank | init-twice | mismatch KIND | rank-order\n");
       return 2;
     }
     int total = failures;
-    if (mode != "collective-timeout" && mode != "hung-peer") {
+    // Under axon-launch a timeout aborts the whole job, the tally's group too.
+    const bool job_aborted = mode == "collective-timeout" || mode == "hung-peer" ||
+                             (mode == "late-rank" && b.name() != "mpi");
+    if (!job_aborted) {
       tally->all_reduce(std::span<int>(&total, 1), ReduceOp::Sum);
     }
     if (me == 0) {

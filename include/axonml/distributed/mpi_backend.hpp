@@ -15,7 +15,10 @@
 // AXON_TIMEOUT seconds (default 300) with a Timeout naming the op and the
 // ranks that never arrived. send() copies the data and returns at once, so
 // whatever completes with unlimited buffering completes. A failing MPI call
-// throws PeerFailure naming the op, the rank and the sizes. When a wait was
+// throws PeerFailure naming the op, the rank and the sizes. A rank whose
+// call exchange gives up tells its peers: one that comes late throws
+// PeerFailure with that reason instead of finishing the call, and the group
+// throws PeerFailure at every later collective. When a wait was
 // given up with MPI still holding requests that cannot be cancelled, the
 // process calls MPI_Abort at exit instead of MPI_Finalize (which would wait
 // for them), and mpirun ends the job. At exit the processes meet in a
@@ -70,7 +73,9 @@ class MpiBackend final : public Backend {
   // This process's endpoint of MPI_COMM_WORLD; collective over it.
   static std::shared_ptr<MpiBackend> create(MpiOptions options);
   // Options from AXON_HIERARCHICAL and AXON_NODE_ID; throws InvalidArgument
-  // naming the variable when one is malformed.
+  // naming the variable when one is malformed. What World::init() calls
+  // under mpirun: once per process, as a process is one rank; a second call
+  // throws InvalidArgument on the caller, before anything collective.
   static std::shared_ptr<MpiBackend> from_environment();
 
   ~MpiBackend() override;
