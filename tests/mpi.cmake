@@ -129,3 +129,21 @@ add_test(NAME "${name}"
           $<TARGET_FILE:mpi_promises> recv-timeout)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
                      ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
+
+# A malformed AXON_* variable is reported with the rank that read it, under
+# either launcher (it was "AXON_NODE_ID=abc is not a whole number ...", with
+# nothing to say whose output it was).
+set(name "mpi: a malformed AXON_NODE_ID is reported naming the rank (mpirun -np 2)")
+add_test(NAME "${name}"
+  COMMAND ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 2 -x AXON_NODE_ID=abc
+          $<TARGET_FILE:mpi_promises> init-twice)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "rank 1: AXON_NODE_ID=abc is not a whole number"
+                     ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
+if(TARGET axon-launch)
+  set(name "shm: a malformed AXON_TIMEOUT is reported naming the rank (axon-launch -n 2)")
+  add_test(NAME "${name}" COMMAND ${CMAKE_COMMAND} -E env AXON_TIMEOUT=0
+           $<TARGET_FILE:axon-launch> -n 2 $<TARGET_FILE:mpi_promises> init-twice)
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 60
+                       PASS_REGULAR_EXPRESSION "rank 1: AXON_TIMEOUT=0 is not a number of seconds")
+endif()

@@ -50,9 +50,21 @@ std::shared_ptr<Backend> mpi_backend() {
 #endif
 }
 
-}  // namespace
+// The rank the launcher gave this process in its environment (axon-launch's
+// RANK, mpirun's), or -1: for messages only, before the backend knows it.
+int rank_from_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK"}) {
+    const auto text = env::text(name);
+    if (!text) continue;
+    try {
+      return std::stoi(*text);
+    } catch (const std::exception&) {
+    }
+  }
+  return -1;
+}
 
-std::shared_ptr<Backend> backend_from_environment() {
+std::shared_ptr<Backend> backend_from_environment_unnamed() {
   // The logging variables were read leniently by the first log line (which
   // may not throw); a typo in them stops the program here, at its start.
   log::reload_from_environment();
@@ -76,6 +88,22 @@ std::shared_ptr<Backend> backend_from_environment() {
   if (is_set("AXON_ARENA_FD")) return ShmBackend::from_environment();
   if (started_by_mpirun()) return mpi_backend();
   return MockBackend::single();
+}
+
+}  // namespace
+
+// Why: a malformed AXON_* variable ("AXON_TIMEOUT=0 is not ...") was
+// reported without the rank, though every error names it; with several
+// ranks' output interleaved, the reader could not tell whose it was.
+std::shared_ptr<Backend> backend_from_environment() {
+  try {
+    return backend_from_environment_unnamed();
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    const int rank = rank_from_launcher();
+    if (rank < 0 || what.rfind("rank ", 0) == 0) throw;
+    throw InvalidArgument("rank " + std::to_string(rank) + ": " + what);
+  }
 }
 
 }  // namespace axonml::distributed

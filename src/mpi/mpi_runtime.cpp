@@ -45,7 +45,13 @@ int world_rank() {
 void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
   const int rank = world_rank();
   const bool gave_up = gave_up_waiting.load();
-  const auto timeout = shm::default_timeout();
+  // A malformed AXON_TIMEOUT was reported where it was first read; here, in
+  // a destructor, it must not throw (std::terminate).
+  auto timeout = std::chrono::milliseconds(300'000);
+  try {
+    timeout = shm::default_timeout();
+  } catch (const std::exception&) {
+  }
   const auto started = std::chrono::steady_clock::now();
   // Not wait_all(): this runs in a static destructor, after the main
   // thread's thread_local objects (wait_all's scratch vectors) are gone.
