@@ -173,8 +173,35 @@ TEST_CASE("ranks that pass overlapping shared buffers are told which, and the gr
   for (int r = 0; r < 3; ++r) {
     CAPTURE(r);
     REQUIRE_THAT(errors[static_cast<std::size_t>(r)],
-                 Contains("all_reduce on rank " + std::to_string(r) + " of 3: the shared buffers of ranks 1 and 2 overlap"));
+                 Contains("all_reduce on rank " + std::to_string(r) + " (rank " + std::to_string(r) +
+                          " of 3 in group [0, 1, 2]): the shared buffers of rank 1 and rank 2 overlap"));
     REQUIRE(after[static_cast<std::size_t>(r)] == 3.0f);
+  }
+}
+
+TEST_CASE("overlapping shared buffers in a subgroup are named by the job's ranks", "[zero-copy][errors][groups]") {
+  // In new_group({1, 2, 3}) the job's ranks 2 and 3 are the group's 1 and 2:
+  // the message used to name the group's numbers as "ranks 1 and 2".
+  constexpr std::size_t kCount = 100000;
+  std::vector<std::string> errors(4);
+  std::promise<float*> common_promise;
+  std::shared_future<float*> common = common_promise.get_future().share();
+  run_ranks(4, [&](std::shared_ptr<Backend> b, int r) {
+    ProcessGroup world(b);
+    ProcessGroup group = world.new_group({1, 2, 3});
+    if (r == 0) return;
+    Tensor own = group.alloc_shared({kCount});
+    Tensor big = group.alloc_shared({2 * kCount});
+    if (r == 1) common_promise.set_value(big.data().data());
+    std::span<float> data = r == 1 ? own.data()
+                                   : std::span<float>(common.get() + (r == 2 ? 0 : kCount - 1), kCount);
+    errors[static_cast<std::size_t>(r)] = error_of([&] { group.backend().all_reduce(data, ReduceOp::Sum); });
+  });
+  for (int r = 1; r < 4; ++r) {
+    CAPTURE(r);
+    REQUIRE_THAT(errors[static_cast<std::size_t>(r)],
+                 Contains("all_reduce on rank " + std::to_string(r) + " (rank " + std::to_string(r - 1) +
+                          " of 3 in group [1, 2, 3]): the shared buffers of rank 2 and rank 3 overlap"));
   }
 }
 

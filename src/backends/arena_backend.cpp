@@ -171,9 +171,13 @@ void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
       throw;
     }
     if (overlap) {
-      throw InvalidArgument("all_reduce on rank " + std::to_string(rank()) + " of " +
-                            std::to_string(world_size()) + ": the shared buffers of ranks " +
-                            std::to_string(overlap->first) + " and " + std::to_string(overlap->second) +
+      // Ranks as the job numbers them, as in every other message, also in
+      // a subgroup (whose members are numbered from 0 here).
+      const RankNames& names = impl_->state->waits.names();
+      auto job = [&](int member) { return names.rank(channel.world_ranks()[static_cast<std::size_t>(member)]); };
+      throw InvalidArgument("all_reduce on " + job(rank()) + " (rank " + std::to_string(rank()) + " of " +
+                            std::to_string(world_size()) + " in group " + bracketed(names.job_ranks(channel.world_ranks())) +
+                            "): the shared buffers of " + job(overlap->first) + " and " + job(overlap->second) +
                             " overlap (" + std::to_string(bytes) +
                             " bytes each); every rank must pass its own buffer. Nothing was reduced");
     }
