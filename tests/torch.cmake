@@ -108,3 +108,16 @@ add_test(NAME "${name}"
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties("${name}" PROPERTIES TIMEOUT 300 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
                      PASS_REGULAR_EXPRESSION "axon.allreduce.*torch_call_path: the tensor is unchanged after every call")
+
+# AXON_DEBUG's line per collective names the job's rank in a subgroup too
+# (it named the subgroup arena's own numbering: rank 0 for the job's rank 1).
+if(TARGET axon-launch)
+  set(name "torch: AXON_DEBUG's line for a collective in new_group([1, 2]) carries the job's rank under axon-launch -n 3")
+  add_test(NAME "${name}"
+           COMMAND axon-launch --no-tag-output -n 3 ${AXON_TORCH_PYTHON} subgroup_debug_log.py
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120
+    ENVIRONMENT "${AXON_TORCH_TEST_ENV};AXON_DEBUG=1"
+    PASS_REGULAR_EXPRESSION "\\[rank 2\\] [0-9:.]+ debug: all_reduce\\(f32, 4, sum\\) call #1 in group \\[1, 2\\]"
+    FAIL_REGULAR_EXPRESSION "\\[rank 0\\] [0-9:.]+ debug: [^\n]*in group \\[1, 2\\]")
+endif()

@@ -99,8 +99,10 @@ void ArenaChannel::begin(const CollectiveCall& call) {
 }
 
 void ArenaChannel::log_begin() const {
-  log::debug(world_ranks_[static_cast<std::size_t>(member_)], "{} call #{} in group {}", describe(pending_),
-             pending_.call, group_name());
+  // The job's rank in the prefix, as the group's name has (a PyTorch
+  // subgroup's arena numbers its members from 0).
+  const int job_rank = waits_.names().job_rank(world_ranks_[static_cast<std::size_t>(member_)]);
+  log::debug(job_rank, "{} call #{} in group {}", describe(pending_), pending_.call, group_name());
 }
 
 std::byte* ArenaChannel::outbox() {
