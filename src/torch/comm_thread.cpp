@@ -41,6 +41,7 @@ CommThread::~CommThread() {
 }
 
 void CommThread::push(c10::intrusive_ptr<AxonWork> work, std::function<void()> run) {
+  unfinished_.fetch_add(1, std::memory_order_relaxed);
   bool nested;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -81,6 +82,7 @@ bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std:
     push(work, std::move(run));
     return false;
   }
+  unfinished_.fetch_add(1, std::memory_order_relaxed);
   // Whatever the peers do, the op runs now: on this thread, or first in the
   // queue of an idle thread.
   committed();
@@ -113,6 +115,9 @@ void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, cons
   } catch (...) {
     error = std::current_exception();
   }
+  // Before the Work completes: its waiter may next ask whether anything is
+  // still pending (has_unfinished_ops()).
+  unfinished_.fetch_sub(1, std::memory_order_release);
   if (error) {
     work->fail(error);
   } else {

@@ -26,6 +26,7 @@
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -71,6 +72,12 @@ class CommThread {
   // Blocks until idle(). Call it without holding the GIL: the ops it waits
   // for may need it.
   void wait_idle();
+  // Whether an op is queued, or runs and has not returned yet. Unlike
+  // idle(), false from the moment the last op has returned, before its Work
+  // completes: the thread may still be dropping that op's objects then (which
+  // can wait for the GIL), and a caller whose wait() has returned must not
+  // see its op as still pending.
+  bool has_unfinished_ops() const { return unfinished_.load(std::memory_order_acquire) != 0; }
 
   // Runs `run` on the calling thread and completes `work`, and returns true,
   // when no op is queued or running and `peers_ready()` holds now or within
@@ -94,7 +101,7 @@ class CommThread {
   // future's callbacks run here, still holding the token), then hands the
   // token back. Called by the token's holder, outside the mutex.
   void run_task(c10::intrusive_ptr<AxonWork> work, std::function<void()> run);
-  static void run_and_complete(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run);
+  void run_and_complete(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run);
 
   std::mutex mutex_;
   std::condition_variable ready_;
@@ -103,6 +110,7 @@ class CommThread {
   bool stopping_ = false;
   bool busy_ = false;     // the run token: an op runs, on this thread or on a caller's
   std::thread::id owner_;  // the thread holding it, while busy_
+  std::atomic<int> unfinished_{0};  // ops accepted whose run() has not returned
   std::thread thread_;
 };
 

@@ -313,7 +313,11 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
 void ProcessGroupAxon::finish_pending() {
   thread_->wait_idle();
   send_thread_->wait_idle();
-  if (!recv_thread_->idle()) {
+  // Not idle(): a receive that has returned, whose thread is still dropping
+  // its tensors (that may wait for the GIL this thread's caller holds), was
+  // taken for one still waiting, and its peer's next op on the group failed
+  // (found by a review: a send/recv exchange, then the program's end).
+  if (recv_thread_->has_unfinished_ops()) {
     backend_->abort("it destroyed the process group while a receive (recv or irecv) still waited for a message");
   }
   recv_thread_->wait_idle();

@@ -9,6 +9,7 @@ within about a second, and their next new_group too; nothing is left in
 import datetime
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -165,6 +166,31 @@ def rank0_left_while_peer_receives(rank, n):
     assert waited < 2, f"noticed rank 0's end only after {waited:.1f} s"
     dist.destroy_process_group()
     return text
+
+
+def received_then_ended(rank, n):
+    """A rank whose receive has returned is not 'still receiving' as its
+    program ends, even while its communication thread is still finishing
+    that receive: it used to abort the group then, and its peer's recv of a
+    message it had already sent failed ("it destroyed the process group
+    while a receive (recv or irecv) still waited"; found by a review, 3 runs
+    in 5 under load). Both ranks share one core here, so that the woken main
+    thread usually runs to the program's end before the communication thread
+    is back (11 runs in 25 failed so before the fix)."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # before the group's threads start
+    dist.init_process_group("axon")
+    peer = 1 - rank
+    dist.send(torch.full((4,), float(rank)), dst=peer)
+    if rank == 1:
+        got = torch.zeros(4)
+        dist.recv(got, src=peer)
+        return "ended"
+    time.sleep(0.5)  # rank 1's program has ended meanwhile
+    got = torch.zeros(4)
+    dist.recv(got, src=peer)
+    assert torch.equal(got, torch.full((4,), 1.0)), f"received {got}"
+    dist.destroy_process_group()
+    return "received"
 
 
 def left_subgroup_while_peer_waits(rank, n):
@@ -388,6 +414,9 @@ if __name__ == "__main__":
     print(f"test_errors: a rank whose program ended released its peer waiting in recv: {texts[0].splitlines()[0]}")
     texts = run_ranks(2, rank0_left_while_peer_receives)
     print(f"test_errors: rank 0, whose program ended, released its peer waiting in recv: {texts[1].splitlines()[0]}")
+    for _ in range(5):
+        run_ranks(2, received_then_ended)
+    print("test_errors: a rank whose receive had returned ended without failing its peer's later recv (5 runs)")
     texts = run_ranks(3, left_subgroup_while_peer_waits)
     print(f"test_errors: ... and its peer waiting in a subgroup's collective: {texts[1].splitlines()[0]}")
     texts = run_ranks(3, killed_non_member, dead={2})
