@@ -267,6 +267,18 @@ case "$case_name" in
     [[ "$err" == *"axon-launch: rank "[02]" had aborted the job: rank "[02]": timed out after 1.0 s (AXON_TIMEOUT): barrier() call #"*" in group [0, 1, 2]: waiting for rank(s) 1"* ]] ||
       fail "the summary does not name the hung rank: $err"
     ;;
+  late-rank)
+    # A rank that timed out (and aborted the job), caught its Timeout and
+    # exited 0 waited for the late rank; it left nobody waiting. The summary
+    # used to say "rank 0 exited (status 0) while other ranks still waited
+    # for it" (found by a review); it blames the late rank, which failed.
+    run -n 2 --timeout 1 "$probe" late 1 3
+    expect_status 1
+    [[ "$err" == *"axon-launch: rank 1 exited with code 1"* ]] || fail "the summary does not blame rank 1: $err"
+    [[ "$err" == *"axon-launch: rank 0 had aborted the job: rank 0: timed out after 1.0 s (AXON_TIMEOUT): barrier() call #"*"waiting for rank(s) 1"* ]] ||
+      fail "the summary does not say who aborted the job: $err"
+    [[ "$err" != *"rank 0 exited (status 0) while other ranks still waited"* ]] || fail "the summary blames rank 0: $err"
+    ;;
   leave-early)
     # A rank that exits 0 after its last collective while the others still
     # run is a normal ending.

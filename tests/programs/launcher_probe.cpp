@@ -31,6 +31,9 @@
 //                                         rank RANK sleeps SECONDS before init;
 //                                         then everyone meets in a barrier
 //   launcher_probe init-twice RANK        rank RANK calls World::init() twice
+//   launcher_probe late RANK SECONDS      rank RANK comes SECONDS late to a barrier
+//                                         the others time out in; all catch their
+//                                         error, RANK exits 1, the others 0
 //   launcher_probe hang RANK              after a first barrier rank RANK stays
 //                                         alive 60 s without calling the second,
 //                                         in which the others time out
@@ -212,6 +215,18 @@ int main(int argc, char** argv) {
       world.barrier();
       std::printf("attempt %s restart-env=%s\n", attempt ? attempt : "unset", torch ? torch : "unset");
       return 0;
+    }
+    if (args[0] == "late" && args.size() == 3) {
+      // Rank RANK comes to the barrier SECONDS late, after the others timed
+      // out in it; every rank catches its error, the late one exits 1.
+      const int late = std::atoi(args[1].c_str());
+      if (rank == late) ::sleep(static_cast<unsigned>(std::atoi(args[2].c_str())));
+      try {
+        world.barrier();
+      } catch (const PeerFailure& e) {
+        std::printf("probe rank %d caught: %s\n", rank, e.what());
+      }
+      return rank == late ? 1 : 0;
     }
     if (args[0] == "hang" && args.size() == 2) {
       if (rank == std::atoi(args[1].c_str())) {
