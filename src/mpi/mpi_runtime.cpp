@@ -32,8 +32,9 @@ int world_rank() {
 // it, and a peer that hangs alive (never calling the collective that timed
 // out here) never does. A process must not leave from inside that fence
 // either: when processes die in it, mpirun can crash in its own clean-up
-// (PMIx_server_finalize: 3 of 22 runs of a test where a peer is away) or hang after reporting the
-// failed job, so a job that should end in seconds fails or never ends.
+// (PMIx_server_finalize: 3 of 22 runs of a test where a peer is away) or
+// hang after reporting the failed job, so a job that should end in seconds
+// fails or never ends.
 //
 // So every process first meets the others in a barrier of its own on
 // `exit_comm`, which it can leave. Once that completes, every process is at
