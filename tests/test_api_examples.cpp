@@ -188,6 +188,36 @@ TEST_CASE("scatter_tensor of an uneven split names the sizes", "[errors][model-p
   });
 }
 
+TEST_CASE("ranks that pass scatter_tensor, gather_tensor or sync_gradients other shapes of the same size get a mismatch",
+          "[errors][model-parallel]") {
+  // The data collective compares element counts only: these used to give
+  // the ranks results of different shapes, or rank 0's data cut the wrong way.
+  using Catch::Matchers::Contains;
+  run_ranks(2, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup pg(backend);
+    const std::string head = "on rank " + std::to_string(r) + ": the ranks' arguments differ: ";
+    std::string error = error_of([&] { gather_tensor(r == 0 ? Tensor::zeros({4}) : Tensor::zeros({2, 2}), 0, pg); });
+    RANK_REQUIRE_THAT(error, Contains("gather_tensor " + head +
+                                      "rank 0 passes shape [4] along dim 0, rank 1 passes shape [2, 2] along dim 0"));
+    error = error_of([&] { scatter_tensor(r == 0 ? Tensor::zeros({4, 2}) : Tensor::zeros({2, 4}), 0, pg); });
+    RANK_REQUIRE_THAT(error, Contains("scatter_tensor " + head + "rank 0 passes shape [4, 2] along dim 0, rank 1 "
+                                      "passes shape [2, 4] along dim 0"));
+    error = error_of([&] { scatter_tensor(Tensor::zeros({4, 4}), static_cast<std::size_t>(r), pg); });
+    RANK_REQUIRE_THAT(error, Contains("rank 0 passes shape [4, 4] along dim 0, rank 1 passes shape [4, 4] along dim 1"));
+    std::vector<Tensor> grads = r == 0 ? std::vector<Tensor>{Tensor::full({2}, 1.0f), Tensor::full({3}, 2.0f)}
+                                       : std::vector<Tensor>{Tensor::full({3}, 10.0f), Tensor::full({2}, 20.0f)};
+    error = error_of([&] { sync_gradients(grads, pg); });
+    RANK_REQUIRE_THAT(error, Contains("sync_gradients " + head + "rank 0 passes 2 tensors of 5 elements in all, rank 1 "
+                                      "passes 2 tensors of 5 elements in all of other shapes") &&
+                                 Contains(r == 0 ? "(this rank's: [2], [3])" : "(this rank's: [3], [2])"));
+    RANK_REQUIRE(grads[0].data()[0] == (r == 0 ? 1.0f : 10.0f));  // untouched
+    // Agreeing ranks still work, and the group is not broken by the above.
+    Tensor whole = Tensor::full({4, 2}, static_cast<float>(r));
+    const Tensor rejoined = gather_tensor(scatter_tensor(whole, 0, pg), 0, pg);  // not inside RANK_REQUIRE
+    RANK_REQUIRE(rejoined.shape() == Shape({4, 2}));
+  });
+}
+
 TEST_CASE("API example: basic DDP training keeps replicas identical and learns", "[api][ddp]") {
   std::vector<std::vector<float>> weights(2);
   std::vector<float> first_loss(2), last_loss(2);

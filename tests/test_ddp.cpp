@@ -361,6 +361,19 @@ TEST_CASE("GradientSynchronizer averages over the group for every strategy and l
   }
 }
 
+TEST_CASE("GradientSynchronizer Overlapped refuses another group of the same members, saying so", "[grad_sync][errors]") {
+  run_ranks(2, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup world(backend);
+    ProcessGroup same = world.new_group({0, 1});
+    GradientSynchronizer sync(GradSyncStrategy::Overlapped, 16);
+    sync.prepare(1);
+    sync.set_group(world);
+    const std::string error = axon_test::error_of([&] { sync.sync_all(same); });
+    RANK_REQUIRE_THAT(error, Catch::Contains("sync_all on rank " + std::to_string(r)) &&
+                                 Catch::Contains("another group of the same members"));
+  });
+}
+
 TEST_CASE("GradientSynchronizer Overlapped needs the group before gradients arrive", "[grad_sync][errors]") {
   GradientSynchronizer sync(GradSyncStrategy::Overlapped, 16);
   sync.prepare(2);

@@ -277,8 +277,13 @@ void GradientSynchronizer::sync_all(const ProcessGroup& pg) {
   // Overlapped buckets may already be reducing over group_; the rest must join them.
   if (strategy_ == GradSyncStrategy::Overlapped && group_ &&
       group_->backend_ptr() != pg.backend_ptr()) {
-    throw InvalidArgument("GradientSynchronizer::sync_all: " + pg.describe() +
-                          " is not the group given to set_group(), " + group_->describe());
+    // Two groups may have the same members (a new_group of every rank):
+    // saying so keeps the message from reading as a contradiction.
+    const bool same_members = pg.describe() == group_->describe();
+    throw InvalidArgument("GradientSynchronizer::sync_all on rank " + std::to_string(pg.rank()) + ": " +
+                          pg.describe() + " is not the group given to set_group(), " + group_->describe() +
+                          (same_members ? " (another group of the same members: pass the one given to set_group())"
+                                        : ""));
   }
   if (strategy_ != GradSyncStrategy::Overlapped || !group_) group_ = pg;
   if (!fixed_layout_) {

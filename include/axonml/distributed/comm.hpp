@@ -39,13 +39,19 @@ int rank(const ProcessGroup& pg);
 
 // Model parallelism: group rank 0's `tensor` split into pg.size() equal
 // chunks along `dim`; returns this rank's chunk. Every rank passes a tensor of
-// the same shape (only rank 0's values are read). Throws when shape[dim] does
-// not divide evenly.
+// the same shape and the same dim (only rank 0's values are read). Throws
+// InvalidArgument when shape[dim] does not divide evenly, and
+// CollectiveMismatch on every rank when the ranks' shapes or dims differ
+// (one small all_gather compares them first).
 Tensor scatter_tensor(const Tensor& tensor, std::size_t dim, const ProcessGroup& pg);
 // The inverse: every rank's chunk concatenated along `dim`, on every rank.
+// Every rank passes the same shape and dim, or all get CollectiveMismatch.
 Tensor gather_tensor(const Tensor& tensor, std::size_t dim, const ProcessGroup& pg);
 
-// Averages gradients over the group, in place (one all-reduce for the lot).
+// Averages gradients over the group, in place (one all-reduce for the lot,
+// after one small all_gather that checks every rank passes the same shapes in
+// the same order: CollectiveMismatch on every rank otherwise, the gradients
+// untouched).
 void sync_gradients(std::vector<Tensor>& gradients, const ProcessGroup& pg);
 void sync_gradient(Tensor& gradient, const ProcessGroup& pg);
 
