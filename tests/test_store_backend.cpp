@@ -191,6 +191,31 @@ TEST_CASE("a store set-up gives up when a rank it has met exits before the arena
   ::waitpid(child, &status, 0);
 }
 
+TEST_CASE("a rank already claimed in the store, by a live process or one of a world that ended, is named at once",
+          "[store][errors]") {
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    // Another live process (a child that sleeps) set up as rank 0.
+    const pid_t child = start_child_that_sleeps(10'000'000);
+    MemoryStore store(true);
+    store.set("axon/host/0", this_host_entry(child) + " 2");
+    REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options),
+                        Contains("rank 0: another process (pid " + std::to_string(child) +
+                                 ") set up as rank 0 through this store too (axon/host/0): each rank of a world must "
+                                 "be given to one process, or the processes were given different groups"));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    // The same entry once that process has exited: a world that ended.
+    REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options),
+                        Contains("from pid " + std::to_string(child) + ", which has exited: a world that ended used "
+                                 "this store's keys"));
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // not the 60 s timeout
+}
+
 TEST_CASE("a store set-up whose peer never comes times out naming the entry and the timeout", "[store][errors]") {
   MemoryStore store(true);
   StoreOptions options;

@@ -1,6 +1,7 @@
 #include "axonml/distributed/store_backend.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -235,6 +236,32 @@ constexpr const char* kGivenDifferentGroups =
     " were given different groups (under PyTorch: different rank lists for one new_group call, or new_group "
     "calls in a different order)";
 
+// Why: a second process given the same rank, or a store whose keys a
+// finished world left, only timed out waiting for a rank that never came, or
+// blamed the old world's exited process as if a live peer had died (found by
+// a review). Where the store can say, an entry already there from another
+// process is named before this rank publishes its own. (Two processes that
+// publish at the same moment are still told apart later, check_same_group.)
+void check_rank_unclaimed(KeyValueStore& store, int rank, const std::string& mine, const std::string& who) {
+  const std::string key = "axon/host/" + std::to_string(rank);
+  if (store.has(key) != std::optional<bool>(true)) return;
+  std::istringstream entry(store.get(key));
+  std::string name, boot_id;
+  int pid = 0;
+  entry >> name >> boot_id >> pid;
+  if (pid <= 0 || pid == ::getpid()) return;  // this process's own, from an earlier try
+  const bool here = name + " " + boot_id == mine;
+  const std::string process = "pid " + std::to_string(pid) + (here ? "" : " on " + name);
+  if (here && ::kill(pid, 0) != 0 && errno == ESRCH) {
+    throw InvalidArgument(who + "this store already holds an entry for rank " + std::to_string(rank) + " (" + key +
+                          ") from " + process + ", which has exited: a world that ended used this store's keys; "
+                          "one store namespace makes one world (give each world a new store or prefix)");
+  }
+  throw InvalidArgument(who + "another process (" + process + ") set up as rank " + std::to_string(rank) +
+                        " through this store too (" + key + "): each rank of a world must be given to one process, "
+                        "or the processes" + kGivenDifferentGroups);
+}
+
 void check_same_group(const HostEntries& e, int rank, int world_size, const std::string& group,
                       const std::string& who, const RankNames& names) {
   const int claimed_by = e.pids[static_cast<std::size_t>(rank)];
@@ -349,6 +376,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   const auto timeout = options.timeout.count() > 0 ? options.timeout : shm::default_timeout();
   SetupWait setup(store, options, who, names, world_size, timeout);
   const std::string mine = host_identity();
+  check_rank_unclaimed(store, rank, mine, who);
   publish_host(store, rank, world_size, mine, options.group);
 
   // Rank 0's arena descriptor lives until create() returns: a peer still
