@@ -11,8 +11,6 @@
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
-#include <string>
-#include <string_view>
 
 #include "base/text.hpp"
 #include "shm/wait.hpp"
@@ -108,13 +106,10 @@ std::optional<Supervisor::Failure> Supervisor::left_while_needed() const {
   if (culprit < 0 || culprit >= static_cast<int>(ranks_.size())) return std::nullopt;
   const auto& r = ranks_[static_cast<std::size_t>(culprit)];
   if (r.running || !(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) return std::nullopt;
-  // abort_rank is whoever aborted the job: the rank a waiter blamed for
-  // leaving, but also a rank that timed out and aborted it itself, then
-  // caught its Timeout and exited 0. That one waited; it did not leave
-  // anyone waiting (a review found the summary blaming it so). Only a
-  // waiter's reason says the culprit exited while it was needed.
-  const std::string left = "rank " + std::to_string(culprit) + " exited (status 0)";
-  if (std::string_view(header.abort_reason).substr(0, left.size()) != left) return std::nullopt;
+  // Not a rank that timed out, aborted the job itself, then caught its
+  // Timeout and exited 0: that one waited, it left nobody waiting (a review
+  // found the summary blaming it so).
+  if (!shm::abort_blames_clean_exit_of(header, culprit)) return std::nullopt;
   return Failure{culprit, r.status, arena_.joined(culprit),
                  arena_.joined(culprit) ? Blame::LeftWhileNeeded : Blame::ExitedUnjoined};
 }

@@ -207,8 +207,9 @@ TEST_CASE("ranks that pass scatter_tensor, gather_tensor or sync_gradients other
     std::vector<Tensor> grads = r == 0 ? std::vector<Tensor>{Tensor::full({2}, 1.0f), Tensor::full({3}, 2.0f)}
                                        : std::vector<Tensor>{Tensor::full({3}, 10.0f), Tensor::full({2}, 20.0f)};
     error = error_of([&] { sync_gradients(grads, pg); });
-    RANK_REQUIRE_THAT(error, Contains("sync_gradients " + head + "rank 0 passes 2 tensors of 5 elements in all, rank 1 "
-                                      "passes 2 tensors of 5 elements in all of other shapes") &&
+    RANK_REQUIRE_THAT(error, Contains("sync_gradients " + head + "tensor 0 has shape [2] on rank 0 but [3] on rank 1 "
+                                      "(tensor counts: rank 0 has 2, rank 1 has 2); every rank must pass the same "
+                                      "shapes, in the same order") &&
                                  Contains(r == 0 ? "(this rank's: [2], [3])" : "(this rank's: [3], [2])"));
     RANK_REQUIRE(grads[0].data()[0] == (r == 0 ? 1.0f : 10.0f));  // untouched
     // Agreeing ranks still work, and the group is not broken by the above.

@@ -1,7 +1,6 @@
 #include "axonml/distributed/store_backend.hpp"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -180,6 +179,24 @@ struct HostEntries {
   std::vector<std::string> groups;
 };
 
+// One rank's entry, as publish_host() writes it.
+struct HostEntry {
+  std::string host;  // "hostname boot-id"
+  int pid = 0;
+  int size = 0;      // 0 where the entry has none
+  std::string group;
+};
+
+HostEntry parse_host_entry(const std::string& value) {
+  HostEntry e;
+  std::istringstream entry(value);
+  std::string name, boot_id;
+  entry >> name >> boot_id >> e.pid >> e.size;
+  std::getline(entry >> std::ws, e.group);
+  e.host = name + " " + boot_id;
+  return e;
+}
+
 void publish_host(KeyValueStore& store, int rank, int world_size, const std::string& mine, const std::string& group) {
   store.set("axon/host/" + std::to_string(rank),
             mine + " " + std::to_string(::getpid()) + " " + std::to_string(world_size) + " " + group);
@@ -201,11 +218,11 @@ HostEntries read_hosts(SetupWait& setup, int rank, int world_size, const std::st
                " (" + named + ")";
       },
       [&](std::size_t r, const std::string& value) {
-        std::istringstream entry(value);
-        std::string name, boot_id;
-        entry >> name >> boot_id >> e.pids[r] >> e.sizes[r];
-        std::getline(entry >> std::ws, e.groups[r]);
-        e.hosts[r] = name + " " + boot_id;
+        HostEntry entry = parse_host_entry(value);
+        e.hosts[r] = std::move(entry.host);
+        e.pids[r] = entry.pid;
+        e.sizes[r] = entry.size;
+        e.groups[r] = std::move(entry.group);
         if (e.hosts[r] == mine && static_cast<int>(r) != rank && e.pids[r] > 0) {
           setup.watch(static_cast<int>(r), e.pids[r]);
         }
@@ -245,14 +262,19 @@ constexpr const char* kGivenDifferentGroups =
 void check_rank_unclaimed(KeyValueStore& store, int rank, const std::string& mine, const std::string& who) {
   const std::string key = "axon/host/" + std::to_string(rank);
   if (store.has(key) != std::optional<bool>(true)) return;
-  std::istringstream entry(store.get(key));
-  std::string name, boot_id;
-  int pid = 0;
-  entry >> name >> boot_id >> pid;
+  const HostEntry entry = parse_host_entry(store.get(key));
+  const int pid = entry.pid;
   if (pid <= 0 || pid == ::getpid()) return;  // this process's own, from an earlier try
-  const bool here = name + " " + boot_id == mine;
-  const std::string process = "pid " + std::to_string(pid) + (here ? "" : " on " + name);
-  if (here && ::kill(pid, 0) != 0 && errno == ESRCH) {
+  const bool here = entry.host == mine;
+  const std::string process = "pid " + std::to_string(pid) + (here ? "" : " on " + host_name(entry.host));
+  auto exited = [pid] {
+    try {
+      return ProcessWatch(pid, "").exited();
+    } catch (const PeerFailure&) {  // gone already
+      return true;
+    }
+  };
+  if (here && exited()) {
     throw InvalidArgument(who + "this store already holds an entry for rank " + std::to_string(rank) + " (" + key +
                           ") from " + process + ", which has exited: a world that ended used this store's keys; "
                           "one store namespace makes one world (give each world a new store or prefix)");

@@ -5,7 +5,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "base/flat.hpp"
-#include "base/hash.hpp"
+#include "group/shape_agreement.hpp"
 
 namespace axonml::distributed {
 namespace {
@@ -21,29 +21,6 @@ std::size_t floats_in_mib(double mib, const char* what) {
                           std::to_string(mib) + " MiB is more memory than can exist");
   }
   return std::max<std::size_t>(1, static_cast<std::size_t>(mib * 1024.0 * 1024.0 / sizeof(float)));
-}
-
-// A shape as a fixed record so that ranks can all-gather it: the number of
-// dims, then up to kMaxDims sizes (more dims are folded into the last).
-constexpr std::size_t kMaxDims = 6;
-constexpr std::size_t kRecord = kMaxDims + 1;
-
-void encode(const Shape& shape, std::int64_t* out) {
-  std::fill_n(out, kRecord, 0);
-  out[0] = static_cast<std::int64_t>(shape.size());
-  for (std::size_t d = 0; d < shape.size(); ++d) {
-    const std::size_t slot = std::min(d, kMaxDims - 1);
-    out[1 + slot] = slot == d ? static_cast<std::int64_t>(shape[d])
-                              : out[1 + slot] * static_cast<std::int64_t>(shape[d]);
-  }
-}
-
-std::string decode(const std::int64_t* record) {
-  if (record[0] < 0) return "(no such parameter)";
-  Shape shape;
-  const auto dims = static_cast<std::size_t>(record[0]);
-  for (std::size_t d = 0; d < std::min(dims, kMaxDims); ++d) shape.push_back(static_cast<std::size_t>(record[1 + d]));
-  return to_string(shape);
 }
 
 }  // namespace
@@ -79,52 +56,26 @@ DistributedDataParallel& DistributedDataParallel::broadcast_buffers(bool enabled
   return *this;
 }
 
-// Step by step:
-//   1. all-gather (parameter count, hash of all shapes): equal everywhere -> done;
-//   2. otherwise all-gather every rank's shape records, padded to the largest
-//      count, and report the first parameter whose record differs.
+// One all-gather of (parameter count, digest of every shape) when the ranks
+// agree; a second of every shape to name the first that differs.
 void DistributedDataParallel::check_same_shapes_everywhere() {
-  Backend& backend = group_.backend();
-  const auto n = static_cast<std::size_t>(group_.size());
-  Fnv1a shapes;  // over ranks and sizes of every parameter
-  for (const nn::Parameter* p : parameters_) {
-    shapes.add(p->shape().size());
-    for (std::size_t d : p->shape()) shapes.add(d);
+  std::vector<Shape> shapes;
+  for (const nn::Parameter* p : parameters_) shapes.push_back(p->shape());
+  const auto differ = find_shape_disagreement(shapes, 0, group_, "(no such parameter)");
+  if (!differ) return;
+  if (differ->index == ShapeDisagreement::kOnlyExtra) {
+    throw InvalidArgument("DistributedDataParallel: parameter shapes differ between ranks of " +
+                          group_.describe() + "; every rank must build the same model");
   }
-  const std::vector<std::int64_t> mine{static_cast<std::int64_t>(parameters_.size()),
-                                       static_cast<std::int64_t>(shapes.value())};
-  std::vector<std::int64_t> all(2 * n);
-  backend.all_gather<std::int64_t>(mine, all);
-  bool same = true;
-  std::size_t largest = 0;
-  for (std::size_t r = 0; r < n; ++r) {
-    same = same && all[2 * r] == mine[0] && all[2 * r + 1] == mine[1];
-    largest = std::max(largest, static_cast<std::size_t>(all[2 * r]));
-  }
-  if (same) return;
-
-  std::vector<std::int64_t> records(largest * kRecord, -1);
-  for (std::size_t i = 0; i < parameters_.size(); ++i) encode(parameters_[i]->shape(), &records[i * kRecord]);
-  std::vector<std::int64_t> gathered(n * records.size());
-  backend.all_gather<std::int64_t>(records, gathered);
   const auto named = module_->named_parameters();
-  for (std::size_t i = 0; i < largest; ++i) {
-    for (std::size_t r = 1; r < n; ++r) {
-      const std::int64_t* first = &gathered[i * kRecord];
-      const std::int64_t* other = &gathered[(r * largest + i) * kRecord];
-      if (std::equal(first, first + kRecord, other)) continue;
-      const std::string name = i < named.size() ? " (\"" + named[i].name + "\" on rank " +
-                                                      std::to_string(group_.rank()) + ")"
-                                                : "";
-      throw InvalidArgument("DistributedDataParallel: parameter " + std::to_string(i) + name +
-                            " has shape " + decode(first) + " on rank 0 but " + decode(other) +
-                            " on rank " + std::to_string(r) + " (parameter counts: rank 0 has " +
-                            std::to_string(all[0]) + ", rank " + std::to_string(r) + " has " +
-                            std::to_string(all[2 * r]) + "); every rank must build the same model");
-    }
-  }
-  throw InvalidArgument("DistributedDataParallel: parameter shapes differ between ranks of " +
-                        group_.describe() + "; every rank must build the same model");
+  const std::size_t i = differ->index;
+  const std::string name =
+      i < named.size() ? " (\"" + named[i].name + "\" on rank " + std::to_string(group_.rank()) + ")" : "";
+  throw InvalidArgument("DistributedDataParallel: parameter " + std::to_string(i) + name + " has shape " +
+                        differ->rank0_shape + " on rank 0 but " + differ->other_shape + " on rank " +
+                        std::to_string(differ->rank) + " (parameter counts: rank 0 has " +
+                        std::to_string(differ->rank0_count) + ", rank " + std::to_string(differ->rank) + " has " +
+                        std::to_string(differ->other_count) + "); every rank must build the same model");
 }
 
 void DistributedDataParallel::on_grad_ready(std::size_t index) {

@@ -1,14 +1,13 @@
 #include "axonml/distributed/comm.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "axonml/distributed/error.hpp"
 #include "base/flat.hpp"
-#include "base/hash.hpp"
+#include "group/shape_agreement.hpp"
 
 namespace axonml::distributed {
 
@@ -50,98 +49,36 @@ void check_split(const char* op, const Tensor& t, std::size_t dim, const Process
   }
 }
 
-// What a rank passes to a helper whose result takes its shape from every
-// rank's arguments: up to kShownDims dims as they are, and a digest of the
-// whole list (longer shapes, or a list of tensors). Fixed size, so that one
-// small all_gather carries every rank's.
-constexpr std::size_t kShownDims = 8;
-struct Arguments {
-  std::int64_t tensors = 1;  // 1, or the gradient list's length
-  std::int64_t dim = -1;     // the split / concatenation dim; -1: none
-  std::int64_t ndim = 0;
-  std::int64_t numel = 0;
-  std::int64_t digest = 0;   // of every shape passed, in order
-  std::array<std::int64_t, kShownDims> dims{};
-  bool operator==(const Arguments&) const = default;
-
-  static constexpr std::size_t kWords = 5 + kShownDims;
-  std::array<std::int64_t, kWords> words() const {
-    std::array<std::int64_t, kWords> w{tensors, dim, ndim, numel, digest};
-    std::copy(dims.begin(), dims.end(), w.begin() + 5);
-    return w;
-  }
-  static Arguments from(const std::int64_t* w) {
-    Arguments a;
-    a.tensors = w[0], a.dim = w[1], a.ndim = w[2], a.numel = w[3], a.digest = w[4];
-    std::copy(w + 5, w + kWords, a.dims.begin());
-    return a;
-  }
-};
-
-Arguments arguments_of(const std::vector<const Shape*>& shapes, std::int64_t dim) {
-  Arguments a;
-  a.tensors = static_cast<std::int64_t>(shapes.size());
-  a.dim = dim;
-  Fnv1a digest;
-  for (const Shape* shape : shapes) {
-    digest.add(shape->size());
-    std::size_t numel = 1;
-    for (std::size_t d : *shape) {
-      digest.add(d);
-      numel *= d;
-    }
-    a.numel += static_cast<std::int64_t>(numel);
-  }
-  a.digest = static_cast<std::int64_t>(digest.value());
-  if (shapes.size() == 1) {
-    a.ndim = static_cast<std::int64_t>(shapes[0]->size());
-    for (std::size_t d = 0; d < std::min(kShownDims, shapes[0]->size()); ++d) {
-      a.dims[d] = static_cast<std::int64_t>((*shapes[0])[d]);
-    }
-  }
-  return a;
-}
-
-std::string describe(const Arguments& a) {
-  if (a.tensors != 1) {
-    return std::to_string(a.tensors) + " tensors of " + std::to_string(a.numel) + " elements in all";
-  }
-  std::string s;
-  if (a.ndim <= static_cast<std::int64_t>(kShownDims)) {
-    Shape shape;
-    for (std::int64_t d = 0; d < a.ndim; ++d) shape.push_back(static_cast<std::size_t>(a.dims[static_cast<std::size_t>(d)]));
-    s = "shape " + to_string(shape);
-  } else {
-    s = "a shape of " + std::to_string(a.ndim) + " dims (" + std::to_string(a.numel) + " elements)";
-  }
-  return a.dim < 0 ? s : s + " along dim " + std::to_string(a.dim);
-}
-
-// Why: the results of scatter_tensor, gather_tensor and sync_gradients take
-// their shape (or their layout) from every rank's arguments, but their data
+// Why: the results of scatter_tensor and gather_tensor take their shape
+// from every rank's arguments, and sync_gradients its layout, but their data
 // collective compares only element counts. Ranks that passed the same count
 // in other shapes, another dim, or another split of a gradient list got
 // results of different shapes, or rank 0's data cut the wrong way, silently
 // (found by a review). Every rank sees every rank's arguments and throws the
-// same CollectiveMismatch, naming rank 0's and the first that differs.
-void check_ranks_agree(const char* op, const Arguments& mine, const ProcessGroup& pg, const std::string& own_detail = "") {
-  const auto n = static_cast<std::size_t>(pg.size());
-  if (n == 1) return;
-  constexpr std::size_t kWords = Arguments::kWords;
-  const auto words = mine.words();
-  std::vector<std::int64_t> all(kWords * n);
-  pg.backend().all_gather<std::int64_t>(words, all);
-  std::vector<Arguments> each;
-  for (std::size_t r = 0; r < n; ++r) each.push_back(Arguments::from(all.data() + r * kWords));
-  for (std::size_t r = 1; r < n; ++r) {
-    if (each[r] == each[0]) continue;
-    std::string theirs = describe(each[r]);
-    if (describe(each[r]) == describe(each[0])) theirs += " of other shapes";
-    throw CollectiveMismatch(std::string(op) + " on rank " + std::to_string(pg.rank()) +
-                             ": the ranks' arguments differ: rank 0 passes " + describe(each[0]) + ", rank " +
-                             std::to_string(r) + " passes " + theirs +
-                             "; every rank must pass the same shapes" + own_detail);
+// same CollectiveMismatch, naming rank 0's and the first that differ.
+// `dim`: the split / concatenation dim, -1 for none.
+void check_ranks_agree(const char* op, const std::vector<Shape>& shapes, std::int64_t dim, const ProcessGroup& pg,
+                       const std::string& own_detail = "") {
+  if (pg.size() == 1) return;
+  const auto differ = find_shape_disagreement(shapes, dim, pg, "(none)");
+  if (!differ) return;
+  const std::string head = std::string(op) + " on rank " + std::to_string(pg.rank()) + ": the ranks' arguments differ: ";
+  const std::string r = "rank " + std::to_string(differ->rank);
+  auto along = [&](std::int64_t d) { return dim < 0 ? std::string() : " along dim " + std::to_string(d); };
+  if (dim >= 0) {  // one tensor
+    const std::string rank0_shape = differ->index == ShapeDisagreement::kOnlyExtra ? to_string(shapes[0]) : differ->rank0_shape;
+    const std::string other_shape = differ->index == ShapeDisagreement::kOnlyExtra ? to_string(shapes[0]) : differ->other_shape;
+    throw CollectiveMismatch(head + "rank 0 passes shape " + rank0_shape + along(differ->rank0_extra) + ", " + r +
+                             " passes shape " + other_shape + along(differ->other_extra) +
+                             "; every rank must pass the same shapes");
   }
+  const std::string where = differ->index == ShapeDisagreement::kOnlyExtra
+                                ? "the shapes differ"
+                                : "tensor " + std::to_string(differ->index) + " has shape " + differ->rank0_shape +
+                                      " on rank 0 but " + differ->other_shape + " on " + r;
+  throw CollectiveMismatch(head + where + " (tensor counts: rank 0 has " + std::to_string(differ->rank0_count) +
+                           ", " + r + " has " + std::to_string(differ->other_count) +
+                           "); every rank must pass the same shapes" + own_detail);
 }
 
 std::string shapes_of(const std::vector<Tensor>& tensors) {
@@ -156,7 +93,7 @@ std::string shapes_of(const std::vector<Tensor>& tensors) {
 // made contiguous), so a plain scatter hands each rank its own.
 Tensor scatter_tensor(const Tensor& tensor, std::size_t dim, const ProcessGroup& pg) {
   check_split("scatter_tensor", tensor, dim, pg);
-  check_ranks_agree("scatter_tensor", arguments_of({&tensor.shape()}, static_cast<std::int64_t>(dim)), pg);
+  check_ranks_agree("scatter_tensor", {tensor.shape()}, static_cast<std::int64_t>(dim), pg);
   const auto n = static_cast<std::size_t>(pg.size());
   const std::size_t chunk = tensor.shape()[dim] / n;
   Shape chunk_shape = tensor.shape();
@@ -180,7 +117,7 @@ Tensor gather_tensor(const Tensor& tensor, std::size_t dim, const ProcessGroup& 
                           std::to_string(dim) + " is out of range for shape " +
                           to_string(tensor.shape()));
   }
-  check_ranks_agree("gather_tensor", arguments_of({&tensor.shape()}, static_cast<std::int64_t>(dim)), pg);
+  check_ranks_agree("gather_tensor", {tensor.shape()}, static_cast<std::int64_t>(dim), pg);
   Tensor stacked = pg.all_gather_tensor(tensor);
   std::vector<Tensor> parts;
   for (int r = 0; r < pg.size(); ++r) {
@@ -190,9 +127,9 @@ Tensor gather_tensor(const Tensor& tensor, std::size_t dim, const ProcessGroup& 
 }
 
 void sync_gradients(std::vector<Tensor>& gradients, const ProcessGroup& pg) {
-  std::vector<const Shape*> shapes;
-  for (const Tensor& g : gradients) shapes.push_back(&g.shape());
-  check_ranks_agree("sync_gradients", arguments_of(shapes, -1), pg,
+  std::vector<Shape> shapes;
+  for (const Tensor& g : gradients) shapes.push_back(g.shape());
+  check_ranks_agree("sync_gradients", shapes, -1, pg,
                     ", in the same order (this rank's: " + shapes_of(gradients) + ")");
   std::vector<Tensor*> tensors;
   for (Tensor& g : gradients) tensors.push_back(&g);

@@ -16,6 +16,7 @@
 #include <optional>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "axonml/distributed/error.hpp"
 #include "base/env.hpp"
@@ -207,6 +208,14 @@ void WaitContext::peer_ended(int peer, const std::string& what) const {
 }
 
 void WaitContext::abort(int rank, const std::string& reason) const { abort_job(header_, rank, reason); }
+
+bool abort_blames_clean_exit_of(const ArenaHeader& header, int rank) {
+  if (header.abort_state.load(std::memory_order_acquire) != static_cast<std::uint32_t>(AbortState::Set)) return false;
+  // peer_ended's words for a peer that exited 0, with a launcher's arena's
+  // own names ("rank R").
+  const std::string exited = "rank " + std::to_string(rank) + " exited (status 0)";
+  return header.abort_rank == rank && std::string_view(header.abort_reason).substr(0, exited.size()) == exited;
+}
 
 void abort_job(ArenaHeader& header, int rank, const std::string& reason) {
   std::uint32_t expected = static_cast<std::uint32_t>(AbortState::None);

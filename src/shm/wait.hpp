@@ -181,6 +181,13 @@ bool ranks_outnumber_cores(int ranks);
 // PeerFailure with the reason. The launcher calls it when a rank dies.
 void abort_job(ArenaHeader& header, int rank, const std::string& reason);
 
+// Whether the job's abort blames `rank` for exiting with status 0 while
+// others still needed it: a waiter's reason (WaitContext::peer_ended, under a
+// launcher) or the launcher's own ("exited (status 0) before joining"), both
+// "rank R exited (status 0) ...". abort_rank alone cannot tell: it also names
+// a rank that timed out and aborted the job itself.
+bool abort_blames_clean_exit_of(const ArenaHeader& header, int rank);
+
 // The timeout ranks use unless told otherwise: AXON_TIMEOUT seconds, or 300.
 std::chrono::milliseconds default_timeout();
 
