@@ -187,6 +187,10 @@ bool WaitContext::all_joined(const std::vector<int>& ranks) const {
 }
 
 void WaitContext::peer_ended(int peer, const std::string& what) const {
+  // A peer that aborts before it leaves (the PyTorch backend, for ranks left
+  // in a collective it never called) has said more than "left": its abort,
+  // visible now that its later `left` is, is the error to give.
+  if (aborted()) check_alive();
   const int status = control(peer).end_status;  // written before `ended` (release)
   const bool ended = header_.launcher_pid != 0 && control(peer).ended.load(std::memory_order_acquire) != 0;
   std::string how;

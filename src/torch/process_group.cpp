@@ -338,11 +338,12 @@ std::atomic<bool>& program_ending() {
 void ProcessGroupAxon::program_ends() {
   program_ending().store(true);
   finish_all_pending();
-  {
-    std::lock_guard<std::mutex> lock(live_groups_mutex());
-    for (ProcessGroupAxon* group : live_groups()) group->leave_for_good();
-  }
+  // Abort for the ranks left waiting before saying this rank left: a peer
+  // that sees `left` first would report only that (found when the suite ran
+  // under load), losing the collective it waits for and who else waits.
   release_ranks_left_waiting_everywhere();
+  std::lock_guard<std::mutex> lock(live_groups_mutex());
+  for (ProcessGroupAxon* group : live_groups()) group->leave_for_good();
 }
 
 // Why: rank 0 stays up to 5 s at the end of its program, keeping its store
@@ -373,8 +374,8 @@ ProcessGroupAxon::~ProcessGroupAxon() {
     thread_.reset();
     send_thread_.reset();
     recv_thread_.reset();
+    release_ranks_left_waiting();  // before leaving: program_ends() says why
     leave_for_good();
-    release_ranks_left_waiting();
     close_store_together();
   });
 }
