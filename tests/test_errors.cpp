@@ -12,6 +12,7 @@
 #include "support/run_ranks.hpp"
 
 using namespace axonml::distributed;
+using axon_test::PerRank;
 using axon_test::error_of;
 using axon_test::run_ranks;
 using Catch::Matchers::Contains;
@@ -403,6 +404,36 @@ TEST_CASE("an arena with no room for another group says so on every rank, with t
                                  Contains(" free of the 1 MiB arena, the largest free block ") &&
                                  Contains("raise --arena-mb"));
   }, MockOptions{tight, 64 << 10});
+}
+
+TEST_CASE("new_group right after every rank dropped the groups that filled the arena gets their room, "
+          "whichever rank dropped last",
+          "[errors][groups]") {
+  const std::size_t tight = 1 << 20;
+  PerRank<std::size_t> filled(2);
+  PerRank<std::string> errors(2);
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    for (int round = 0; round < 3; ++round) {
+      std::vector<std::shared_ptr<Backend>> held;
+      error_of([&] {
+        for (int i = 0; i < 100; ++i) held.push_back(b->new_group(std::vector<int>{0, 1}));
+      });
+      filled[r] = held.size();
+      // Rank 1 drops its copies late: the areas go back only then, after
+      // the leader (rank 0) has already reached the next new_group.
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      held.clear();
+      errors[r] += error_of([&] {
+        auto group = b->new_group(std::vector<int>{0, 1});
+        std::vector<float> data{1.0f};
+        group->all_reduce(data, ReduceOp::Sum);
+        if (data[0] != 2.0f) throw std::runtime_error("wrong sum");
+      });
+    }
+  }, MockOptions{tight, 64 << 10});
+  CHECK(filled[0] >= 1);
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "");
 }
 
 TEST_CASE("buffer sizes whose byte or total counts overflow are refused before any exchange",

@@ -253,7 +253,7 @@ void ArenaBackend::do_recv(MutableBuffer data, int src, int tag) {
 
 // One exchange on the parent group: the new group's first member allocates
 // its area from the arena and publishes the offset (0 when the arena is
-// full); the list's hash rides in the descriptor, so ranks that pass
+// full, and then a second exchange tries again, below); the list's hash rides in the descriptor, so ranks that pass
 // different lists get a CollectiveMismatch.
 std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& ranks) {
   auto& channel = impl_->channel;
@@ -277,9 +277,10 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
   static_assert(sizeof(Reply) <= shm::kCacheLine);  // slots are whole cache lines
   const auto layout = shm::group_layout(ranks.size(), state.header.slot_bytes);
   const int leader = ranks.front();
-  Reply reply;
-  if (channel.rank() == leader) {
+  // The leader's allocation: the area, or what it found free.
+  auto allocate = [&] {
     shm::ArenaUsage usage;
+    Reply reply;
     reply.offset = state.allocator.allocate(layout.total_bytes, &usage);
     if (reply.offset != 0) {
       shm::GroupHeader& group =
@@ -289,6 +290,11 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
     } else {
       reply = Reply{0, usage.free_bytes, usage.largest_free, usage.free_blocks};
     }
+    return reply;
+  };
+  Reply reply;
+  if (channel.rank() == leader) {
+    reply = allocate();
     std::memcpy(channel.outbox(), &reply, sizeof(reply));
   }
   try {
@@ -303,6 +309,20 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
     throw;
   }
   std::memcpy(&reply, channel.inbox(leader), sizeof(reply));
+  if (reply.offset == 0) {
+    // The leader allocated before the others arrived, and a group's area
+    // goes back when its last member drops it: groups every rank dropped
+    // just before this call may have been held a moment longer by a peer
+    // (found by a review: three subgroups dropped, then new_group at once,
+    // failed 5 of 5 runs at n=2). Every rank of the parent has arrived
+    // now, so try once more.
+    if (channel.rank() == leader) {
+      reply = allocate();
+      std::memcpy(channel.outbox(), &reply, sizeof(reply));
+    }
+    channel.exchange();
+    std::memcpy(&reply, channel.inbox(leader), sizeof(reply));
+  }
   if (reply.offset == 0) {
     const shm::ArenaUsage usage{state.header.arena_bytes, reply.free_bytes, reply.largest_free,
                                 reply.free_blocks};
