@@ -19,6 +19,8 @@ using namespace axonml::distributed;
 using namespace axonml::nn;
 using axon_test::PerRank;
 using axon_test::Batch;
+using axon_test::error_of;
+using axon_test::flatten_grads;
 using axon_test::flatten_values;
 using axon_test::run_ranks;
 using axon_test::shard;
@@ -293,6 +295,48 @@ TEST_CASE("Overlapped reduces buckets while backward is still running", "[ddp][o
       CHECK(seen_in_backward[r] == 0);
     }
     CHECK(after_sync[r] == 0);
+  }
+}
+
+TEST_CASE("a collective on the group while Overlapped buckets reduce throws on every rank, and the step "
+          "completes",
+          "[ddp][overlap][errors]") {
+  const int n = 2;
+  PerRank<std::string> during(n);
+  PerRank<std::vector<float>> after(n), grads(n), expected_grads(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup world(backend);
+    for (const auto strategy : {GradSyncStrategy::Overlapped, GradSyncStrategy::Synchronous}) {
+      DdpOptions options;
+      options.strategy = strategy;
+      options.bucket_cap_mb = options.first_bucket_cap_mb = 0.0001;  // many buckets
+      DistributedDataParallel ddp(make_mlp(7), world, options);
+      const Batch b = make_batch(4, static_cast<unsigned>(r));
+      SoftmaxCrossEntropy loss;
+      loss.forward(ddp.forward(b.x), b.y);
+      ddp.backward(loss.backward());
+      // A loss all-reduce of a bucket's size: before this check it could
+      // slip in between two buckets and swap data with one (wrong results).
+      std::vector<float> logged(26, static_cast<float>(r + 1));
+      if (strategy == GradSyncStrategy::Overlapped) {
+        during[r] = error_of([&] { backend->all_reduce(logged, ReduceOp::Sum); });
+      }
+      ddp.sync_gradients();
+      backend->all_reduce(logged, ReduceOp::Sum);  // after the sync: allowed, and right
+      if (strategy == GradSyncStrategy::Overlapped) {
+        after[r] = logged;
+        grads[r] = flatten_grads(ddp.module_mut());
+      } else {
+        expected_grads[r] = flatten_grads(ddp.module_mut());
+      }
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    CHECK_THAT(during[r], Catch::Contains("all_reduce on rank " + std::to_string(r) + " of 2") &&
+                              Catch::Contains("holds this group's collectives") &&
+                              Catch::Contains("sync_gradients()"));
+    CHECK(after[r] == std::vector<float>(26, 3.0f));
+    CHECK(grads[r] == expected_grads[r]);
   }
 }
 

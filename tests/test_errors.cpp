@@ -514,3 +514,60 @@ TEST_CASE("a rank that left for good fails its peers' recv and collective at onc
     RANK_REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
   });
 }
+
+TEST_CASE("a collective from a second thread while one runs on the same group throws on that thread, "
+          "and the running one completes",
+          "[errors][threads]") {
+  auto world = MockBackend::create_world(2);
+  std::atomic<bool> rank1_may_enter{false};
+  std::string second_thread_error, hold_error;
+  std::vector<float> data{1.0f, 2.0f};
+  std::thread rank1([&] {
+    while (!rank1_may_enter.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    world[1]->barrier();
+    world[1]->all_reduce(data, ReduceOp::Sum);
+  });
+  std::thread inside([&] { world[0]->barrier(); });  // waits for rank 1 inside the barrier
+  // Probe until the first thread is inside its barrier: holding the endpoint
+  // for this thread succeeds only while nobody is inside a collective.
+  const auto me = std::this_thread::get_id();
+  for (;;) {
+    hold_error = error_of([&] { world[0]->hold_collectives_for(me, "probe"); });
+    if (!hold_error.empty()) break;
+    world[0]->release_collectives(me);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::vector<float> mine{10.0f, 20.0f};
+  second_thread_error = error_of([&] { world[0]->all_reduce(mine, ReduceOp::Sum); });
+  rank1_may_enter = true;
+  inside.join();
+  // Rank 0's endpoint is free again: its all_reduce meets rank 1's.
+  world[0]->all_reduce(mine, ReduceOp::Sum);
+  rank1.join();
+  CHECK_THAT(hold_error, Contains("another thread of this rank is inside a collective"));
+  CHECK_THAT(second_thread_error, Contains("all_reduce on rank 0 of 2") &&
+                                      Contains("another thread of this rank is inside a collective on the same group"));
+  CHECK(mine == std::vector<float>{11.0f, 22.0f});
+  CHECK(data == std::vector<float>{11.0f, 22.0f});
+}
+
+TEST_CASE("a group held for another thread refuses this thread's collectives, quoting why, until released",
+          "[errors][threads]") {
+  auto world = MockBackend::create_world(1);
+  std::thread other([] {});
+  const std::thread::id holder = other.get_id();
+  world[0]->hold_collectives_for(holder, "the test holds it");
+  world[0]->hold_collectives_for(holder, "the test holds it");  // again for the same thread: nothing changes
+  std::vector<float> data{1.0f};
+  CHECK_THROWS_AS(world[0]->barrier(), InvalidArgument);
+  CHECK_THAT(error_of([&] { world[0]->broadcast(data, 0); }),
+             Contains("broadcast on rank 0 of 1: another thread of this rank holds this group's "
+                      "collectives: the test holds it"));
+  CHECK_THAT(error_of([&] { (void)world[0]->new_group(std::vector<int>{0}); }), Contains("new_group"));
+  world[0]->release_collectives(std::this_thread::get_id());  // not the holder: nothing changes
+  CHECK_THROWS_AS(world[0]->barrier(), InvalidArgument);
+  world[0]->release_collectives(holder);
+  world[0]->all_reduce(data, ReduceOp::Sum);
+  CHECK(data == std::vector<float>{1.0f});
+  other.join();
+}

@@ -68,7 +68,41 @@ void Backend::check_blocks(std::string_view op, std::string_view what, std::size
   }
 }
 
-void Backend::barrier() { do_barrier(); }
+void Backend::barrier() {
+  const ThreadClaim claim(*this, "barrier");
+  do_barrier();
+}
+
+void Backend::held_by_another_thread(std::string_view op) const {
+  const std::string where = std::string(op) + " on rank " + std::to_string(rank()) + " of " +
+                            std::to_string(world_size()) + ": ";
+  if (const char* why = hold_reason_.load(std::memory_order_relaxed)) {
+    throw InvalidArgument(where + "another thread of this rank holds this group's collectives: " + why);
+  }
+  throw InvalidArgument(where + "another thread of this rank is inside a collective on the same group; "
+                        "a group takes one thread at a time (give each thread a group of its own: new_group)");
+}
+
+void Backend::hold_collectives_for(std::thread::id holder, const char* why) {
+  if (holder == std::thread::id{}) {
+    throw InvalidArgument("hold_collectives_for on rank " + std::to_string(rank()) +
+                          ": the holder is no thread (a default std::thread::id)");
+  }
+  std::thread::id current{};
+  if (!holder_.compare_exchange_strong(current, holder, std::memory_order_acquire,
+                                       std::memory_order_relaxed) &&
+      current != holder) {
+    held_by_another_thread("hold_collectives_for");
+  }
+  hold_reason_.store(why, std::memory_order_relaxed);
+}
+
+void Backend::release_collectives(std::thread::id holder) {
+  if (holder_.load(std::memory_order_relaxed) != holder) return;
+  hold_reason_.store(nullptr, std::memory_order_relaxed);
+  holder_.compare_exchange_strong(holder, std::thread::id{}, std::memory_order_release,
+                                  std::memory_order_relaxed);
+}
 
 std::shared_ptr<Backend> Backend::new_group(std::span<const int> ranks) {
   const std::string where = "new_group on rank " + std::to_string(rank()) + " of " +
@@ -85,6 +119,7 @@ std::shared_ptr<Backend> Backend::new_group(std::span<const int> ranks) {
   if (auto dup = std::adjacent_find(seen.begin(), seen.end()); dup != seen.end()) {
     throw InvalidArgument(where + ": rank " + std::to_string(*dup) + " is listed twice");
   }
+  const ThreadClaim claim(*this, "new_group");
   return do_new_group(std::vector<int>(ranks.begin(), ranks.end()));
 }
 

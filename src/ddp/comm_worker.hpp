@@ -30,6 +30,8 @@ class CommWorker {
   // Waits until every submitted job has run or been dropped; rethrows the
   // first failure since the last drain().
   void drain();
+  // The worker's thread, for Backend::hold_collectives_for().
+  std::thread::id thread_id() const { return thread_.get_id(); }
 
  private:
   void run();

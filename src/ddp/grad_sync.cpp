@@ -53,7 +53,19 @@ GradientSynchronizer::GradientSynchronizer(GradSyncStrategy strategy, std::size_
   }
 }
 
-GradientSynchronizer::~GradientSynchronizer() = default;
+GradientSynchronizer::~GradientSynchronizer() {
+  worker_.reset();  // drops the buckets not started, waits for the one running
+  release_held_group();
+}
+
+namespace {
+constexpr const char* kOverlappedHold =
+    "its gradient buckets are being reduced on it (GradSyncStrategy::Overlapped, as in "
+    "DistributedDataParallel) from the first bucket of a step until sync_all() (DDP: "
+    "sync_gradients()) returns, and a collective slipped in between them would run out of step "
+    "with the other ranks; call it before backward or after the gradients are synced, or on "
+    "another group";
+}  // namespace
 
 std::size_t GradientSynchronizer::capacity_of(std::size_t bucket) const {
   return bucket == 0 ? first_bucket_size_ : bucket_size_;
@@ -246,6 +258,13 @@ void GradientSynchronizer::launch(std::size_t b) {
   }
   if (strategy_ == GradSyncStrategy::Overlapped) {
     if (!worker_) worker_ = std::make_unique<CommWorker>();
+    if (!held_) {
+      if (std::shared_ptr<Backend> endpoint = group_->backend_ptr()) {
+        endpoint->hold_collectives_for(worker_->thread_id(), kOverlappedHold);
+        held_ = std::move(endpoint);
+        held_for_ = worker_->thread_id();
+      }
+    }
     // The bucket itself, not its index: reading buckets_ on the worker while
     // this thread appends to it would race.
     worker_->submit([this, bucket = &buckets_[b], pg = *group_] { reduce(*bucket, pg); });
@@ -298,7 +317,20 @@ void GradientSynchronizer::sync_all(const ProcessGroup& pg) {
 }
 
 void GradientSynchronizer::wait_for_worker() {
-  if (worker_) worker_->drain();
+  if (!worker_) return;
+  try {
+    worker_->drain();
+  } catch (...) {
+    release_held_group();
+    throw;
+  }
+  release_held_group();
+}
+
+void GradientSynchronizer::release_held_group() {
+  if (!held_) return;
+  held_->release_collectives(held_for_);
+  held_.reset();
 }
 
 const std::optional<Tensor>& GradientSynchronizer::gradient(std::size_t index) const {

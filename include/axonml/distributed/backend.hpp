@@ -39,17 +39,23 @@
 // unusable: every later collective on it throws the same mismatch, rather
 // than exchanging data with ranks that disagree on what comes next.
 //
-// Thread safety: one thread at a time per Backend object. Different Backend
-// objects may be used concurrently: the ranks of a mock world, and one
-// rank's world and subgroup endpoints (a communication thread per group).
+// Thread safety: one thread at a time per Backend object for collectives.
+// A collective (or new_group) called while another thread of this rank is
+// inside one on the same object throws InvalidArgument rather than mixing
+// the two calls' traffic. Different Backend objects may be used
+// concurrently: the ranks of a mock world, and one rank's world and subgroup
+// endpoints (a communication thread per group). send and recv may run on a
+// thread of their own beside the collectives (the PyTorch backend does).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <limits>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -84,6 +90,20 @@ class Backend {
   // the new communicator, whose ranks are positions in `ranks`; returns
   // nullptr on ranks not in the list.
   std::shared_ptr<Backend> new_group(std::span<const int> ranks);
+
+  // Hands this endpoint's collectives to thread `holder` until
+  // release_collectives(): meanwhile a collective called from any other
+  // thread of this rank throws InvalidArgument quoting `why` (a string that
+  // outlives the hold). For an owner that lets a thread of its own run a
+  // series of collectives while it goes on (GradientSynchronizer's Overlapped
+  // buckets): a collective of the owner's slipped in between two of them
+  // would run out of step with the other ranks, in a different order on
+  // each. Throws InvalidArgument when another thread is inside a collective
+  // here or holds it already; holding it again for the same thread does
+  // nothing. Not collective.
+  void hold_collectives_for(std::thread::id holder, const char* why);
+  // Ends the hold for `holder`; does nothing when it is not held for it.
+  void release_collectives(std::thread::id holder);
 
   // Marks the whole job failed: every rank's current and future waits throw
   // PeerFailure carrying `reason` (as MPI_Abort, without killing anyone).
@@ -184,6 +204,40 @@ class Backend {
   std::size_t times_world_size(std::string_view op, std::string_view what, std::size_t count,
                                std::size_t element_bytes) const;
 
+  // One thread at a time: every collective entry point claims the endpoint
+  // for its thread for the length of the call. A thread that already holds
+  // it (a collective built from others on the same thread, or the holder of
+  // hold_collectives_for()) passes; any other throws, naming `op`.
+  class [[nodiscard]] ThreadClaim {
+   public:
+    ThreadClaim(Backend& backend, std::string_view op) : backend_(backend) {
+      const std::thread::id me = std::this_thread::get_id();
+      std::thread::id holder{};
+      if (backend.holder_.compare_exchange_strong(holder, me, std::memory_order_acquire,
+                                                  std::memory_order_relaxed)) [[likely]] {
+        claimed_ = true;
+      } else if (holder != me) [[unlikely]] {
+        backend.held_by_another_thread(op);
+      }
+    }
+    ~ThreadClaim() {
+      if (claimed_) backend_.holder_.store(std::thread::id{}, std::memory_order_release);
+    }
+    ThreadClaim(const ThreadClaim&) = delete;
+    ThreadClaim& operator=(const ThreadClaim&) = delete;
+
+   private:
+    Backend& backend_;
+    bool claimed_ = false;
+  };
+  [[noreturn]] void held_by_another_thread(std::string_view op) const;
+
+  // The thread inside a collective here or holding the endpoint; none when free.
+  std::atomic<std::thread::id> holder_{};
+  // Why it is held (hold_collectives_for), or nullptr while a collective
+  // merely runs; read only to word the error.
+  std::atomic<const char*> hold_reason_{nullptr};
+
   template <Element T> static ConstBuffer view(std::span<const T> s) {
     return {reinterpret_cast<const std::byte*>(s.data()), s.size(), data_type_v<T>};
   }
@@ -195,17 +249,20 @@ class Backend {
 // ---- Implementation of the typed entry points -------------------------------
 
 template <Element T> void Backend::all_reduce(std::span<T> data, ReduceOp op) {
+  const ThreadClaim claim(*this, "all_reduce");
   check_count("all_reduce", "data", data.size(), sizeof(T));
   do_all_reduce(view(data), op);
 }
 
 template <Element T> void Backend::broadcast(std::span<T> data, int src) {
+  const ThreadClaim claim(*this, "broadcast");
   check_root("broadcast", src, "src");
   check_count("broadcast", "data", data.size(), sizeof(T));
   do_broadcast(view(data), src);
 }
 
 template <Element T> void Backend::all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
+  const ThreadClaim claim(*this, "all_gather");
   const std::size_t expected = times_world_size("all_gather", "send", send.size(), sizeof(T));
   check_size("all_gather", "recv", recv.size(), expected, "send count x world size");
   do_all_gather(view(send), view(recv));
@@ -213,12 +270,14 @@ template <Element T> void Backend::all_gather(std::span<const std::type_identity
 
 template <Element T>
 void Backend::reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op) {
+  const ThreadClaim claim(*this, "reduce_scatter");
   const std::size_t expected = times_world_size("reduce_scatter", "recv", recv.size(), sizeof(T));
   check_size("reduce_scatter", "send", send.size(), expected, "recv count x world size");
   do_reduce_scatter(view(send), view(recv), op);
 }
 
 template <Element T> void Backend::gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst) {
+  const ThreadClaim claim(*this, "gather");
   check_root("gather", dst, "dst");
   const std::size_t expected = times_world_size("gather", "send", send.size(), sizeof(T));
   if (rank() == dst) check_size("gather", "recv", recv.size(), expected, "send count x world size on dst");
@@ -226,6 +285,7 @@ template <Element T> void Backend::gather(std::span<const std::type_identity_t<T
 }
 
 template <Element T> void Backend::scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int src) {
+  const ThreadClaim claim(*this, "scatter");
   check_root("scatter", src, "src");
   const std::size_t expected = times_world_size("scatter", "recv", recv.size(), sizeof(T));
   if (rank() == src) check_size("scatter", "send", send.size(), expected, "recv count x world size on src");
@@ -234,6 +294,7 @@ template <Element T> void Backend::scatter(std::span<const std::type_identity_t<
 
 template <Element T>
 void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst, ReduceOp op) {
+  const ThreadClaim claim(*this, "reduce");
   check_root("reduce", dst, "dst");
   check_count("reduce", "send", send.size(), sizeof(T));
   if (rank() == dst) check_size("reduce", "recv", recv.size(), send.size(), "send count on dst");
@@ -242,6 +303,7 @@ void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T>
 
 template <Element T>
 void Backend::all_to_all(std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
+  const ThreadClaim claim(*this, "all_to_all");
   check_count("all_to_all", "send", send.size(), sizeof(T));
   check_blocks("all_to_all", "send", send.size());
   check_size("all_to_all", "recv", recv.size(), send.size(), "send count");

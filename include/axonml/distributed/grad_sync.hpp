@@ -28,9 +28,12 @@
 //                soon as its last gradient is added, while the caller goes on
 //                (with backward); sync_all() hands over the rest and waits.
 //                The group must be known before the first add: set_group().
-//                Until sync_all() returns, only the communication thread uses
-//                the group's backend, and the caller must not touch gradients
-//                it has added. An exception on that thread is rethrown by
+//                From the first bucket's launch until sync_all() (or clear())
+//                returns, only the communication thread uses the group's
+//                collectives: one the caller makes on that group meanwhile
+//                throws InvalidArgument on the caller's rank rather than run
+//                out of step with the other ranks (use another group). The
+//                caller must not touch gradients it has added. An exception on that thread is rethrown by
 //                sync_all(); the buckets queued after it are dropped.
 //   NoSync       nothing is communicated; gradients stay local.
 //
@@ -55,6 +58,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "axonml/distributed/process_group.hpp"
@@ -130,6 +134,7 @@ class GradientSynchronizer {
   void launch(std::size_t bucket);
   void reduce(Bucket& bucket, const ProcessGroup& pg);
   void wait_for_worker();
+  void release_held_group();
   void check_index(const char* op, std::size_t index) const;
 
   GradSyncStrategy strategy_;
@@ -149,6 +154,10 @@ class GradientSynchronizer {
   std::size_t next_launch_ = 0;  // buckets launch in index order
   std::optional<ProcessGroup> group_;
   std::unique_ptr<CommWorker> worker_;
+  // Overlapped: the endpoint whose collectives worker_ holds from a round's
+  // first launch until the worker is drained (Backend::hold_collectives_for).
+  std::shared_ptr<Backend> held_;
+  std::thread::id held_for_;
   std::atomic<std::size_t> reduced_{0};
 };
 
