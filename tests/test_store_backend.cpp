@@ -54,7 +54,8 @@ class MemoryStore final : public KeyValueStore {
   std::map<std::string, std::string> values_;
 };
 
-// What create() publishes for a rank of this machine: "hostname boot-id pid".
+// The start of what create() publishes for a rank of this machine:
+// "hostname boot-id pid"; the world's token, size and group follow.
 std::string this_host_entry(int pid) {
   char name[256] = {};
   ::gethostname(name, sizeof(name) - 1);
@@ -200,7 +201,7 @@ TEST_CASE("a rank already claimed in the store, by a live process or one of a wo
     // Another live process (a child that sleeps) set up as rank 0.
     const pid_t child = start_child_that_sleeps(10'000'000);
     MemoryStore store(true);
-    store.set("axon/host/0", this_host_entry(child) + " 2");
+    store.set("axon/host/0", this_host_entry(child) + " 0 2");  // no live world's token, a world of 2
     REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options),
                         Contains("rank 0: another process (pid " + std::to_string(child) +
                                  ") set up as rank 0 through this store too (axon/host/0): each rank of a world must "
@@ -214,6 +215,27 @@ TEST_CASE("a rank already claimed in the store, by a live process or one of a wo
                                  "this store's keys"));
   }
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // not the 60 s timeout
+}
+
+TEST_CASE("a world made again under the keys of one this process still holds is refused at once; once that "
+          "world is dropped it works",
+          "[store][errors]") {
+  MemoryStore store(true);
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  auto first = StoreBackend::create(store, 0, 1, options);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 1, options),
+                      Contains("rank 0: this store already holds rank 0's entry (axon/host/0) of a world this "
+                               "process set up before and still holds: one store namespace makes one world"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  std::vector<float> data{2.0f};
+  first->all_reduce(data, ReduceOp::Sum);  // the first world is untouched
+  CHECK(data[0] == 2.0f);
+  first.reset();
+  auto second = StoreBackend::create(store, 0, 1, options);
+  second->all_reduce(data, ReduceOp::Sum);
+  CHECK(data[0] == 2.0f);
 }
 
 TEST_CASE("a store set-up whose peer never comes times out naming the entry and the timeout", "[store][errors]") {
@@ -235,7 +257,7 @@ TEST_CASE("ranks given different groups under the same store keys fail at set-up
   StoreOptions options;
   options.timeout = std::chrono::seconds(60);
   options.group = "global ranks [0, 1]";
-  store.set("axon/host/1", this_host_entry(::getpid()) + " 3 global ranks [0, 1, 2]");
+  store.set("axon/host/1", this_host_entry(::getpid()) + " 0 3 global ranks [0, 1, 2]");
   REQUIRE_THROWS_MATCHES(StoreBackend::create(store, 0, 2, options), InvalidArgument,
                          Catch::Matchers::Predicate<InvalidArgument>([](const InvalidArgument& e) {
                            const std::string what = e.what();
@@ -289,7 +311,7 @@ TEST_CASE("a rank that rank 0's arena was not made for fails naming the process 
   // arena for another process as rank 1: processes given different groups.
   const pid_t child = start_child_that_sleeps(10'000'000);
   MemoryStore store(true);
-  store.set("axon/host/0", this_host_entry(child) + " 2");
+  store.set("axon/host/0", this_host_entry(child) + " 0 2");
   store.set("axon/arena", std::to_string(child) + " 3 4096 " + std::to_string(child) + " 12345");
   StoreOptions options;
   options.timeout = std::chrono::seconds(60);

@@ -6,11 +6,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -170,8 +175,45 @@ class SetupWait {
   bool can_check_;
 };
 
+// The worlds this process set up through a store and still holds, by the
+// token their host entries carry: an entry of this process's own found in a
+// store is stale (an earlier try that failed) unless its world still lives.
+std::mutex& live_worlds_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::set<std::uint64_t>& live_worlds() {
+  static std::set<std::uint64_t> tokens;
+  return tokens;
+}
+bool world_lives(std::uint64_t token) {
+  std::lock_guard lock(live_worlds_mutex());
+  return live_worlds().count(token) != 0;
+}
+
+// Registers a new world's token for as long as it lives.
+class LiveWorld {
+ public:
+  LiveWorld() {
+    static std::atomic<std::uint64_t> last{0};
+    token_ = last.fetch_add(1, std::memory_order_relaxed) + 1;
+    std::lock_guard lock(live_worlds_mutex());
+    live_worlds().insert(token_);
+  }
+  ~LiveWorld() {
+    std::lock_guard lock(live_worlds_mutex());
+    live_worlds().erase(token_);
+  }
+  LiveWorld(const LiveWorld&) = delete;
+  LiveWorld& operator=(const LiveWorld&) = delete;
+  std::uint64_t token() const { return token_; }
+
+ private:
+  std::uint64_t token_ = 0;
+};
+
 // What every rank publishes at "axon/host/<rank>": "hostname boot-id pid
-// world-size group", read back by every rank.
+// token world-size group", read back by every rank.
 struct HostEntries {
   std::vector<std::string> hosts;  // "hostname boot-id"
   std::vector<int> pids;
@@ -183,6 +225,7 @@ struct HostEntries {
 struct HostEntry {
   std::string host;  // "hostname boot-id"
   int pid = 0;
+  std::uint64_t token = 0;  // the world's, in its process (LiveWorld)
   int size = 0;      // 0 where the entry has none
   std::string group;
 };
@@ -191,15 +234,17 @@ HostEntry parse_host_entry(const std::string& value) {
   HostEntry e;
   std::istringstream entry(value);
   std::string name, boot_id;
-  entry >> name >> boot_id >> e.pid >> e.size;
+  entry >> name >> boot_id >> e.pid >> e.token >> e.size;
   std::getline(entry >> std::ws, e.group);
   e.host = name + " " + boot_id;
   return e;
 }
 
-void publish_host(KeyValueStore& store, int rank, int world_size, const std::string& mine, const std::string& group) {
-  store.set("axon/host/" + std::to_string(rank),
-            mine + " " + std::to_string(::getpid()) + " " + std::to_string(world_size) + " " + group);
+void publish_host(KeyValueStore& store, int rank, int world_size, const std::string& mine, const std::string& group,
+                  std::uint64_t token) {
+  store.set("axon/host/" + std::to_string(rank), mine + " " + std::to_string(::getpid()) + " " +
+                                                     std::to_string(token) + " " + std::to_string(world_size) +
+                                                     " " + group);
 }
 
 // Every rank's entry; from each one's arrival on, its process (on this
@@ -264,6 +309,19 @@ void check_rank_unclaimed(KeyValueStore& store, int rank, const std::string& min
   if (store.has(key) != std::optional<bool>(true)) return;
   const HostEntry entry = parse_host_entry(store.get(key));
   const int pid = entry.pid;
+  if (pid == ::getpid() && world_lives(entry.token)) {
+    // Found by a review: PyTorch's env:// store is one server per port in
+    // a process, shared by every group made while any of them lives, so
+    // init_process_group after destroy_process_group(), with a DDP model
+    // still holding the old group, met that group's keys: it hung, or
+    // failed to open an arena that was long closed.
+    throw InvalidArgument(who + "this store already holds rank " + std::to_string(rank) + "'s entry (" + key +
+                          ") of a world this process set up before and still holds: one store namespace makes "
+                          "one world. Under PyTorch, init_process_group's env:// store is shared by every group "
+                          "made in the process while any of them lives: drop what still holds the old groups (a "
+                          "DDP model, a comm hook's state, a variable) before making the default group again, "
+                          "or give it another MASTER_PORT");
+  }
   if (pid <= 0 || pid == ::getpid()) return;  // this process's own, from an earlier try
   const bool here = entry.host == mine;
   const std::string process = "pid " + std::to_string(pid) + (here ? "" : " on " + host_name(entry.host));
@@ -398,8 +456,9 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   const auto timeout = options.timeout.count() > 0 ? options.timeout : shm::default_timeout();
   SetupWait setup(store, options, who, names, world_size, timeout);
   const std::string mine = host_identity();
+  auto live = std::make_shared<LiveWorld>();
   check_rank_unclaimed(store, rank, mine, who);
-  publish_host(store, rank, world_size, mine, options.group);
+  publish_host(store, rank, world_size, mine, options.group, live->token());
 
   // Rank 0's arena descriptor lives until create() returns: a peer still
   // opening it after rank 0 gave up finds the reason in the store first.
@@ -465,7 +524,8 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     if (options.timeout.count() > 0) {
       impl->state->waits.name_timeout(options.timeout_name.empty() ? "StoreOptions::timeout" : options.timeout_name);
     }
-    auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)));
+    auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)),
+                                                 [live](StoreBackend* world) { delete world; });
     backend->barrier();
     return backend;
   };

@@ -16,6 +16,7 @@ to init again against that old store and read the old group's keys ("cannot
 open rank 0's arena", 4 of 4 runs at 3 ranks); now they wait until it is
 down."""
 import datetime
+import gc
 import os
 import sys
 import time
@@ -45,7 +46,47 @@ def body(rank, n, ports, late=False):
     return "ok"
 
 
+def held(rank, n):
+    """init_process_group again while a DDP model still holds the old default
+    group: PyTorch's env:// store is one server per port in a process, shared
+    while any group made through it lives, so the new group met the old one's
+    keys and hung (3 of 5 runs) or failed to open an arena long closed,
+    blaming the user and the PID namespace (2 of 5; found by a review). Now
+    every rank refuses at once, saying what holds the keys; once the model is
+    dropped, init works."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
+    model = DDP(torch.nn.Linear(5, 5))
+    model(torch.ones(2, 5)).sum().backward()
+    dist.destroy_process_group()
+    start = time.monotonic()
+    try:
+        dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
+        raise AssertionError("init_process_group worked while a DDP model held the old group's store keys")
+    except RuntimeError as e:
+        text = str(e)
+    waited = time.monotonic() - start
+    for words in (f"rank {rank}: this store already holds rank {rank}'s entry", "still holds",
+                  "a DDP model", "another MASTER_PORT"):
+        assert words in text, f"error lacks {words!r}: {text}"
+    assert waited < 10, f"refused only after {waited:.1f} s"
+    del model
+    gc.collect()
+    dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    assert t.item() == n * (n + 1) / 2, t
+    dist.destroy_process_group()
+    return "ok"
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["held"]:
+        n = int(sys.argv[2])
+        assert run_ranks(n, held, timeout=300) == ["ok"] * n
+        print(f"init again while a DDP model holds the old group is refused at once on {n} ranks, naming why; "
+              "dropping the model lets it work")
+        sys.exit(0)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 4
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     late = len(sys.argv) > 3 and sys.argv[3] == "late"
