@@ -40,6 +40,19 @@ std::size_t slot_bytes_from_environment() {
   }
 }
 
+// AXON_TIMEOUT, which the ranks inherit unless --timeout replaces it: a bad
+// value is a bad argument here (exit 2), rather than every rank failing in
+// World::init() (found by a review: exit 134 from each rank's terminate).
+void check_inherited_timeout(const LaunchOptions& options) {
+  if (options.timeout_s) return;
+  try {
+    (void)axonml::distributed::env::timeout_seconds("AXON_TIMEOUT");
+  } catch (const axonml::distributed::InvalidArgument& e) {
+    std::cerr << "axon-launch: " << e.what() << " (the ranks would inherit it; --timeout S replaces it)\n";
+    std::exit(kExitBadArguments);
+  }
+}
+
 // Whether a SIGINT/SIGTERM/SIGHUP waits in the signalfd (it arrived after
 // the last attempt's supervisor stopped reading). SIGCHLDs are dropped.
 bool signal_pending(int signal_fd) {
@@ -85,6 +98,7 @@ int launch(const LaunchOptions& options) {
                                       ? options.arena_mb << 20
                                       : axonml::distributed::shm::default_arena_bytes(options.world_size);
   const std::size_t slot_bytes = slot_bytes_from_environment();
+  check_inherited_timeout(options);
 
   // Signals arrive through a signalfd read by the supervisor's poll loop;
   // the ranks start with the mask we had.

@@ -216,7 +216,8 @@ Placement plan_placement(std::optional<BindPolicy> requested, int world_size) {
 
 std::string describe(const Placement& plan) {
   std::string s = "axon-launch: placement --bind " + std::string(to_string(plan.policy)) + ": " +
-                  std::to_string(plan.ranks.size()) + " ranks, " + std::to_string(plan.usable_cores) +
+                  std::to_string(plan.ranks.size()) + (plan.ranks.size() == 1 ? " rank, " : " ranks, ") +
+                  std::to_string(plan.usable_cores) +
                   " usable core(s) in allowed CPUs " + plan.allowed + "\n";
   for (std::size_t r = 0; r < plan.ranks.size(); ++r) {
     const RankPlacement& rank = plan.ranks[r];

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 
 #include "base/text.hpp"
@@ -29,16 +30,32 @@ constexpr std::size_t kMaxLine = 1 << 20;
 rlimit g_original_fd_limit{};
 bool g_fd_limit_raised = false;
 
-void write_all(int fd, const char* data, std::size_t size) {
+// At most this much of one rank's stream is read per drain(): a rank that
+// writes without pause (`yes`) must not keep the supervisor from its
+// signals and the other ranks (found by a review: SIGTERM went unheeded).
+constexpr int kReadsPerDrain = 4;
+
+// False when the write failed for good (our stdout or stderr is gone: EPIPE).
+bool write_all(int fd, const char* data, std::size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return;  // our stdout is gone (EPIPE): drop the output, keep supervising
+      return false;
     }
     data += n;
     size -= static_cast<std::size_t>(n);
   }
+  return true;
+}
+
+// The launcher's own outputs that nobody reads any more (EPIPE): the
+// ranks' streams into them are closed, so that a rank writing there gets
+// SIGPIPE as it would writing to that pipe itself (`axon-launch ... | head`
+// ends like `yes | head`), instead of the launcher copying into the void.
+std::set<int>& gone_targets() {
+  static std::set<int> gone;
+  return gone;
 }
 
 [[noreturn]] void child_fail(const char* what, const std::string& detail) {
@@ -121,18 +138,23 @@ OutputStream::OutputStream(OutputStream&& other) noexcept
 
 OutputStream::~OutputStream() { close(); }
 
-void OutputStream::emit(std::size_t end) {
-  // One write per line (prefix included), so concurrent ranks never split a line.
-  std::string line = prefix_;
-  line.append(pending_, 0, end);
-  if (line.back() != '\n') line.push_back('\n');
-  write_all(target_, line.data(), line.size());
-  pending_.erase(0, end);
+void OutputStream::write_out(const std::string& lines) {
+  if (lines.empty() || gone_targets().count(target_)) return;
+  if (!write_all(target_, lines.data(), lines.size())) gone_targets().insert(target_);
 }
 
+// Each line tagged and whole. The launcher is the only writer of its
+// outputs, so the lines of one read go out in one write: a write per line
+// (and moving the rest of the buffer after each) made a rank printing short
+// lines fast cost the launcher a core.
 void OutputStream::drain() {
   char buffer[16 << 10];
-  for (;;) {
+  for (int reads = 0; reads < kReadsPerDrain && fd_ >= 0; ++reads) {
+    if (gone_targets().count(target_)) {
+      pending_.clear();
+      close();
+      return;
+    }
     const ssize_t n = ::read(fd_, buffer, sizeof(buffer));
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -145,15 +167,26 @@ void OutputStream::drain() {
       return;
     }
     pending_.append(buffer, static_cast<std::size_t>(n));
-    std::size_t newline;
-    while ((newline = pending_.find('\n')) != std::string::npos) emit(newline + 1);
-    while (pending_.size() >= kMaxLine) emit(kMaxLine);
+    std::string lines;
+    std::size_t start = 0;
+    for (std::size_t newline; (newline = pending_.find('\n', start)) != std::string::npos; start = newline + 1) {
+      lines += prefix_;
+      lines.append(pending_, start, newline + 1 - start);
+    }
+    for (; pending_.size() - start >= kMaxLine; start += kMaxLine) {
+      lines += prefix_;
+      lines.append(pending_, start, kMaxLine);
+      lines += '\n';
+    }
+    pending_.erase(0, start);
+    write_out(lines);
   }
 }
 
 void OutputStream::close() {
   if (fd_ < 0) return;
-  if (!pending_.empty()) emit(pending_.size());
+  if (!pending_.empty()) write_out(prefix_ + pending_ + "\n");
+  pending_.clear();
   ::close(fd_);
   fd_ = -1;
 }

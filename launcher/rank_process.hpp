@@ -44,7 +44,9 @@ class OutputStream {
   void close();
 
  private:
-  void emit(std::size_t end);
+  // Writes to the target unless nobody reads it any more; notes when that
+  // happens (EPIPE), after which every stream into it closes at its next drain().
+  void write_out(const std::string& lines);
 
   int fd_;
   int target_;

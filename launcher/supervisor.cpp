@@ -256,10 +256,10 @@ Outcome Supervisor::run() {
     if (ready < 0 && errno != EINTR) {
       throw std::runtime_error(std::string("poll failed: ") + std::strerror(errno));
     }
+    if (fds[0].revents & POLLIN) handle_signals();  // first: output never delays a signal
     for (std::size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents != 0) owners[i]->drain();
     }
-    if (fds[0].revents & POLLIN) handle_signals();
     reap();
   }
   for (auto& r : ranks_) {
@@ -316,7 +316,7 @@ void Supervisor::print_summary() const {
   // aborted the job with the line above.)
   const int aborter = arena_.header().abort_rank;
   if (const auto reason = abort_reason(); reason && aborter >= 0 && *reason != describe(f)) {
-    std::cerr << "axon-launch: rank " << aborter << " had aborted the job: " << *reason << std::endl;
+    std::cerr << "axon-launch: the job had been aborted: " << *reason << std::endl;
   }
 }
 

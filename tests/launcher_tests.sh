@@ -46,7 +46,7 @@ process_gone() {  # a pid that no longer runs (gone, or a zombie nobody reaped y
   [ ! -e "/proc/$1" ] || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]
 }
 
-ready_count() { grep -c 'ready pid=' "$work/out" 2>/dev/null || echo 0; }
+ready_count() { local c; c=$(grep -c 'ready pid=' "$work/out" 2>/dev/null); echo "${c:-0}"; }
 have_ready() { [ "$(ready_count)" -ge "$1" ]; }
 arena_gone() { ! ls /dev/shm 2>/dev/null | grep -q "^axon-$1-"; }
 # Processes (not zombies) holding launcher $1's memfd arena.
@@ -91,10 +91,15 @@ case "$case_name" in
       expect_status 2
       [[ "$err" == "axon-launch: --timeout $seconds is not a number of seconds in 0.01..1e+06 (see axon-launch --help)" ]] ||
         fail "--timeout $seconds: unclear message: $err"
+      # The ranks would inherit it: the launcher refuses it first (it used to
+      # start them, and every rank then died of it: found by a review).
       AXON_TIMEOUT=$seconds run -n 2 "$probe" ok
-      expect_status 1
-      [[ "$err" == *"AXON_TIMEOUT=$seconds is not a number of seconds in 0.01..1e+06"* ]] ||
-        fail "AXON_TIMEOUT=$seconds: the ranks did not refuse it with the launcher's range: $out $err"
+      expect_status 2
+      [[ "$err" == "axon-launch: AXON_TIMEOUT=$seconds is not a number of seconds in 0.01..1e+06 (the ranks would inherit it; --timeout S replaces it)" ]] ||
+        fail "AXON_TIMEOUT=$seconds: the launcher did not refuse it with the same range: $out $err"
+      AXON_TIMEOUT=$seconds run -n 1 --timeout 5 /usr/bin/printenv AXON_TIMEOUT
+      expect_status 0
+      [ "$out" = "[rank 0] 5" ] || fail "--timeout did not replace a bad AXON_TIMEOUT: $out $err"
     done
     # --timeout reaches the ranks as given, not rounded to six digits.
     for seconds in 123456.789 0.3; do
@@ -240,6 +245,35 @@ case "$case_name" in
     expect_status $((128 + 2))
     expect_no_arena_of "$pid"
     ;;
+  flooding-output)
+    # A rank that writes without pause (yes) kept the launcher copying its
+    # output and never reading SIGTERM (found by a review: only SIGKILL
+    # stopped it). Now a signal is read first on every turn of the loop.
+    "$launch" -n 2 yes >/dev/null 2>"$work/err" &
+    pid=$!
+    sleep 1
+    kill -TERM "$pid"
+    limit=60 wait_for launcher_done "$pid" || { kill -9 "$pid"; pkill -9 -P "$pid"; fail "launcher ignored SIGTERM while ranks flooded it"; }
+    wait "$pid"
+    status=$?
+    err=$(cat "$work/err")
+    expect_status $((128 + 15))
+    [[ "$err" == *"axon-launch: got SIGTERM"* ]] || fail "no word of the forwarded SIGTERM: $err"
+    # Its stdout's reader gone (| head): the launcher used to copy into the
+    # broken pipe for ever, the ranks blocked behind it. Now the ranks' own
+    # writes break, as yes's would in 'yes | head', and the job ends.
+    start=$(date +%s)
+    set -o pipefail
+    lines=$(timeout 120 "$launch" -n 2 yes 2>"$work/err" | head -3)
+    status=$?
+    set +o pipefail
+    err=$(cat "$work/err")
+    [ "$status" -ne 124 ] || fail "the launcher kept going after its reader left: $err"
+    [ "$(printf '%s\n' "$lines" | grep -c '^\[rank [01]\] y$')" -eq 3 ] || fail "head got: $lines"
+    expect_status $((128 + 13))
+    [[ "$err" == *"killed by signal 13 (SIGPIPE)"* ]] || fail "the summary does not say the output pipe broke: $err"
+    [ $(($(date +%s) - start)) -lt 60 ] || fail "took $(($(date +%s) - start)) s after the reader left"
+    ;;
   early-exit)
     # A rank that exits 0 without calling World::init() while the others
     # wait for it: a clear error at once, not a wait until --timeout.
@@ -264,7 +298,7 @@ case "$case_name" in
     # who aborted it and why, naming the rank that never arrived.
     run -n 3 --timeout 1 "$probe" hang 1
     expect_status 1
-    [[ "$err" == *"axon-launch: rank "[02]" had aborted the job: rank "[02]": timed out after 1.0 s (AXON_TIMEOUT): barrier() call #"*" in group [0, 1, 2]: waiting for rank(s) 1"* ]] ||
+    [[ "$err" == *"axon-launch: the job had been aborted: rank "[02]": timed out after 1.0 s (AXON_TIMEOUT): barrier() call #"*" in group [0, 1, 2]: waiting for rank(s) 1"* ]] ||
       fail "the summary does not name the hung rank: $err"
     ;;
   late-rank)
@@ -275,7 +309,7 @@ case "$case_name" in
     run -n 2 --timeout 1 "$probe" late 1 3
     expect_status 1
     [[ "$err" == *"axon-launch: rank 1 exited with code 1"* ]] || fail "the summary does not blame rank 1: $err"
-    [[ "$err" == *"axon-launch: rank 0 had aborted the job: rank 0: timed out after 1.0 s (AXON_TIMEOUT): barrier() call #"*"waiting for rank(s) 1"* ]] ||
+    [[ "$err" == *"axon-launch: the job had been aborted: rank 0: timed out after 1.0 s (AXON_TIMEOUT): barrier() call #"*"waiting for rank(s) 1"* ]] ||
       fail "the summary does not say who aborted the job: $err"
     [[ "$err" != *"rank 0 exited (status 0) while other ranks still waited"* ]] || fail "the summary blames rank 0: $err"
     ;;
