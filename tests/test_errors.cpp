@@ -567,6 +567,8 @@ TEST_CASE("a group held for another thread refuses this thread's collectives, qu
   world[0]->release_collectives(std::this_thread::get_id());  // not the holder: nothing changes
   CHECK_THROWS_AS(world[0]->barrier(), InvalidArgument);
   world[0]->release_collectives(holder);
+  CHECK_THAT(error_of([&] { world[0]->hold_collectives_for(std::thread::id{}, "nobody"); }),
+             Contains("hold_collectives_for on rank 0: the holder is no thread (a default std::thread::id)"));
   world[0]->all_reduce(data, ReduceOp::Sum);
   CHECK(data == std::vector<float>{1.0f});
   other.join();

@@ -253,8 +253,9 @@ void ArenaBackend::do_recv(MutableBuffer data, int src, int tag) {
 
 // One exchange on the parent group: the new group's first member allocates
 // its area from the arena and publishes the offset (0 when the arena is
-// full, and then a second exchange tries again, below); the list's hash rides in the descriptor, so ranks that pass
-// different lists get a CollectiveMismatch.
+// full, and then a second exchange tries again, below); the list's hash
+// rides in the descriptor, so ranks that pass different lists get a
+// CollectiveMismatch.
 std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& ranks) {
   auto& channel = impl_->channel;
   auto& state = *impl_->state;
