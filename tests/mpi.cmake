@@ -73,7 +73,7 @@ target_include_directories(mpi_promises PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(mpi_promises PRIVATE axonml::distributed axon_warnings)
 set(AXON_PROMISES
   "ring 1 MiB from every rank to the next, then receive|ring 1048576|AXON_TIMEOUT=60"
-  "a recv whose buffer is not the message's size throws InvalidArgument naming both, and the job's ranks in a subgroup|recv-size|AXON_TIMEOUT=60"
+  "a recv whose buffer is not the message's size or element type throws InvalidArgument naming both, and the job's ranks in a subgroup|recv-size|AXON_TIMEOUT=60"
   "barrier skipped by rank 1 times out naming rank 1|collective-timeout|AXON_TIMEOUT=1"
   "a rank late to an all_reduce the others gave up throws PeerFailure with their reason, and so does their next call|late-rank|AXON_TIMEOUT=2"
   "World::init() twice in one process throws InvalidArgument on the caller|init-twice|AXON_TIMEOUT=60"

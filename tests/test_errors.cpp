@@ -75,6 +75,30 @@ TEST_CASE("a message of another size than the receive buffer is an error, and th
   });
 }
 
+TEST_CASE("a message of another element type than the receive buffer is an error, even of equal bytes", "[errors][p2p]") {
+  run_ranks(2, [](std::shared_ptr<Backend> b, int r) {
+    if (r == 0) {
+      b->send<const float>(std::vector<float>{1.5f, 2.5f}, 1, 4);
+      b->send<const std::int32_t>(std::vector<std::int32_t>{7, 8}, 1, 4);
+      // Posted before the message comes or not (either may happen), the same error.
+      b->barrier();
+      b->send<const double>(std::vector<double>{0.25}, 1, 6);
+    } else {
+      std::vector<std::int32_t> ints(2);
+      const std::string error = error_of([&] { b->recv<std::int32_t>(ints, 0, 4); });
+      RANK_REQUIRE(error ==
+                   "recv on rank 1 from rank 0 with tag 4: the message has f32 elements but the buffer's are i32 "
+                   "(8 bytes each)");
+      b->recv<std::int32_t>(ints, 0, 4);
+      RANK_REQUIRE(ints == std::vector<std::int32_t>{7, 8});
+      b->barrier();
+      std::vector<std::int64_t> word(1);
+      RANK_REQUIRE_THAT(error_of([&] { b->recv<std::int64_t>(word, 0, 6); }),
+                        Contains("the message has f64 elements but the buffer's are i64 (8 bytes each)"));
+    }
+  });
+}
+
 TEST_CASE("subgroup lists with duplicate or out-of-range ranks are rejected", "[errors][groups]") {
   auto b = MockBackend::single();
   World world(b);

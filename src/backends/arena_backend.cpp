@@ -242,13 +242,13 @@ void ArenaBackend::do_barrier() {
 void ArenaBackend::do_send(ConstBuffer data, int dst, int tag) {
   const auto& ranks = impl_->channel.world_ranks();
   impl_->state->p2p.send(impl_->channel.id(), ranks[static_cast<std::size_t>(dst)], tag, data.data,
-                         data.count * size_of(data.type));
+                         data.count * size_of(data.type), data.type);
 }
 
 void ArenaBackend::do_recv(MutableBuffer data, int src, int tag) {
   const auto& ranks = impl_->channel.world_ranks();
   impl_->state->p2p.recv(impl_->channel.id(), ranks[static_cast<std::size_t>(src)], tag, data.data,
-                         data.count * size_of(data.type));
+                         data.count * size_of(data.type), data.type);
 }
 
 // One exchange on the parent group: the new group's first member allocates

@@ -39,7 +39,7 @@ shm::Doorbell& PointToPoint::doorbell(int rank) const { return arena_.rank_contr
 // Every wait drains this rank's inbound mailboxes, so two ranks that send to
 // each other at once both make progress.
 void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* data,
-                        std::size_t bytes) {
+                        std::size_t bytes, DataType type) {
   if (waits_.aborted()) waits_.check_alive();  // an aborted job moves no more data
   const auto d = static_cast<std::size_t>(dst);
   auto describe = [&] {
@@ -80,6 +80,7 @@ void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* d
       c.payload_bytes = static_cast<std::uint32_t>(chunk);
       c.tag = tag;
       c.first = first ? 1 : 0;
+      c.type = static_cast<std::uint32_t>(type);
       c.comm = comm;
       copy_bytes(payload(c), data + sent, chunk);
       box.tail.store(++tail, std::memory_order_release);
@@ -109,15 +110,19 @@ PointToPoint::StashedMessage* PointToPoint::first_stashed(const PostedReceive& w
 bool PointToPoint::take_stashed(const PostedReceive& want) {
   StashedMessage* message = first_stashed(want);
   if (message == nullptr || !message->complete) return false;
-  if (message->bytes.size() != want.bytes) {
+  if (message->bytes.size() != want.bytes || message->type != want.type) {
     // The receive took the message, as an MPI receive that truncates does:
     // the next receive gets the next message, under either launcher.
     const std::size_t had = message->bytes.size();
+    const DataType had_type = message->type;
     stash_[static_cast<std::size_t>(want.src)].remove_if([&](const StashedMessage& m) { return &m == message; });
-    throw InvalidArgument("recv on " + waits_.names().rank(me_) + " from " +
-                          waits_.names().rank(want.src) + " with tag " + std::to_string(want.tag) +
-                          ": the message has " + std::to_string(had) +
-                          " bytes but the buffer has " + std::to_string(want.bytes));
+    const std::string where = "recv on " + waits_.names().rank(me_) + " from " + waits_.names().rank(want.src) +
+                              " with tag " + std::to_string(want.tag) + ": the message has ";
+    if (had != want.bytes) {
+      throw InvalidArgument(where + std::to_string(had) + " bytes but the buffer has " + std::to_string(want.bytes));
+    }
+    throw InvalidArgument(where + std::string(to_string(had_type)) + " elements but the buffer's are " +
+                          std::string(to_string(want.type)) + " (" + std::to_string(had) + " bytes each)");
   }
   copy_bytes(want.data, message->bytes.data(), want.bytes);
   stash_[static_cast<std::size_t>(want.src)].remove_if(
@@ -137,8 +142,8 @@ void PointToPoint::pull(int src) {
     auto& c = cell(src, me_, head);
     if (c.first) {
       // The oldest posted receive for this (communicator, src, tag) gets the
-      // message in place; a size mismatch goes to the stash, where that
-      // receive finds it and reports both sizes.
+      // message in place; a size or type mismatch goes to the stash, where
+      // that receive finds it and reports both.
       auto match = std::find_if(posted_.begin(), posted_.end(), [&](const PostedReceive* p) {
         return p->comm == c.comm && p->src == src && p->tag == c.tag;
       });
@@ -147,11 +152,12 @@ void PointToPoint::pull(int src) {
         posted_.erase(match);
         want->posted = false;
       }
-      if (want && want->bytes == c.message_bytes) {
+      const auto type = static_cast<DataType>(c.type);
+      if (want && want->bytes == c.message_bytes && want->type == type) {
         want->started = true;
         in = Incoming{want->data, c.message_bytes, 0, want, nullptr};
       } else {
-        stash.push_back(StashedMessage{c.comm, c.tag, std::vector<std::byte>(c.message_bytes), false});
+        stash.push_back(StashedMessage{c.comm, c.tag, type, std::vector<std::byte>(c.message_bytes), false});
         in = Incoming{stash.back().bytes.data(), c.message_bytes, 0, nullptr, &stash.back()};
       }
     }
@@ -187,7 +193,7 @@ void PointToPoint::unpost(PostedReceive& want) {
   if (want.started && !want.done) {
     auto& in = incoming_[static_cast<std::size_t>(want.src)];
     auto& stash = stash_[static_cast<std::size_t>(want.src)];
-    stash.push_back(StashedMessage{want.comm, want.tag, std::vector<std::byte>(want.bytes), false});
+    stash.push_back(StashedMessage{want.comm, want.tag, want.type, std::vector<std::byte>(want.bytes), false});
     copy_bytes(stash.back().bytes.data(), want.data, in.received);
     in.dest = stash.back().bytes.data();
     in.posted = nullptr;
@@ -195,9 +201,10 @@ void PointToPoint::unpost(PostedReceive& want) {
   }
 }
 
-void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, std::size_t bytes) {
+void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, std::size_t bytes,
+                        DataType type) {
   if (waits_.aborted()) waits_.check_alive();
-  PostedReceive want{comm, src, tag, data, bytes};
+  PostedReceive want{comm, src, tag, data, bytes, type};
   {
     std::lock_guard lock(mutex_);
     if (take_stashed(want)) return;

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <vector>
 
+#include "axonml/distributed/dtype.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/arena_view.hpp"
 #include "shm/wait.hpp"
@@ -45,9 +46,12 @@ class PointToPoint {
   PointToPoint& operator=(const PointToPoint&) = delete;
 
   // REQUIRES: dst and src are world ranks; tag >= 0; `comm` identifies the
-  // communicator the same way on every rank.
-  void send(std::uint64_t comm, int dst, int tag, const std::byte* data, std::size_t bytes);
-  void recv(std::uint64_t comm, int src, int tag, std::byte* data, std::size_t bytes);
+  // communicator the same way on every rank. `type` is the elements' type:
+  // a message travels with it, and a recv whose buffer has another type (or
+  // another size) throws InvalidArgument naming both, rather than handing
+  // over bits to be read as something else.
+  void send(std::uint64_t comm, int dst, int tag, const std::byte* data, std::size_t bytes, DataType type);
+  void recv(std::uint64_t comm, int src, int tag, std::byte* data, std::size_t bytes, DataType type);
 
   // Consumes whatever peers have published to this rank (into posted
   // receives or the stash). For waits outside point-to-point, so that a
@@ -63,6 +67,7 @@ class PointToPoint {
   struct StashedMessage {
     std::uint64_t comm;
     int tag;
+    DataType type;
     std::vector<std::byte> bytes;
     bool complete;
   };
@@ -73,6 +78,7 @@ class PointToPoint {
     int tag;
     std::byte* data;
     std::size_t bytes;
+    DataType type;
     bool posted = false;   // in posted_: the next matching message goes straight here
     bool started = false;  // its first cell has been copied
     bool done = false;     // its last cell has been copied
@@ -97,7 +103,7 @@ class PointToPoint {
   // REQUIRES: mutex_ held. The oldest stashed message matching the receive.
   StashedMessage* first_stashed(const PostedReceive& want);
   // REQUIRES: mutex_ held. Copies out and removes the oldest matching
-  // stashed message once complete; throws when its size differs.
+  // stashed message once complete; throws when its size or type differs.
   bool take_stashed(const PostedReceive& want);
   void unpost(PostedReceive& want);
 

@@ -70,6 +70,15 @@ using Payload = std::function<std::span<const std::byte>(int peer)>;
 std::span<const std::byte> none(int) { return {}; }
 
 // A send() whose data MPI has not taken yet: the copy lives here until then.
+// What leads every point-to-point message: the sender's element type, and a
+// mark that the message came from this library's send.
+struct P2pHeader {
+  std::uint32_t type;
+  std::uint32_t magic;
+};
+constexpr std::size_t kP2pHeaderBytes = sizeof(P2pHeader);
+constexpr std::uint32_t kP2pMagic = 0x61786f6e;  // "axon"
+
 struct PendingSend {
   MPI_Request request = MPI_REQUEST_NULL;
   std::vector<std::byte> data;
@@ -497,8 +506,13 @@ void MpiBackend::do_send(ConstBuffer data, int dst, int tag) {
   const std::size_t bytes = data.count * size_of(data.type);
   PendingSend send;
   send.what = p2p_what("send", data.type, data.count, "to", impl_->world_ranks[static_cast<std::size_t>(dst)], tag);
-  send.data.assign(data.data, data.data + bytes);
-  check(MPI_Isend(send.data.data(), int_count(bytes, "send", impl_->world_rank()), MPI_BYTE, dst, tag,
+  // The message leads with its element type, as a shared-memory one carries
+  // it in its cell header, so that a recv into another type fails the same way.
+  send.data.resize(kP2pHeaderBytes + bytes);
+  const P2pHeader header{static_cast<std::uint32_t>(data.type), kP2pMagic};
+  std::memcpy(send.data.data(), &header, sizeof header);
+  if (bytes > 0) std::memcpy(send.data.data() + kP2pHeaderBytes, data.data, bytes);
+  check(MPI_Isend(send.data.data(), int_count(send.data.size(), "send", impl_->world_rank()), MPI_BYTE, dst, tag,
                   impl_->comm.get(), &send.request),
         "send", impl_->world_rank(), "MPI_Isend of " + send.what);
   int done = 0;
@@ -516,10 +530,22 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   const std::size_t bytes = data.count * size_of(data.type);
   const int world_src = impl_->world_ranks[static_cast<std::size_t>(src)];
   const std::string what = p2p_what("recv", data.type, data.count, "from", world_src, tag);
+  // The header into a variable of ours and the data straight into the
+  // caller's buffer, in one receive: a type of two blocks at absolute addresses.
+  P2pHeader header{};
+  MPI_Aint displacements[2];
+  MPI_Get_address(&header, &displacements[0]);
+  MPI_Get_address(data.data, &displacements[1]);
+  int lengths[2] = {static_cast<int>(kP2pHeaderBytes), int_count(bytes, "recv", impl_->world_rank())};
+  int_count(kP2pHeaderBytes + bytes, "recv", impl_->world_rank());
+  MPI_Datatype layout = MPI_DATATYPE_NULL;
+  check(MPI_Type_create_hindexed(2, lengths, displacements, MPI_BYTE, &layout), "recv", impl_->world_rank(),
+        "MPI_Type_create_hindexed for " + what);
+  check(MPI_Type_commit(&layout), "recv", impl_->world_rank(), "MPI_Type_commit for " + what);
   MPI_Request request = MPI_REQUEST_NULL;
-  check(MPI_Irecv(data.data, int_count(bytes, "recv", impl_->world_rank()), MPI_BYTE, src, tag, impl_->comm.get(),
-                  &request),
-        "recv", impl_->world_rank(), "MPI_Irecv of " + what);
+  const int posted = MPI_Irecv(MPI_BOTTOM, 1, layout, src, tag, impl_->comm.get(), &request);
+  MPI_Type_free(&layout);  // MPI keeps it until the receive is done
+  check(posted, "recv", impl_->world_rank(), "MPI_Irecv of " + what);
   MPI_Status status;
   int rc = MPI_SUCCESS;
   try {
@@ -541,9 +567,20 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   }
   check(rc, "recv", impl_->world_rank(), what);
   int received = 0;
-  MPI_Get_count(&status, MPI_BYTE, &received);
-  if (static_cast<std::size_t>(received) != bytes) {
-    throw InvalidArgument(mismatch + std::to_string(received) + " bytes but the buffer has " + std::to_string(bytes));
+  MPI_Get_elements(&status, MPI_BYTE, &received);
+  if (received < static_cast<int>(kP2pHeaderBytes) || header.magic != kP2pMagic) {
+    throw Error("recv on rank " + std::to_string(impl_->world_rank()) + " from rank " + std::to_string(world_src) +
+                " with tag " + std::to_string(tag) + ": a message without this library's header (" +
+                std::to_string(received) + " bytes): another program or library sent it on this communicator");
+  }
+  const auto had = static_cast<std::size_t>(received) - kP2pHeaderBytes;
+  if (had != bytes) {
+    throw InvalidArgument(mismatch + std::to_string(had) + " bytes but the buffer has " + std::to_string(bytes));
+  }
+  const auto had_type = static_cast<DataType>(header.type);
+  if (had_type != data.type) {
+    throw InvalidArgument(mismatch + std::string(to_string(had_type)) + " elements but the buffer's are " +
+                          std::string(to_string(data.type)) + " (" + std::to_string(bytes) + " bytes each)");
   }
 }
 

@@ -162,7 +162,7 @@ struct alignas(kCacheLine) CellHeader {
   std::uint32_t payload_bytes;  // bytes in this cell
   std::int32_t tag;
   std::uint32_t first;          // 1 on the first cell of a message
-  std::uint32_t pad;
+  std::uint32_t type;           // the sender's element type (a DataType)
   std::uint64_t comm;           // the communicator: its GroupHeader::id
 };
 static_assert(offsetof(CellHeader, comm) == 24 && sizeof(CellHeader) == kCacheLine);

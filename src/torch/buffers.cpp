@@ -135,18 +135,23 @@ bool needs_padding(const at::Tensor& t, std::int64_t blocks) {
 // it). A dtype the runtime does not know moves as raw bytes, in the words
 // words_of() picks, and a mismatch the runtime finds names only those words
 // ("broadcast(i64, 1) vs broadcast(f16, 5)" for int16 tensors of 4 and 5
-// elements): the message then also says what this rank passed.
+// elements; "the message has f32 elements but the buffer's are i64" for a
+// recv into 8 uint8): the message then also says what this rank passed.
 template <typename Fn> void naming_the_dtype(const at::Tensor& user, Fn&& fn) {
   if (native_type(user.scalar_type())) return fn();
+  auto passed = [&](const std::exception& e) {
+    return std::string(e.what()) + " (this rank passed a " + std::string(c10::toString(user.scalar_type())) +
+           " tensor of " + std::to_string(user.numel()) + " elements, " + std::to_string(user.nbytes()) +
+           " bytes; tensors of a dtype the runtime does not reduce move as raw bytes, counted above in the "
+           "widest words that divide their size: i64 = 8 bytes, i32 = 4, f16 = 2, after padding an odd size "
+           "by one byte)";
+  };
   try {
     fn();
   } catch (const ad::CollectiveMismatch& e) {
-    throw ad::CollectiveMismatch(std::string(e.what()) + " (this rank passed a " +
-                                 std::string(c10::toString(user.scalar_type())) + " tensor of " +
-                                 std::to_string(user.numel()) + " elements, " + std::to_string(user.nbytes()) +
-                                 " bytes; tensors of a dtype the runtime does not reduce move as raw bytes, "
-                                 "counted above in the widest words that divide their size: i64 = 8 bytes, "
-                                 "i32 = 4, f16 = 2, after padding an odd size by one byte)");
+    throw ad::CollectiveMismatch(passed(e));
+  } catch (const ad::InvalidArgument& e) {
+    throw ad::InvalidArgument(passed(e));
   }
 }
 
@@ -276,7 +281,7 @@ void send(ad::Backend& b, const at::Tensor& flat, int dst, int tag) {
     return send(b, staged, dst, tag);
   }
   const Words w = words_of(flat);
-  typed(w.type, [&]<typename T>(T) { b.send(span_of<T>(flat, w.count), dst, tag); });
+  naming_the_dtype(flat, [&] { typed(w.type, [&]<typename T>(T) { b.send(span_of<T>(flat, w.count), dst, tag); }); });
 }
 
 void recv(ad::Backend& b, at::Tensor& flat, int src, int tag) {
@@ -286,7 +291,7 @@ void recv(ad::Backend& b, at::Tensor& flat, int src, int tag) {
     return unpad(staged, flat, 1);
   }
   const Words w = words_of(flat);
-  typed(w.type, [&]<typename T>(T) { b.recv(span_of<T>(flat, w.count), src, tag); });
+  naming_the_dtype(flat, [&] { typed(w.type, [&]<typename T>(T) { b.recv(span_of<T>(flat, w.count), src, tag); }); });
 }
 
 }  // namespace axonml::torch

@@ -102,6 +102,10 @@ void recv_size(Backend& b) {
     std::vector<float> three(3, 1.0f), ten(10, 2.0f);
     b.send(std::span<const float>(three), 1, 4);
     b.send(std::span<const float>(ten), 1, 4);
+    std::vector<float> floats{1.5f, 2.5f, 3.5f, 4.5f};
+    std::vector<std::int32_t> ints{1, 2, 3, 4};
+    b.send(std::span<const float>(floats), 1, 5);
+    b.send(std::span<const std::int32_t>(ints), 1, 5);
   } else if (b.rank() == 1) {
     std::vector<float> buffer(10);
     for (const char* which : {"shorter", "longer"}) {
@@ -125,6 +129,21 @@ void recv_size(Backend& b) {
       expect(named, std::string("a ") + which + " message than the buffer throws InvalidArgument naming it: '" +
                         error + "'");
     }
+    // Bits of another type, even as many bytes, are not handed over to be
+    // read as ints; the failed receive takes the message, the next gets the next.
+    std::vector<std::int32_t> ints(4);
+    std::string error;
+    try {
+      b.recv(std::span<std::int32_t>(ints), 0, 5);
+    } catch (const InvalidArgument& e) {
+      error = e.what();
+    }
+    std::printf("[rank 1] %s\n", error.c_str());
+    expect(error == "recv on rank 1 from rank 0 with tag 5: the message has f32 elements but the buffer's are "
+                    "i32 (16 bytes each)",
+           "a message of another element type throws InvalidArgument naming both: '" + error + "'");
+    b.recv(std::span<std::int32_t>(ints), 0, 5);
+    expect(ints == std::vector<std::int32_t>{1, 2, 3, 4}, "the receive after a type mismatch gets the next message");
   }
   b.barrier();
 }

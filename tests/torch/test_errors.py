@@ -63,6 +63,29 @@ def raw_byte_mismatch(rank, n):
     return True
 
 
+def recv_mismatch(rank, n):
+    """A recv into a tensor of another size or dtype raises naming both (Gloo
+    hands the bits over); it takes the message, and the next recv the next."""
+    dist.init_process_group("axon")
+    if rank == 0:
+        dist.send(torch.arange(4, dtype=torch.float32), 1)
+        dist.send(torch.arange(4, dtype=torch.int32), 1)
+        dist.send(torch.ones(4), 1)
+        dist.send(torch.ones(2), 1)
+    else:
+        raises(lambda: dist.recv(torch.empty(4, dtype=torch.int32), 0),
+               "recv on rank 1 from rank 0", "the message has f32 elements but the buffer's are i32 (16 bytes each)")
+        got = torch.empty(4, dtype=torch.int32)
+        dist.recv(got, 0)
+        assert got.tolist() == [0, 1, 2, 3], got
+        raises(lambda: dist.recv(torch.empty(3), 0), "the message has 16 bytes but the buffer has 12")
+        raises(lambda: dist.recv(torch.empty(8, dtype=torch.uint8), 0),
+               "the message has f32 elements but the buffer's are i64", "this rank passed a Byte tensor of 8 elements")
+    dist.barrier()
+    dist.destroy_process_group()
+    return True
+
+
 def killed_rank(rank, n):
     dist.init_process_group("axon")
     t = torch.ones(1000)
@@ -405,6 +428,8 @@ if __name__ == "__main__":
     print("test_errors: bad inputs give errors naming the op and the sizes")
     run_ranks(2, raw_byte_mismatch)
     print("test_errors: a size mismatch of raw-byte data movement names this rank's dtype and size")
+    run_ranks(2, recv_mismatch)
+    print("test_errors: a recv into a tensor of another size or dtype raises naming both, and the next recv gets the next")
     run_ranks(2, fallback_mismatch)
     print("test_errors: reductions without a runtime kernel that differ between ranks raise a mismatch on every rank")
     texts = run_ranks(3, different_rank_lists)
