@@ -166,14 +166,22 @@ void CallExchange::run(CallDescriptor call,
              p);
   }
   try {
+    // `wait` watches for a peer's notice that it gave up (MpiBackend sets
+    // its watch to fail_if_a_peer_gave_up()), which ends the wait: a rank
+    // that came too late for one call (and finished it, see below) then
+    // fails its next call at once, not after a timeout of its own.
     const int rc = wait_all(requests_, wait, [this](std::span<const MPI_Request> rq) { return describe_wait(rq); });
     mpi::check(rc, to_string(call), world_rank(member_), "exchanging call descriptors in group " + group_name());
   } catch (const Error& e) {
     abandon(requests_);
+    if (!broken_.empty()) throw;  // a peer's notice (fail_if_a_peer_gave_up): every peer has it already
     tell_peers_gave_up(e.what());
     broken_ = std::string("this group is unusable after: ") + e.what();
     throw;
   }
+  // A peer that gave up after sending its descriptor, and told us after we
+  // looked, leaves this call complete here: it moved every rank's data, but
+  // the peers that gave up have thrown. This rank's next call fails then.
   fail_if_a_peer_gave_up();
   if (!check) return;
   for (int m = 0; m < size_; ++m) {

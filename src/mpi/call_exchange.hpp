@@ -75,6 +75,12 @@ class CallExchange {
   void run(CallDescriptor call, const std::function<std::span<const std::byte>(int peer)>& payload,
            bool check, const WaitContext& wait);
 
+  // Throws PeerFailure, and breaks the exchange, when a peer has given up
+  // a call (its notice has arrived). Run by every wait of the group's
+  // collectives (WaitContext::watch), so a rank whose peers gave up the call
+  // it is in, or an earlier one, fails at once rather than after a timeout.
+  void fail_if_a_peer_gave_up();
+
   // After run(): the data member m sent this member (m != this member).
   std::span<const std::byte> received(int member) const;
   // The current call's descriptor (after run(): numbered), for messages.
@@ -91,9 +97,6 @@ class CallExchange {
   // completes the exchange (with the descriptors sent before) fails instead
   // of finishing a call the others abandoned.
   void tell_peers_gave_up(const std::string& reason);
-  // Throws PeerFailure, and breaks the exchange, when a peer has given up
-  // a call (its tell_peers_gave_up() notice has arrived).
-  void fail_if_a_peer_gave_up();
   // Throws what broke the exchange, again.
   [[noreturn]] void throw_broken() const;
 

@@ -96,7 +96,8 @@ struct MpiBackend::Impl {
   int tag_upper_bound = 32767;
   std::atomic<bool> aborted{false};
   std::string abort_reason;  // written once, before `aborted` is set
-  mpi::WaitContext wait;
+  mpi::WaitContext wait;             // send / recv, and the destructor's
+  mpi::WaitContext collective_wait;  // the same, watching for peers that gave up a call
   std::deque<PendingSend> sends;
   std::vector<std::byte> scratch, copy;
 
@@ -109,6 +110,8 @@ struct MpiBackend::Impl {
     wait.timeout = shm::default_timeout();
     wait.aborted = &aborted;
     wait.abort_reason = &abort_reason;
+    collective_wait = wait;
+    collective_wait.watch = [this] { exchange->fail_if_a_peer_gave_up(); };
   }
 
   ~Impl() {
@@ -162,9 +165,9 @@ struct MpiBackend::Impl {
   bool begin(const CallDescriptor& call, bool inline_data, const Payload& payload) {
     reap_sends();
     if (inline_data) {
-      exchange->run(call, payload, calls_checked(), wait);
+      exchange->run(call, payload, calls_checked(), collective_wait);
     } else if (calls_checked()) {
-      exchange->run(call, none, true, wait);
+      exchange->run(call, none, true, collective_wait);
     }
     return inline_data;
   }
@@ -186,7 +189,7 @@ struct MpiBackend::Impl {
   }
 
   void wait_for(MPI_Request& request, const std::string& step) {
-    mpi::wait_collective(request, wait, what() + " (" + step + ")");
+    mpi::wait_collective(request, collective_wait, what() + " (" + step + ")");
   }
 };
 
@@ -264,7 +267,7 @@ void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
     return;
   }
   if (!impl_->hierarchy) {
-    return mpi::ordered_all_reduce(impl_->coll, data.data, data.count, data.type, op, impl_->wait,
+    return mpi::ordered_all_reduce(impl_->coll, data.data, data.count, data.type, op, impl_->collective_wait,
                                    impl_->what(), impl_->scratch);
   }
   // Hierarchical: each node's sum in local-rank order, then the nodes' sums
@@ -277,7 +280,7 @@ void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
     values = bytes_of(wide);
     type = DataType::F32;
   }
-  through_hierarchy([&] { impl_->hierarchy->all_reduce(values, data.count, type, combining(op), impl_->wait); });
+  through_hierarchy([&] { impl_->hierarchy->all_reduce(values, data.count, type, combining(op), impl_->collective_wait); });
   if (op == ReduceOp::Average) mpi::finish_average(values, data.count, type, impl_->size());
   if (!wide.empty()) mpi::round_to_storage(wide.data(), data.data, data.count, data.type);
 }
@@ -293,7 +296,7 @@ void MpiBackend::do_broadcast(MutableBuffer data, int src) {
     return;
   }
   if (impl_->hierarchy) {
-    return through_hierarchy([&] { impl_->hierarchy->broadcast(data.data, data.count, data.type, src, impl_->wait); });
+    return through_hierarchy([&] { impl_->hierarchy->broadcast(data.data, data.count, data.type, src, impl_->collective_wait); });
   }
   for (std::size_t done = 0; done < bytes;) {
     const std::size_t part = std::min(kMaxChunk, bytes - done);
@@ -330,7 +333,7 @@ void MpiBackend::do_all_gather(ConstBuffer send, MutableBuffer recv) {
       send.data = copy.data();
     }
     return through_hierarchy(
-        [&] { impl_->hierarchy->all_gather(send.data, recv.data, send.count, send.type, impl_->wait); });
+        [&] { impl_->hierarchy->all_gather(send.data, recv.data, send.count, send.type, impl_->collective_wait); });
   }
   const int n = int_count(bytes, "all_gather", impl_->world_rank());
   MPI_Request request = MPI_REQUEST_NULL;
@@ -355,7 +358,7 @@ void MpiBackend::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceO
     }
     return kernels::reduce(recv.type, op, impl_->sources(mine), recv.data, recv.count);
   }
-  mpi::ordered_reduce_scatter(impl_->coll, send.data, recv.data, recv.count, recv.type, op, impl_->wait,
+  mpi::ordered_reduce_scatter(impl_->coll, send.data, recv.data, recv.count, recv.type, op, impl_->collective_wait,
                               impl_->what(), impl_->scratch);
 }
 
@@ -435,7 +438,7 @@ void MpiBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, Reduce
     }
     return kernels::reduce(send.type, op, impl_->sources(mine), recv.data, send.count);
   }
-  mpi::ordered_reduce(impl_->coll, send.data, recv.data, send.count, send.type, op, dst, impl_->wait,
+  mpi::ordered_reduce(impl_->coll, send.data, recv.data, send.count, send.type, op, dst, impl_->collective_wait,
                       impl_->what(), impl_->scratch);
 }
 
@@ -479,7 +482,7 @@ void MpiBackend::do_barrier() {
   impl_->reap_sends();
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Ibarrier(impl_->coll.get(), &request), "barrier", impl_->world_rank(), "MPI_Ibarrier");
-  mpi::wait_collective(request, impl_->wait, "barrier in group " + impl_->exchange->group_name());
+  mpi::wait_collective(request, impl_->collective_wait, "barrier in group " + impl_->exchange->group_name());
 }
 
 namespace {
@@ -530,50 +533,67 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   const std::size_t bytes = data.count * size_of(data.type);
   const int world_src = impl_->world_ranks[static_cast<std::size_t>(src)];
   const std::string what = p2p_what("recv", data.type, data.count, "from", world_src, tag);
-  // The header into a variable of ours and the data straight into the
-  // caller's buffer, in one receive: a type of two blocks at absolute addresses.
-  P2pHeader header{};
-  MPI_Aint displacements[2];
-  MPI_Get_address(&header, &displacements[0]);
-  MPI_Get_address(data.data, &displacements[1]);
-  int lengths[2] = {static_cast<int>(kP2pHeaderBytes), int_count(bytes, "recv", impl_->world_rank())};
-  int_count(kP2pHeaderBytes + bytes, "recv", impl_->world_rank());
-  MPI_Datatype layout = MPI_DATATYPE_NULL;
-  check(MPI_Type_create_hindexed(2, lengths, displacements, MPI_BYTE, &layout), "recv", impl_->world_rank(),
-        "MPI_Type_create_hindexed for " + what);
-  check(MPI_Type_commit(&layout), "recv", impl_->world_rank(), "MPI_Type_commit for " + what);
-  MPI_Request request = MPI_REQUEST_NULL;
-  const int posted = MPI_Irecv(MPI_BOTTOM, 1, layout, src, tag, impl_->comm.get(), &request);
-  MPI_Type_free(&layout);  // MPI keeps it until the receive is done
-  check(posted, "recv", impl_->world_rank(), "MPI_Irecv of " + what);
+  const int me = impl_->world_rank();
+  int_count(kP2pHeaderBytes + bytes, "recv", me);
+  // Probe first: a message of another size is then taken whole into a buffer
+  // of ours and named with its size, leaving the caller's buffer untouched,
+  // as in shared memory (a receive posted with the caller's buffer would
+  // fill it and report only that the message was longer).
+  MPI_Message message = MPI_MESSAGE_NULL;
   MPI_Status status;
-  int rc = MPI_SUCCESS;
+  mpi::wait_until(
+      [&] {
+        int found = 0;
+        check(MPI_Improbe(src, tag, impl_->comm.get(), &found, &message, &status), "recv", me, "MPI_Improbe of " + what);
+        return found != 0;
+      },
+      impl_->wait, [&] { return what + ": no message has come"; });
+  int total = 0;
+  MPI_Get_count(&status, MPI_BYTE, &total);
+  const bool fits = static_cast<std::size_t>(total) == kP2pHeaderBytes + bytes;
+  P2pHeader header{};
+  std::vector<std::byte> whole;  // a message of another size than the buffer, taken whole
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (fits) {
+    // The header into a variable of ours and the data straight into the
+    // caller's buffer, in one receive: a type of two blocks at absolute addresses.
+    MPI_Aint displacements[2];
+    MPI_Get_address(&header, &displacements[0]);
+    MPI_Get_address(data.data, &displacements[1]);
+    int lengths[2] = {static_cast<int>(kP2pHeaderBytes), static_cast<int>(bytes)};
+    MPI_Datatype layout = MPI_DATATYPE_NULL;
+    check(MPI_Type_create_hindexed(2, lengths, displacements, MPI_BYTE, &layout), "recv", me,
+          "MPI_Type_create_hindexed for " + what);
+    check(MPI_Type_commit(&layout), "recv", me, "MPI_Type_commit for " + what);
+    const int posted = MPI_Imrecv(MPI_BOTTOM, 1, layout, &message, &request);
+    MPI_Type_free(&layout);  // MPI keeps it until the receive is done
+    check(posted, "recv", me, "MPI_Imrecv of " + what);
+  } else {
+    whole.resize(static_cast<std::size_t>(total));
+    check(MPI_Imrecv(whole.data(), total, MPI_BYTE, &message, &request), "recv", me, "MPI_Imrecv of " + what);
+  }
   try {
-    rc = mpi::wait_all(std::span<MPI_Request>(&request, 1), impl_->wait,
-                       [&](std::span<const MPI_Request>) { return what + ": no message has come"; }, &status);
+    const int rc = mpi::wait_all(std::span<MPI_Request>(&request, 1), impl_->wait, [&](std::span<const MPI_Request>) {
+      return what + ": the message has come but has not finished arriving";
+    });
+    check(rc, "recv", me, what);
   } catch (const Error&) {
-    MPI_Cancel(&request);  // a receive can be cancelled cleanly
-    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    // A matched receive cannot be cancelled, and MPI writes into its buffer
+    // until it completes: wait for that, then fail.
+    if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
     throw;
   }
-  int error_class = MPI_SUCCESS;
-  if (rc != MPI_SUCCESS) MPI_Error_class(rc == MPI_ERR_IN_STATUS ? status.MPI_ERROR : rc, &error_class);
+  if (!fits && whole.size() >= kP2pHeaderBytes) std::memcpy(&header, whole.data(), kP2pHeaderBytes);
+  if (static_cast<std::size_t>(total) < kP2pHeaderBytes || header.magic != kP2pMagic) {
+    throw Error("recv on rank " + std::to_string(me) + " from rank " + std::to_string(world_src) + " with tag " +
+                std::to_string(tag) + ": a message without this library's header (" + std::to_string(total) +
+                " bytes): another program or library sent it on this communicator");
+  }
   // The same exception and words as the shared-memory backends' (a program
   // behaves the same under both launchers).
-  const std::string mismatch = "recv on rank " + std::to_string(impl_->world_rank()) + " from rank " +
-                               std::to_string(world_src) + " with tag " + std::to_string(tag) + ": the message has ";
-  if (error_class == MPI_ERR_TRUNCATE) {
-    throw InvalidArgument(mismatch + "more bytes than the buffer's " + std::to_string(bytes));
-  }
-  check(rc, "recv", impl_->world_rank(), what);
-  int received = 0;
-  MPI_Get_elements(&status, MPI_BYTE, &received);
-  if (received < static_cast<int>(kP2pHeaderBytes) || header.magic != kP2pMagic) {
-    throw Error("recv on rank " + std::to_string(impl_->world_rank()) + " from rank " + std::to_string(world_src) +
-                " with tag " + std::to_string(tag) + ": a message without this library's header (" +
-                std::to_string(received) + " bytes): another program or library sent it on this communicator");
-  }
-  const auto had = static_cast<std::size_t>(received) - kP2pHeaderBytes;
+  const std::string mismatch = "recv on rank " + std::to_string(me) + " from rank " + std::to_string(world_src) +
+                               " with tag " + std::to_string(tag) + ": the message has ";
+  const auto had = static_cast<std::size_t>(total) - kP2pHeaderBytes;
   if (had != bytes) {
     throw InvalidArgument(mismatch + std::to_string(had) + " bytes but the buffer has " + std::to_string(bytes));
   }

@@ -26,6 +26,10 @@ struct WaitContext {
   std::chrono::milliseconds timeout{300'000};   // AXON_TIMEOUT (shm::default_timeout())
   const std::atomic<bool>* aborted = nullptr;   // set by MpiBackend::abort()
   const std::string* abort_reason = nullptr;    // read only once *aborted
+  // When set, runs after every test that found the wait not over, to look
+  // for news the wait should end on (a peer's notice that it gave up the
+  // call); it ends the wait by throwing.
+  std::function<void()> watch;
 };
 
 // Returns once every request has completed (each becomes MPI_REQUEST_NULL):
@@ -38,6 +42,12 @@ struct WaitContext {
 int wait_all(std::span<MPI_Request> requests, const WaitContext& context,
              const std::function<std::string(std::span<const MPI_Request>)>& describe,
              MPI_Status* statuses = MPI_STATUSES_IGNORE);
+
+// Returns once done() (which may call MPI: a probe, say) returns true, with
+// wait_all's backoff, Timeout and PeerFailure; `describe()` says what is
+// awaited.
+void wait_until(const std::function<bool()>& done, const WaitContext& context,
+                const std::function<std::string()>& describe);
 
 // Says that this process has given up on MPI requests that may never
 // complete (a timeout in a collective): at exit MPI is then aborted instead

@@ -20,6 +20,9 @@
 //                     others timed out (the test sets 2 s): it throws
 //                     PeerFailure with their reason, and their next
 //                     all_reduce throws PeerFailure
+//   late-at-the-timeout  rank 1 waits in a recv while the others wait for it
+//                     in an all_reduce, then calls it as they give up: it may
+//                     finish that call or fail it, but its next fails at once
 //   init-twice        a second World::init() throws InvalidArgument
 //   mismatch KIND     rank 0 calls one collective, the others another:
 //                     CollectiveMismatch on every rank showing both sides.
@@ -29,6 +32,7 @@
 //   rank-order        all_reduce / reduce_scatter / reduce of random floats
 //                     equal, bit for bit, the rank-order reduction of the
 //                     library's kernels (what the shared-memory backend computes)
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -107,8 +111,8 @@ void recv_size(Backend& b) {
     b.send(std::span<const float>(floats), 1, 5);
     b.send(std::span<const std::int32_t>(ints), 1, 5);
   } else if (b.rank() == 1) {
-    std::vector<float> buffer(10);
     for (const char* which : {"shorter", "longer"}) {
+      std::vector<float> buffer(10, -1.0f);
       std::string error;
       try {
         if (std::strcmp(which, "shorter") == 0) {
@@ -123,11 +127,13 @@ void recv_size(Backend& b) {
       }
       std::printf("[rank 1] %s\n", error.c_str());
       const std::string head = "recv on rank 1 from rank 0 with tag 4: the message has ";
-      const bool named = std::strcmp(which, "shorter") == 0
-                             ? error == head + "12 bytes but the buffer has 40"
-                             : error.rfind(head, 0) == 0 && contains(error, "12");
-      expect(named, std::string("a ") + which + " message than the buffer throws InvalidArgument naming it: '" +
+      const bool named = std::strcmp(which, "shorter") == 0 ? error == head + "12 bytes but the buffer has 40"
+                                                              : error == head + "40 bytes but the buffer has 12";
+      expect(named, std::string("a ") + which + " message than the buffer throws InvalidArgument naming both sizes: '" +
                         error + "'");
+      // Under MPI a receive posted with the buffer would have filled it.
+      expect(std::all_of(buffer.begin(), buffer.end(), [](float x) { return x == -1.0f; }),
+             std::string("a ") + which + " message than the buffer leaves the buffer untouched");
     }
     // Bits of another type, even as many bytes, are not handed over to be
     // read as ints; the failed receive takes the message, the next gets the next.
@@ -224,6 +230,51 @@ void late_rank(Backend& b, std::chrono::milliseconds away) {
   const std::string second = error_of();
   expect(second != "no error" && !contains(second, "not a PeerFailure"),
          "after the timeout the group's next all_reduce throws PeerFailure: '" + second + "'");
+}
+
+// Rank 1 waits in a recv nobody answers while the others wait for it in an
+// all_reduce; both waits give up at about the same moment, and then rank 1
+// calls the all_reduce. Arriving as the others give up, it may finish that
+// call (with every rank's data, whose sum it then holds) or fail it; either
+// way its next call must fail at once with the others' reason, not wait a
+// timeout of its own (found by a review: under MPI it waited one out).
+void late_at_the_timeout(Backend& b) {
+  std::vector<float> v(4, static_cast<float>(b.rank() + 1));
+  const float sum = static_cast<float>(b.world_size() * (b.world_size() + 1) / 2);
+  auto error_of = [&] {
+    try {
+      b.all_reduce(std::span<float>(v), ReduceOp::Sum);
+    } catch (const PeerFailure& e) {  // Timeout included
+      return std::string(e.what());
+    } catch (const std::exception& e) {
+      return "not a PeerFailure: " + std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  if (b.rank() == 1) {
+    std::vector<float> never(1);
+    try {
+      b.recv(std::span<float>(never), 0, 7);
+    } catch (const PeerFailure&) {
+    }
+    const std::string first = error_of();
+    std::printf("[rank 1] first: %s\n", first.c_str());
+    expect(first == "no error" ? v == std::vector<float>(4, sum) : !contains(first, "not a PeerFailure"),
+           "the all_reduce rank 1 came to as the others gave up finished with every rank's data or failed: '" + first +
+               "'");
+    const auto started = std::chrono::steady_clock::now();
+    const std::string second = error_of();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::printf("[rank 1] second, after %.3f s: %s\n", seconds, second.c_str());
+    expect(contains(second, "job aborted") && contains(second, "timed out"),
+           "rank 1's next all_reduce throws PeerFailure with the others' reason: '" + second + "'");
+    expect(seconds < 1.0, "... at once, not after a timeout of its own (AXON_TIMEOUT=2): " + std::to_string(seconds) +
+                              " s");
+    return;
+  }
+  const std::string first = error_of();
+  expect(first != "no error" && !contains(first, "not a PeerFailure"),
+         "the all_reduce rank 1 is late to fails: '" + first + "'");
 }
 
 // World::init() attaches a process once, under either launcher.
@@ -360,6 +411,8 @@ int main(int argc, char** argv) {
       barrier_without_rank_1(b, std::chrono::seconds(60));
     } else if (mode == "late-rank") {
       late_rank(b, std::chrono::milliseconds(3000));
+    } else if (mode == "late-at-the-timeout") {
+      late_at_the_timeout(b);
     } else if (mode == "init-twice") {
       init_twice();
     } else if (mode == "mismatch") {
@@ -369,13 +422,13 @@ int main(int argc, char** argv) {
       rank_order_type<double>(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "late-rank | init-twice | mismatch KIND | rank-order\n");
+                           "late-rank | late-at-the-timeout | init-twice | mismatch KIND | rank-order\n");
       return 2;
     }
     int total = failures;
     // Under axon-launch a timeout aborts the whole job, the tally's group too.
     const bool job_aborted = mode == "collective-timeout" || mode == "hung-peer" ||
-                             (mode == "late-rank" && b.name() != "mpi");
+                             ((mode == "late-rank" || mode == "late-at-the-timeout") && b.name() != "mpi");
     if (!job_aborted) {
       tally->all_reduce(std::span<int>(&total, 1), ReduceOp::Sum);
     }

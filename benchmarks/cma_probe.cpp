@@ -1,0 +1,132 @@
+// cma-probe: could two ranks skip the copy into shared memory by reading each
+// other's private buffers through the kernel (cross-memory attach,
+// process_vm_readv, as Open MPI's vader does for large messages)?
+//
+// A parent process writes a private buffer and a shared one with the same
+// bytes; its child then reads the private one with process_vm_readv and the
+// shared one with memcpy, alternately, each round, and checks every byte of
+// both copies (outside the timing). It prints the median time of each way,
+// per size: the single copy through the kernel against the hand-off through
+// shared memory that the runtime's all-reduce is built on.
+//
+//   cma-probe [--rounds R] SIZE...   (bytes; K and M suffixes)
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::size_t parse_size(const char* text) {
+  char* end = nullptr;
+  std::size_t value = std::strtoull(text, &end, 10);
+  if (*end == 'K' || *end == 'k') value <<= 10;
+  if (*end == 'M' || *end == 'm') value <<= 20;
+  return value;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void* shared_pages(std::size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    std::perror("cma-probe: mmap");
+    std::exit(1);
+  }
+  return p;
+}
+
+// One size: returns false when a copy came out wrong or CMA is refused.
+bool probe(std::size_t bytes, int rounds) {
+  auto* turn = static_cast<std::atomic<long>*>(shared_pages(4096));
+  auto* shared = static_cast<unsigned char*>(shared_pages(bytes));
+  auto* result = static_cast<long*>(shared_pages(4096));  // child: [ok, cma ns x rounds, memcpy ns x rounds]
+  std::vector<unsigned char> source(bytes);
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child == 0) {
+    std::vector<unsigned char> into(bytes);
+    long ok = 1;
+    for (int r = 0; r < rounds; ++r) {
+      while (turn->load(std::memory_order_acquire) != 2 * r + 1) {
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      iovec local{into.data(), bytes}, remote{source.data(), bytes};  // same address in the forked child
+      const ssize_t got = process_vm_readv(parent, &local, 1, &remote, 1, 0);
+      const auto t1 = std::chrono::steady_clock::now();
+      const bool cma_right = got == static_cast<ssize_t>(bytes) &&
+                             std::all_of(into.begin(), into.end(), [&](unsigned char c) { return c == (r & 0xff); });
+      const auto t2 = std::chrono::steady_clock::now();
+      std::memcpy(into.data(), shared, bytes);
+      const auto t3 = std::chrono::steady_clock::now();
+      const bool copy_right = std::all_of(into.begin(), into.end(), [&](unsigned char c) { return c == (r & 0xff); });
+      if (got < 0) std::perror("cma-probe: process_vm_readv");
+      if (!cma_right || !copy_right) ok = 0;
+      result[1 + r] = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+      result[1 + rounds + r] = std::chrono::duration_cast<std::chrono::nanoseconds>(t3 - t2).count();
+      turn->store(2 * r + 2, std::memory_order_release);
+      if (got < 0) break;
+    }
+    result[0] = ok;
+    _exit(0);
+  }
+  for (int r = 0; r < rounds; ++r) {
+    // Written just before the child reads, as a rank writes its input.
+    std::memset(source.data(), r & 0xff, bytes);
+    std::memset(shared, r & 0xff, bytes);
+    turn->store(2 * r + 1, std::memory_order_release);
+    int status = 0;
+    while (turn->load(std::memory_order_acquire) != 2 * r + 2) {
+      if (waitpid(child, &status, WNOHANG) == child) {
+        std::fprintf(stderr, "cma-probe: the reading process ended early\n");
+        return false;
+      }
+    }
+  }
+  waitpid(child, nullptr, 0);
+  std::vector<double> cma(rounds), copy(rounds);
+  for (int r = 0; r < rounds; ++r) {
+    cma[static_cast<std::size_t>(r)] = static_cast<double>(result[1 + r]) / 1e3;
+    copy[static_cast<std::size_t>(r)] = static_cast<double>(result[1 + rounds + r]) / 1e3;
+  }
+  const double c = median(cma), m = median(copy);
+  std::printf("%10zu %12.1f %8.1f %12.1f %8.1f %8.2f %s\n", bytes, c, static_cast<double>(bytes) / c / 1e3, m,
+              static_cast<double>(bytes) / m / 1e3, c / m, result[0] ? "ok" : "WRONG");
+  const bool ok = result[0] != 0;
+  munmap(turn, 4096);
+  munmap(shared, bytes);
+  munmap(result, 4096);
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 200;
+  std::vector<std::size_t> sizes;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--rounds" && i + 1 < argc) {
+      rounds = std::max(1, std::min(500, std::atoi(argv[++i])));
+    } else {
+      sizes.push_back(parse_size(argv[i]));
+    }
+  }
+  if (sizes.empty()) sizes = {64 << 10, 1 << 20, 16 << 20};
+  std::printf("# median of %d alternated rounds; the reader reads bytes the writer has just written\n", rounds);
+  std::printf("#    bytes  cma_us  cma_GB/s  shared_us  shared_GB/s  cma/shared\n");
+  bool ok = true;
+  for (const std::size_t bytes : sizes) ok = probe(std::max<std::size_t>(bytes, 1), rounds) && ok;
+  return ok ? 0 : 1;
+}
