@@ -65,12 +65,12 @@ LaunchOptions parse_options(int argc, char** argv) {
       "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, AXON_ARENA_FD,\n"
       "AXON_ARENA_BYTES, AXON_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT (and\n"
       "AXON_TIMEOUT with --timeout, AXON_TAG_OUTPUT=1 while output is tagged), and\n"
-      "MASTER_ADDR=127.0.0.1 and a free MASTER_PORT (unless set) for PyTorch's env://\n"
-      "rendezvous. Unless already set, it also gets its thread share\n"
-      "(AXON_THREADS_PER_RANK, OMP_NUM_THREADS), AXON_OVERSUBSCRIBED (1 when ranks share\n"
-      "cores) and, when bound within one NUMA node, AXON_NUMA_NODE. Exits 0 when every\n"
-      "rank does, else with the status of the first rank that failed (128+signal for\n"
-      "a signal).",      "axon-launch"};
+      "MASTER_ADDR=127.0.0.1 and a free MASTER_PORT (unless set, other than by an outer\n"
+      "axon-launch) for PyTorch's env:// rendezvous. Unless already set, it also gets\n"
+      "its thread share (AXON_THREADS_PER_RANK, OMP_NUM_THREADS), AXON_OVERSUBSCRIBED\n"
+      "(1 when ranks share cores) and, when bound within one NUMA node, AXON_NUMA_NODE.\n"
+      "Exits 0 when every rank does, else with the status of the first rank that\n"
+      "failed (128+signal for a signal).",      "axon-launch"};
   app.formatter(std::make_shared<LauncherFormatter>());
   app.prefix_command();  // PROGRAM and everything after it are passed through
   // Not ->required(): CLI11 would name the option by its long spelling

@@ -99,10 +99,23 @@ std::set<int>& gone_targets() {
     ::setenv("AXON_TIMEOUT", axonml::distributed::shortest_text(*env.timeout_s).c_str(), 1);
   }
 
-  // torch.distributed's default env:// rendezvous; a user's own values win.
+  // torch.distributed's default env:// rendezvous; a user's own values win,
+  // but not a port an outer axon-launch chose (this launcher run inside one
+  // of its ranks): that is the outer job's store, and the inner job's ranks
+  // would meet it (found by a review of a nested axon-launch). The launcher
+  // marks the port it chose in AXON_LAUNCH_MASTER_PORT to tell them apart.
   if (env.master_port != 0) {
+    const std::string port = std::to_string(env.master_port);
+    const char* inherited = std::getenv("MASTER_PORT");
+    const char* outer = std::getenv("AXON_LAUNCH_MASTER_PORT");
+    const bool outer_jobs = inherited != nullptr && outer != nullptr && std::string(inherited) == outer;
     ::setenv("MASTER_ADDR", "127.0.0.1", 0);
-    ::setenv("MASTER_PORT", std::to_string(env.master_port).c_str(), 0);
+    ::setenv("MASTER_PORT", port.c_str(), outer_jobs ? 1 : 0);
+    if (port == std::getenv("MASTER_PORT")) {
+      ::setenv("AXON_LAUNCH_MASTER_PORT", port.c_str(), 1);
+    } else {
+      ::unsetenv("AXON_LAUNCH_MASTER_PORT");
+    }
   }
 
   if (env.placement && !apply_placement((*env.placement)[static_cast<std::size_t>(rank)])) {

@@ -156,6 +156,23 @@ case "$case_name" in
     expect_status 0
     expect_no_arena_of "$pid"
     ;;
+  master-port)
+    # Every rank gets one free MASTER_PORT for PyTorch's env://; a user's own wins.
+    env -u MASTER_PORT -u AXON_LAUNCH_MASTER_PORT "$launch" -n 2 sh -c 'echo "port=$MASTER_PORT"' \
+      >"$work/out" 2>"$work/err"
+    ports=$(grep -o 'port=[0-9]*' "$work/out" | sort -u)
+    [ "$(echo "$ports" | wc -l)" -eq 1 ] && [ "$ports" != "port=" ] || fail "ranks got MASTER_PORT: $(cat "$work/out")"
+    MASTER_PORT=23456 "$launch" -n 2 sh -c 'echo "port=$MASTER_PORT"' >"$work/out" 2>"$work/err"
+    [ "$(grep -c 'port=23456' "$work/out")" -eq 2 ] || fail "a user's MASTER_PORT=23456 was not kept: $(cat "$work/out")"
+    # A launcher run inside a rank takes a port of its own: the outer one is
+    # the outer job's store (found by a review: the inner job met it).
+    env -u MASTER_PORT -u AXON_LAUNCH_MASTER_PORT "$launch" -n 1 sh -c \
+      'echo "outer=$MASTER_PORT"; "$0" -n 1 sh -c "echo inner=\$MASTER_PORT"' "$launch" >"$work/out" 2>"$work/err"
+    outer=$(grep -o 'outer=[0-9]*' "$work/out" | cut -d= -f2)
+    inner=$(grep -o 'inner=[0-9]*' "$work/out" | cut -d= -f2)
+    [ -n "$outer" ] && [ -n "$inner" ] && [ "$outer" != "$inner" ] ||
+      fail "a nested axon-launch kept the outer job's MASTER_PORT: $(cat "$work/out") $(cat "$work/err")"
+    ;;
   exit-code)
     run -n 3 "$probe" exit 1 3
     expect_status 3

@@ -49,6 +49,11 @@ add_test(NAME "torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from 
 set_tests_properties("torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as one process does"
                      PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
 
+set(name "torch: a rank that ends its program early fails nothing that does not need it: a 4 MB send, 40 isends and a subgroup all_reduce between the others complete, under axon-launch -n 3")
+add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_early_exit.py $<TARGET_FILE:axon-launch>
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
+
 # A subset of PyTorch's own suite in `make test` (each test spawns its ranks:
 # ~5-15 s a test on a loaded 2-core machine); `make test-torch-suite` runs all
 # of it. The subset: every op family the backend implements.

@@ -119,8 +119,18 @@ std::vector<std::pair<int, int>> WaitContext::exited_peers() const {
 // Every peer found gone is named: which of several went first cannot be
 // told from here, and naming only the lowest blamed, under
 // torch.multiprocessing, rank 0 that spawn had killed after rank 3 failed.
+//
+// A peer that left the arena for good (mark_left) before it exited is not
+// named: a wait that still needs it learns so from first_ended(), and one
+// that does not (two other ranks' send and recv) has no reason to fail.
+// Found by a review: a PyTorch rank that took no part and ended its program
+// made the others' large send fail, "rank 2 exited ... while its peers still
+// needed it".
 void WaitContext::check_peers() const {
-  const auto exited = exited_peers();
+  auto exited = exited_peers();
+  std::erase_if(exited, [&](const std::pair<int, int>& peer) {
+    return control(peer.first).left.load(std::memory_order_acquire) != 0;
+  });
   if (exited.empty()) return;
   std::string listed;
   for (const auto& [r, pid] : exited) {

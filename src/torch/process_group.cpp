@@ -282,10 +282,23 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   const std::size_t room = shared_bytes ? *shared_bytes
                                         : static_cast<std::size_t>(
                                               ad::env::integer("AXON_TORCH_SHARED_MB", 0, 1 << 24).value_or(0)) << 20;
+  // AXON_TIMEOUT (axon-launch --timeout sets it) bounds every wait of the
+  // job's ranks, a PyTorch group's too: the shorter of it and the group's
+  // timeout applies (found by a review: --timeout 3 left a torch program
+  // waiting PyTorch's 30 minutes). Read before the rendezvous, as above.
+  std::string timeout_name = "the group's timeout";
+  if (const auto seconds = ad::env::timeout_seconds("AXON_TIMEOUT")) {
+    const std::chrono::milliseconds cap = ad::env::timeout_milliseconds(*seconds);
+    if (timeout.count() <= 0 || cap < timeout) {
+      timeout = cap;
+      timeout_ = cap;
+      timeout_name = "AXON_TIMEOUT, shorter than the group's timeout";
+    }
+  }
   C10dStore kv(store);
   ad::StoreOptions options;
   options.timeout = timeout;
-  options.timeout_name = "the group's timeout";
+  options.timeout_name = timeout_name;
   options.while_waiting = [this] { give_up_if_a_process_exited(); };
   options.group = "global ranks " + describe_global_ranks();
   options.rank_names = global_ranks_;
