@@ -61,12 +61,13 @@ set_tests_properties("messages: stress_collectives names a bad value and its opt
     PROPERTIES PASS_REGULAR_EXPRESSION "stress_collectives: --ops many is not a whole number \\(see stress_collectives --help\\)")
 
 # AXON_BACKEND=mpi under axon-launch: each rank would be an MPI world of one
-# (an MPI singleton) and train alone; World::init() must refuse instead.
+# (an MPI singleton) and train alone; World::init() must refuse instead, each
+# rank naming itself (the singleton's OMPI_COMM_WORLD_RANK=0 named rank 0).
 if(TARGET train AND TARGET axon-launch AND AXON_WITH_MPI)
   add_test(NAME "messages: AXON_BACKEND=mpi under axon-launch fails instead of giving worlds of one"
            COMMAND axon-launch -n 2 /usr/bin/env AXON_BACKEND=mpi $<TARGET_FILE:train> --epochs 1 --samples 512 --hidden 8)
   set_tests_properties("messages: AXON_BACKEND=mpi under axon-launch fails instead of giving worlds of one"
-    PROPERTIES PASS_REGULAR_EXPRESSION "AXON_BACKEND=mpi, but MPI sees a world of 1 while WORLD_SIZE=2 \\(set by axon-launch\\)"
+    PROPERTIES PASS_REGULAR_EXPRESSION "\\[rank 1\\] train: rank 1: AXON_BACKEND=mpi, but MPI sees a world of 1 while WORLD_SIZE=2 \\(set by axon-launch\\)"
                FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
 endif()
 

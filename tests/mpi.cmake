@@ -70,9 +70,11 @@ endif()
 # quick; the ring must finish long before its timeout.
 add_executable(mpi_promises support/mpi_promises.cpp)
 target_include_directories(mpi_promises PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(mpi_promises PRIVATE axonml::distributed axon_warnings)
+# MPI itself only to ask the thread level MPI was started with (mode threads).
+target_link_libraries(mpi_promises PRIVATE axonml::distributed MPI::MPI_CXX axon_warnings)
 set(AXON_PROMISES
   "ring 1 MiB from every rank to the next, then receive|ring 1048576|AXON_TIMEOUT=60"
+  "all_reduces on the world and on a subgroup and a send/recv ring on the world, from three threads at once, are right|threads 300|AXON_TIMEOUT=60"
   "a recv whose buffer is not the message's size or element type throws InvalidArgument naming both, and the job's ranks in a subgroup|recv-size|AXON_TIMEOUT=60"
   "barrier skipped by rank 1 times out naming rank 1|collective-timeout|AXON_TIMEOUT=1"
   "a rank late to an all_reduce the others gave up throws PeerFailure with their reason, and so does their next call|late-rank|AXON_TIMEOUT=2"

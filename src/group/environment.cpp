@@ -95,12 +95,16 @@ std::shared_ptr<Backend> backend_from_environment_unnamed() {
 // Why: a malformed AXON_* variable ("AXON_TIMEOUT=0 is not ...") was
 // reported without the rank, though every error names it; with several
 // ranks' output interleaved, the reader could not tell whose it was.
+//
+// The rank is read before the backend starts: MPI started as a singleton
+// (AXON_BACKEND=mpi under axon-launch) sets OMPI_COMM_WORLD_RANK=0 in every
+// rank, and rank 1's refusal then said "rank 0: ..." (found by a review).
 std::shared_ptr<Backend> backend_from_environment() {
+  const int rank = rank_from_launcher();
   try {
     return backend_from_environment_unnamed();
   } catch (const InvalidArgument& e) {
     const std::string what = e.what();
-    const int rank = rank_from_launcher();
     if (rank < 0 || what.rfind("rank ", 0) == 0) throw;
     throw InvalidArgument("rank " + std::to_string(rank) + ": " + what);
   }

@@ -98,6 +98,7 @@ struct MpiBackend::Impl {
   std::string abort_reason;  // written once, before `aborted` is set
   mpi::WaitContext wait;             // send / recv, and the destructor's
   mpi::WaitContext collective_wait;  // the same, watching for peers that gave up a call
+  std::mutex sends_mutex;  // send() may run beside this group's collectives, which reap too
   std::deque<PendingSend> sends;
   std::vector<std::byte> scratch, copy;
 
@@ -151,6 +152,7 @@ struct MpiBackend::Impl {
 
   // Frees the copies of sends MPI has finished with.
   void reap_sends() {
+    std::lock_guard lock(sends_mutex);
     while (!sends.empty()) {
       int done = 0;
       check(MPI_Test(&sends.front().request, &done, MPI_STATUS_IGNORE), sends.front().what, world_rank(),
@@ -520,7 +522,10 @@ void MpiBackend::do_send(ConstBuffer data, int dst, int tag) {
         "send", impl_->world_rank(), "MPI_Isend of " + send.what);
   int done = 0;
   check(MPI_Test(&send.request, &done, MPI_STATUS_IGNORE), "send", impl_->world_rank(), send.what);
-  if (!done) impl_->sends.push_back(std::move(send));
+  if (!done) {
+    std::lock_guard lock(impl_->sends_mutex);
+    impl_->sends.push_back(std::move(send));
+  }
 }
 
 void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {

@@ -13,7 +13,7 @@
 
 namespace axonml::distributed::mpi {
 
-// Initializes MPI once per process (MPI_THREAD_SERIALIZED asked; a lower
+// Initializes MPI once per process (MPI_THREAD_MULTIPLE asked; a lower
 // level logs a warning) unless the program already did, and then finalizes it
 // at exit. Safe to call from several threads.
 void ensure_initialized();

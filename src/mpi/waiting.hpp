@@ -8,7 +8,8 @@
 // progress engine, which is what lets a buffered send() finish while its
 // sender waits for something else.
 //
-// Thread safety: as MPI_THREAD_SERIALIZED; one thread at a time.
+// Thread safety: any threads (MPI_THREAD_MULTIPLE); the scratch of wait_all
+// is per thread.
 #pragma once
 
 #include <mpi.h>

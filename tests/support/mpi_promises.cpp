@@ -6,6 +6,8 @@
 //
 //   ring BYTES        each rank sends BYTES to the next rank, then receives
 //                     from the previous one (completes with unlimited buffering)
+//   threads ROUNDS    two threads all_reduce on two groups at once while a
+//                     third sends and receives around a ring on the world
 //   recv-timeout      rank 0 receives what nobody sends: Timeout naming the op
 //                     and the peer within AXON_TIMEOUT (the test sets 1 s)
 //   recv-size         rank 1 receives a message shorter and one longer than
@@ -42,6 +44,8 @@
 #include <thread>
 #include <vector>
 
+#include <mpi.h>
+
 #include "axonml/distributed.hpp"
 #include "kernels/reduce.hpp"
 
@@ -75,6 +79,63 @@ void ring(Backend& b, std::size_t bytes) {
   bool right = true;
   for (std::size_t i = 0; i < count; ++i) right = right && in[i] == value(i, (r + n - 1) % n);
   expect(right, "ring of " + std::to_string(bytes) + " bytes delivers the previous rank's data");
+  b.barrier();
+}
+
+// Two threads run all_reduces at once, one on the world and one on a
+// subgroup, while a third sends and receives around a ring on the world,
+// beside the world's collectives (Backend's promises; under MPI they need
+// MPI_THREAD_MULTIPLE, which review 9 found was only SERIALIZED). Every
+// result is checked.
+void threads(Backend& b, int rounds) {
+  const int n = b.world_size(), r = b.rank();
+  if (b.name() == "mpi") {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    expect(level == MPI_THREAD_MULTIPLE, "MPI was started at MPI_THREAD_MULTIPLE (level " + std::to_string(level) + ")");
+  }
+  std::vector<int> everyone;
+  for (int q = 0; q < n; ++q) everyone.push_back(q);
+  auto subgroup = b.new_group(everyone);
+  std::vector<int> wrong(3, 0);
+  auto reduce_on = [&](Backend& group, int which) {
+    for (int i = 0; i < rounds; ++i) {
+      const std::size_t count = 1 + static_cast<std::size_t>((i * 37 + which * 11) % 3000);
+      std::vector<double> v(count, static_cast<double>(r + i + which));
+      group.all_reduce(std::span<double>(v), ReduceOp::Sum);
+      const double want = static_cast<double>(n * (i + which)) + static_cast<double>(n * (n - 1) / 2);
+      for (const double x : v) wrong[static_cast<std::size_t>(which)] += x != want;
+    }
+  };
+  auto ring_on_world = [&] {
+    for (int i = 0; i < rounds; ++i) {
+      std::vector<std::int64_t> out(1 + static_cast<std::size_t>(i % 500), r * 1000 + i), in(out.size());
+      b.send(std::span<const std::int64_t>(out), (r + 1) % n, 9);
+      b.recv(std::span<std::int64_t>(in), (r + n - 1) % n, 9);
+      for (const auto x : in) wrong[2] += x != ((r + n - 1) % n) * 1000 + i;
+    }
+  };
+  std::string failed;
+  auto guarded = [&](auto&& body) {
+    return [&failed, body] {
+      try {
+        body();
+      } catch (const std::exception& e) {
+        failed = e.what();
+      }
+    };
+  };
+  std::thread t1(guarded([&] { reduce_on(b, 0); }));
+  std::thread t2(guarded([&] { reduce_on(*subgroup, 1); }));
+  std::thread t3(guarded(ring_on_world));
+  t1.join();
+  t2.join();
+  t3.join();
+  expect(failed.empty(), "the world's and a subgroup's all_reduces and a send/recv ring on the world, from three "
+                         "threads at once: " + failed);
+  expect(wrong[0] == 0 && wrong[1] == 0 && wrong[2] == 0,
+         "... every element right (" + std::to_string(wrong[0]) + ", " + std::to_string(wrong[1]) + ", " +
+             std::to_string(wrong[2]) + " wrong)");
   b.barrier();
 }
 
@@ -400,6 +461,8 @@ int main(int argc, char** argv) {
     auto tally = b.new_group(everyone);
     if (mode == "ring") {
       ring(b, std::stoul(arg));
+    } else if (mode == "threads") {
+      threads(b, std::stoi(arg));
     } else if (mode == "recv-timeout") {
       recv_timeout(b);
     } else if (mode == "recv-size") {
@@ -421,7 +484,7 @@ int main(int argc, char** argv) {
       rank_order_type<float>(b);
       rank_order_type<double>(b);
     } else {
-      std::fprintf(stderr, "usage: mpi_promises ring BYTES | recv-timeout | recv-size | collective-timeout | hung-peer | "
+      std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
                            "late-rank | late-at-the-timeout | init-twice | mismatch KIND | rank-order\n");
       return 2;
     }

@@ -47,11 +47,14 @@
 //   AXON_CHECK_COLLECTIVES=0  no descriptor check (set it on every rank or
 //                         none; it exists to measure the check's cost)
 //
-// MPI is initialized (MPI_THREAD_SERIALIZED or better) by the first backend
-// unless the program already did, and then finalized at exit.
+// MPI is initialized (MPI_THREAD_MULTIPLE asked) by the first backend unless
+// the program already did, and then finalized at exit.
 //
-// Thread safety: one thread at a time per object; see Backend. Calls from
-// different threads must not overlap (MPI_THREAD_SERIALIZED).
+// Thread safety: as Backend's (one thread at a time per object for
+// collectives; different objects, and send / recv, from threads of their
+// own), where MPI provides MPI_THREAD_MULTIPLE (Open MPI does; a lower level
+// is logged as a warning, and calls from different threads must then not
+// overlap).
 #pragma once
 
 #include <memory>
