@@ -75,12 +75,77 @@ TEST_CASE("a peer counts as arrived once it entered the next collective or annou
   all_reduce_on_all();
 }
 
+namespace {
+// A formatted arena of 4 ranks on the heap: WaitContext reads the ranks'
+// controls (whether a peer has left) beside the header.
+struct FourRankArena {
+  FourRankArena() : memory(static_cast<std::byte*>(std::aligned_alloc(4096, kBytes))) {
+    shm::ArenaSpec spec;
+    spec.world_size = 4;
+    spec.arena_bytes = kBytes;
+    shm::format_arena(memory, spec);
+  }
+  ~FourRankArena() { std::free(memory); }
+  shm::ArenaHeader& header() const { return *reinterpret_cast<shm::ArenaHeader*>(memory); }
+  static constexpr std::size_t kBytes = std::size_t{8} << 20;
+  std::byte* memory;
+};
+
+// Ranks 1 and 3 as children that exit once the returned pipe end closes;
+// rank 0 and 2 are this process. Returns the four pids.
+std::vector<int> ranks_1_and_3_as_children(int& go_write_end) {
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  std::vector<int> pids{static_cast<int>(::getpid())};
+  for (int r = 1; r <= 3; ++r) {
+    if (r == 2) {
+      pids.push_back(static_cast<int>(::getpid()));
+      continue;
+    }
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::close(go[1]);
+      char byte;
+      while (::read(go[0], &byte, 1) > 0) {
+      }
+      ::_exit(0);
+    }
+    REQUIRE(child > 0);
+    pids.push_back(static_cast<int>(child));
+  }
+  ::close(go[0]);
+  go_write_end = go[1];
+  return pids;
+}
+}  // namespace
+
+TEST_CASE("a wait ignores a watched peer that left the arena for good before it exited",
+          "[shm][waiting][errors]") {
+  // Found by a review: a PyTorch rank that took no part and ended its program
+  // (leaving its groups) made two other ranks' send and recv fail. A wait
+  // that needs such a peer fails through first_ended(); others go on.
+  FourRankArena arena;
+  int go = -1;
+  const std::vector<int> pids = ranks_1_and_3_as_children(go);
+  shm::WaitContext wait(arena.header(), 0, std::chrono::seconds(60), pids);
+  shm::WaitContext as_rank_3(arena.header(), 3, std::chrono::seconds(60));
+  as_rank_3.mark_left();  // what rank 3's process does at its end
+  ::close(go);
+  int status = 0;
+  ::waitpid(pids[1], &status, 0);
+  ::waitpid(pids[3], &status, 0);
+  const std::string expected =
+      "rank 1 (pid " + std::to_string(pids[1]) + ") exited or was killed while its peers still needed it";
+  REQUIRE_THROWS_WITH(wait.check_alive(), Catch::Matchers::Contains("rank 0: job aborted: " + expected));
+  CHECK(wait.first_ended({3}) == 3);  // a wait that needs rank 3 still learns it has gone
+}
+
 TEST_CASE("a wait that finds several watched peers gone names every one of them, not only the lowest",
           "[shm][waiting][errors]") {
   // Under torch.multiprocessing, spawn kills the other ranks once one has
   // failed; a survivor that looks only then must not blame rank 1 alone.
-  alignas(64) static shm::ArenaHeader header{};
-  header.abort_rank = -1;
+  FourRankArena arena;
+  shm::ArenaHeader& header = arena.header();
   int go[2];
   REQUIRE(::pipe(go) == 0);
   // Ranks 1 and 3: children that exit once the pipe closes; rank 2: this
