@@ -91,8 +91,8 @@ struct FourRankArena {
   std::byte* memory;
 };
 
-// Ranks 1 and 3 as children that exit once the returned pipe end closes;
-// rank 0 and 2 are this process. Returns the four pids.
+// Ranks 1 and 3 as children that exit once `go_write_end` is closed; ranks
+// 0 and 2 are this process, which stays. Returns the four pids.
 std::vector<int> ranks_1_and_3_as_children(int& go_write_end) {
   int go[2];
   REQUIRE(::pipe(go) == 0);
@@ -146,30 +146,10 @@ TEST_CASE("a wait that finds several watched peers gone names every one of them,
   // failed; a survivor that looks only then must not blame rank 1 alone.
   FourRankArena arena;
   shm::ArenaHeader& header = arena.header();
-  int go[2];
-  REQUIRE(::pipe(go) == 0);
-  // Ranks 1 and 3: children that exit once the pipe closes; rank 2: this
-  // process, which stays.
-  std::vector<int> pids{static_cast<int>(::getpid())};
-  for (int r = 1; r <= 3; ++r) {
-    if (r == 2) {
-      pids.push_back(static_cast<int>(::getpid()));
-      continue;
-    }
-    const pid_t child = ::fork();
-    if (child == 0) {
-      ::close(go[1]);
-      char byte;
-      while (::read(go[0], &byte, 1) > 0) {
-      }
-      ::_exit(0);
-    }
-    REQUIRE(child > 0);
-    pids.push_back(static_cast<int>(child));
-  }
-  ::close(go[0]);
+  int go = -1;
+  const std::vector<int> pids = ranks_1_and_3_as_children(go);
   shm::WaitContext wait(header, 0, std::chrono::seconds(60), pids);
-  ::close(go[1]);
+  ::close(go);
   int status = 0;
   ::waitpid(pids[1], &status, 0);
   ::waitpid(pids[3], &status, 0);

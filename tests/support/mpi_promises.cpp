@@ -261,22 +261,26 @@ void barrier_without_rank_1(Backend& b, std::chrono::milliseconds away) {
          "a barrier that rank 1 skips throws Timeout naming it (or another rank's): '" + error + "'");
 }
 
+// A sum all_reduce of `v`: "no error", a PeerFailure's (Timeout included)
+// message, or "not a PeerFailure: ..." for any other exception.
+std::string all_reduce_error(Backend& b, std::vector<float>& v) {
+  try {
+    b.all_reduce(std::span<float>(v), ReduceOp::Sum);
+  } catch (const PeerFailure& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return "not a PeerFailure: " + std::string(e.what());
+  }
+  return "no error";
+}
+
 // Rank 1 comes to an all_reduce `away` after the others, which give it up
 // after AXON_TIMEOUT: it must fail with their reason rather than finish a
 // call they abandoned, and their group's next collective is a PeerFailure
 // (under MPI it was a CollectiveMismatch, and rank 1 finished the call).
 void late_rank(Backend& b, std::chrono::milliseconds away) {
   std::vector<float> v(4, static_cast<float>(b.rank() + 1));
-  auto error_of = [&] {
-    try {
-      b.all_reduce(std::span<float>(v), ReduceOp::Sum);
-    } catch (const PeerFailure& e) {  // Timeout included
-      return std::string(e.what());
-    } catch (const std::exception& e) {
-      return "not a PeerFailure: " + std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto error_of = [&] { return all_reduce_error(b, v); };
   if (b.rank() == 1) {
     std::this_thread::sleep_for(away);
     const std::string error = error_of();
@@ -302,16 +306,7 @@ void late_rank(Backend& b, std::chrono::milliseconds away) {
 void late_at_the_timeout(Backend& b) {
   std::vector<float> v(4, static_cast<float>(b.rank() + 1));
   const float sum = static_cast<float>(b.world_size() * (b.world_size() + 1) / 2);
-  auto error_of = [&] {
-    try {
-      b.all_reduce(std::span<float>(v), ReduceOp::Sum);
-    } catch (const PeerFailure& e) {  // Timeout included
-      return std::string(e.what());
-    } catch (const std::exception& e) {
-      return "not a PeerFailure: " + std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto error_of = [&] { return all_reduce_error(b, v); };
   if (b.rank() == 1) {
     std::vector<float> never(1);
     try {
