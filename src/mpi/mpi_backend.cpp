@@ -69,7 +69,6 @@ using Payload = std::function<std::span<const std::byte>(int peer)>;
 
 std::span<const std::byte> none(int) { return {}; }
 
-// A send() whose data MPI has not taken yet: the copy lives here until then.
 // What leads every point-to-point message: the sender's element type, and a
 // mark that the message came from this library's send.
 struct P2pHeader {
@@ -79,6 +78,7 @@ struct P2pHeader {
 constexpr std::size_t kP2pHeaderBytes = sizeof(P2pHeader);
 constexpr std::uint32_t kP2pMagic = 0x61786f6e;  // "axon"
 
+// A send() whose data MPI has not taken yet: the copy lives here until then.
 struct PendingSend {
   MPI_Request request = MPI_REQUEST_NULL;
   std::vector<std::byte> data;
