@@ -180,6 +180,19 @@ TEST_CASE("scatter_tensor and gather_tensor split and rejoin along any dim", "[a
   });
 }
 
+TEST_CASE("scatter_tensor, gather_tensor and sync_gradients on a non-member name the op", "[errors][model-parallel]") {
+  run_ranks(3, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup pair = ProcessGroup::with_ranks(backend, {2, 0});
+    if (r != 1) return;
+    std::vector<Tensor> grads{Tensor::zeros({2})};
+    RANK_REQUIRE(error_of([&] { scatter_tensor(Tensor::zeros({2}), 0, pair); }) ==
+                 "scatter_tensor: rank 1 is not a member of group [2, 0]");
+    RANK_REQUIRE(error_of([&] { gather_tensor(Tensor::zeros({2}), 0, pair); }) ==
+                 "gather_tensor: rank 1 is not a member of group [2, 0]");
+    RANK_REQUIRE(error_of([&] { sync_gradients(grads, pair); }) == "sync_gradients: rank 1 is not a member of group [2, 0]");
+  });
+}
+
 TEST_CASE("scatter_tensor of an uneven split names the sizes", "[errors][model-parallel]") {
   run_ranks(3, [&](std::shared_ptr<Backend> backend, int) {
     ProcessGroup pg(backend);
@@ -204,6 +217,20 @@ TEST_CASE("ranks that pass scatter_tensor, gather_tensor or sync_gradients other
                                       "passes shape [2, 4] along dim 0"));
     error = error_of([&] { scatter_tensor(Tensor::zeros({4, 4}), static_cast<std::size_t>(r), pg); });
     RANK_REQUIRE_THAT(error, Contains("rank 0 passes shape [4, 4] along dim 0, rank 1 passes shape [4, 4] along dim 1"));
+    // One rank's dim splits evenly, the other's does not: the comparison comes
+    // first, so both get the mismatch (rank 1 used to throw alone, and the
+    // ranks' calls fell out of step for good; found by a review). Likewise a
+    // dim out of range on one rank only.
+    error = error_of([&] { scatter_tensor(r == 0 ? Tensor::zeros({4, 2}) : Tensor::zeros({3, 2}), 0, pg); });
+    RANK_REQUIRE_THAT(error, Contains("scatter_tensor " + head + "rank 0 passes shape [4, 2] along dim 0, rank 1 "
+                                      "passes shape [3, 2] along dim 0"));
+    error = error_of([&] { gather_tensor(Tensor::zeros({4, 2}), r == 0 ? 1 : 2, pg); });
+    RANK_REQUIRE_THAT(error, Contains("gather_tensor " + head + "rank 0 passes shape [4, 2] along dim 1, rank 1 "
+                                      "passes shape [4, 2] along dim 2"));
+    // Agreed but uneven: the same InvalidArgument on every rank.
+    error = error_of([&] { scatter_tensor(Tensor::zeros({3, 2}), 0, pg); });
+    RANK_REQUIRE_THAT(error, Contains("scatter_tensor on rank " + std::to_string(r) +
+                                      ": dim 0 of shape [3, 2] (size 3) does not split evenly into 2 ranks"));
     std::vector<Tensor> grads = r == 0 ? std::vector<Tensor>{Tensor::full({2}, 1.0f), Tensor::full({3}, 2.0f)}
                                        : std::vector<Tensor>{Tensor::full({3}, 10.0f), Tensor::full({2}, 20.0f)};
     error = error_of([&] { sync_gradients(grads, pg); });

@@ -35,6 +35,14 @@ int rank(const ProcessGroup& pg) { return pg.rank(); }
 
 namespace {
 
+// Named for the op, where pg.backend() would say "backend".
+void require_member(const char* op, const ProcessGroup& pg) {
+  if (!pg.is_member()) {
+    throw InvalidArgument(std::string(op) + ": rank " + std::to_string(pg.parent()->rank()) + " is not a member of " +
+                          pg.describe());
+  }
+}
+
 void check_split(const char* op, const Tensor& t, std::size_t dim, const ProcessGroup& pg) {
   if (dim >= t.dim()) {
     throw InvalidArgument(std::string(op) + " on rank " + std::to_string(pg.rank()) + ": dim " +
@@ -91,9 +99,15 @@ std::string shapes_of(const std::vector<Tensor>& tensors) {
 
 // Rank 0 lays its chunks out one after another (chunk r is narrow(dim, r*c, c),
 // made contiguous), so a plain scatter hands each rank its own.
+//
+// The ranks' shapes and dims are compared first, and only then checked one
+// rank at a time: a rank whose dim does not split evenly used to throw alone
+// while the others entered the comparison, and their calls fell out of step
+// for good (found by a review). Agreed, the checks fail on every rank alike.
 Tensor scatter_tensor(const Tensor& tensor, std::size_t dim, const ProcessGroup& pg) {
-  check_split("scatter_tensor", tensor, dim, pg);
+  require_member("scatter_tensor", pg);
   check_ranks_agree("scatter_tensor", {tensor.shape()}, static_cast<std::int64_t>(dim), pg);
+  check_split("scatter_tensor", tensor, dim, pg);
   const auto n = static_cast<std::size_t>(pg.size());
   const std::size_t chunk = tensor.shape()[dim] / n;
   Shape chunk_shape = tensor.shape();
@@ -112,12 +126,13 @@ Tensor scatter_tensor(const Tensor& tensor, std::size_t dim, const ProcessGroup&
 }
 
 Tensor gather_tensor(const Tensor& tensor, std::size_t dim, const ProcessGroup& pg) {
+  require_member("gather_tensor", pg);
+  check_ranks_agree("gather_tensor", {tensor.shape()}, static_cast<std::int64_t>(dim), pg);  // first, as above
   if (dim >= tensor.dim()) {
     throw InvalidArgument("gather_tensor on rank " + std::to_string(pg.rank()) + ": dim " +
                           std::to_string(dim) + " is out of range for shape " +
                           to_string(tensor.shape()));
   }
-  check_ranks_agree("gather_tensor", {tensor.shape()}, static_cast<std::int64_t>(dim), pg);
   Tensor stacked = pg.all_gather_tensor(tensor);
   std::vector<Tensor> parts;
   for (int r = 0; r < pg.size(); ++r) {
@@ -127,6 +142,7 @@ Tensor gather_tensor(const Tensor& tensor, std::size_t dim, const ProcessGroup& 
 }
 
 void sync_gradients(std::vector<Tensor>& gradients, const ProcessGroup& pg) {
+  require_member("sync_gradients", pg);
   std::vector<Shape> shapes;
   for (const Tensor& g : gradients) shapes.push_back(g.shape());
   check_ranks_agree("sync_gradients", shapes, -1, pg,

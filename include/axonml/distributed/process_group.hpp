@@ -56,7 +56,8 @@ class ProcessGroup {
   // Shape [size(), ...tensor.shape()]: rank r's tensor at index r.
   Tensor all_gather_tensor(const Tensor& tensor) const;
   // Block rank() of the reduction of `tensor` split into size() equal blocks
-  // along dim 0 (numel must divide evenly).
+  // (numel must divide evenly): shape [shape[0] / size(), ...] when dim 0
+  // splits evenly, else the flat [numel / size()].
   Tensor reduce_scatter_tensor(const Tensor& tensor, ReduceOp op = ReduceOp::Sum) const;
   void send_tensor(const Tensor& tensor, int dst, int tag = 0) const;
   void recv_tensor(Tensor& tensor, int src, int tag = 0) const;
