@@ -54,6 +54,11 @@ add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_early_exit.py $<TARGET
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
 
+set(name "torch: axon-launch's summary of a failed PyTorch job gives the reason its groups failed (a timeout naming the rank never come, a rank that raised)")
+add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_launcher_summary.py $<TARGET_FILE:axon-launch>
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
+
 # A subset of PyTorch's own suite in `make test` (each test spawns its ranks:
 # ~5-15 s a test on a loaded 2-core machine); `make test-torch-suite` runs all
 # of it. The subset: every op family the backend implements.

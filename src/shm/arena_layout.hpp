@@ -27,7 +27,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 10;
+inline constexpr std::uint32_t kLayoutVersion = 11;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -115,6 +115,15 @@ struct ArenaHeader {
 
   // Rung by the launcher on abort so that sleepers notice at once.
   Doorbell abort_bell;
+
+  // The first failure of a group with an arena of its own (a PyTorch
+  // group's, set up through its store) in a process the launcher started:
+  // not an abort of this arena's job (such a group fails alone, and its
+  // ranks may go on), only what the launcher's summary says when a rank then
+  // fails. Claimed and filled as abort_state and abort_reason are.
+  alignas(kCacheLine) std::atomic<std::uint32_t> group_failure_state;
+  std::int32_t group_failure_rank;
+  char group_failure_reason[240];
 };
 static_assert(sizeof(ArenaHeader) <= kPageBytes);
 // The offsets docs/arena.md gives.
@@ -123,7 +132,9 @@ static_assert(offsetof(ArenaHeader, allocator) == 192);
 static_assert(offsetof(ArenaHeader, abort_state) == 320);
 static_assert(offsetof(ArenaHeader, abort_reason) == 328);
 static_assert(offsetof(ArenaHeader, abort_bell) == 576);
-static_assert(sizeof(ArenaHeader) == 640);
+static_assert(offsetof(ArenaHeader, group_failure_state) == 640);
+static_assert(offsetof(ArenaHeader, group_failure_reason) == 648);
+static_assert(sizeof(ArenaHeader) == 896);
 
 // Per rank: the doorbell rung whenever point-to-point traffic that this rank
 // may be waiting for moves (data for it arrives, or space frees up in a

@@ -1,4 +1,6 @@
 #include "shm/wait.hpp"
+
+#include "shm/launcher_report.hpp"
 #include "shm/arena_view.hpp"
 
 #include <linux/futex.h>
@@ -221,7 +223,12 @@ void WaitContext::peer_ended(int peer, const std::string& what) const {
                     " while this rank still waited for it: " + what);
 }
 
-void WaitContext::abort(int rank, const std::string& reason) const { abort_job(header_, rank, reason); }
+void WaitContext::abort(int rank, const std::string& reason) const {
+  abort_job(header_, rank, reason);
+  // An arena no launcher watches (a PyTorch group's) in a process axon-launch
+  // started: the launcher's summary should say why, too.
+  if (header_.launcher_pid == 0) report_group_failure_to_launcher(names_.job_rank(rank), reason);
+}
 
 bool abort_blames_clean_exit_of(const ArenaHeader& header, int rank) {
   if (header.abort_state.load(std::memory_order_acquire) != static_cast<std::uint32_t>(AbortState::Set)) return false;

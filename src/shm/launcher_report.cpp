@@ -1,0 +1,60 @@
+#include "shm/launcher_report.hpp"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <mutex>
+
+#include "base/env.hpp"
+#include "shm/arena_layout.hpp"
+
+namespace axonml::distributed::shm {
+namespace {
+
+// The launcher's arena header, mapped on first use; null when this process
+// has none (or a descriptor that is not one: then nothing is written).
+ArenaHeader* launcher_header() noexcept {
+  static std::once_flag once;
+  static ArenaHeader* header = nullptr;
+  std::call_once(once, [] {
+    try {
+      const auto fd = env::integer("AXON_ARENA_FD", 0, INT_MAX);
+      const auto bytes = env::integer("AXON_ARENA_BYTES", static_cast<long long>(sizeof(ArenaHeader)), 1LL << 50);
+      const auto world_size = env::integer("WORLD_SIZE", 1, kMaxWorldSize);
+      if (!fd || !bytes || !world_size) return;
+      struct stat info {};
+      if (::fstat(static_cast<int>(*fd), &info) != 0 || !S_ISREG(info.st_mode) || info.st_size != *bytes) return;
+      void* base = ::mmap(nullptr, static_cast<std::size_t>(*bytes), PROT_READ | PROT_WRITE, MAP_SHARED,
+                          static_cast<int>(*fd), 0);
+      if (base == MAP_FAILED) return;
+      // Kept for the process's life: reports may come from its last moments.
+      header = const_cast<ArenaHeader*>(
+          &check_arena(base, static_cast<std::size_t>(*bytes), static_cast<int>(*world_size)));
+    } catch (...) {
+      header = nullptr;  // a malformed variable or another arena: report nothing
+    }
+  });
+  return header;
+}
+
+}  // namespace
+
+void report_group_failure_to_launcher(int job_rank, const std::string& reason) noexcept {
+  ArenaHeader* header = launcher_header();
+  if (header == nullptr) return;
+  std::uint32_t expected = static_cast<std::uint32_t>(AbortState::None);
+  if (!header->group_failure_state.compare_exchange_strong(expected, static_cast<std::uint32_t>(AbortState::Writing),
+                                                           std::memory_order_acq_rel)) {
+    return;
+  }
+  header->group_failure_rank = job_rank;
+  const std::size_t len = std::min(reason.size(), sizeof(header->group_failure_reason) - 1);
+  std::memcpy(header->group_failure_reason, reason.data(), len);
+  header->group_failure_reason[len] = '\0';
+  header->group_failure_state.store(static_cast<std::uint32_t>(AbortState::Set), std::memory_order_release);
+}
+
+}  // namespace axonml::distributed::shm

@@ -1,0 +1,24 @@
+// What a process axon-launch started tells the launcher when a group with
+// an arena of its own fails: the PyTorch backend's groups set up their shared
+// memory through their store, apart from the launcher's arena, so the
+// launcher would otherwise see only which rank exited first, not why (found
+// by a review: the summary's reason line never came for PyTorch programs).
+//
+// The launcher's arena is found as World::init() finds it (AXON_ARENA_FD,
+// AXON_ARENA_BYTES) and mapped once per process, for its header only. A
+// process the launcher did not start reports nothing.
+//
+// Thread safety: any thread.
+#pragma once
+
+#include <string>
+
+namespace axonml::distributed::shm {
+
+// Records, first caller wins, that a group failed blaming `job_rank` (the
+// job's numbering; -1: nobody in particular) for `reason`, in the launcher's
+// arena (ArenaHeader::group_failure_*). Never throws; does nothing outside
+// axon-launch or when the arena cannot be mapped.
+void report_group_failure_to_launcher(int job_rank, const std::string& reason) noexcept;
+
+}  // namespace axonml::distributed::shm

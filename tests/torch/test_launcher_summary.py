@@ -1,0 +1,58 @@
+"""axon-launch's summary of a failed PyTorch job says why, as it does for a
+program on the launcher's own arena: the second line gives the reason of the
+first group that failed (a PyTorch group keeps an arena of its own). Found by
+a review: the line never came for PyTorch programs (17 of 17 runs).
+
+    test_launcher_summary.py AXON_LAUNCH   (runs itself under axon-launch -n 3)
+"""
+import os
+import subprocess
+import sys
+import time
+
+
+def rank_body(case):
+    import torch
+    import torch.distributed as dist
+    import axonml_torch  # noqa: F401
+
+    dist.init_process_group("axon")
+    rank = dist.get_rank()
+    if case == "timeout":
+        if rank == 1:
+            time.sleep(8)  # never in time for the all_reduce the others wait in
+            sys.exit(0)
+        dist.all_reduce(torch.ones(4))
+    else:  # "raise": rank 1 fails in its program while the others wait for it
+        if rank == 1:
+            raise RuntimeError("rank 1 fails on purpose")
+        dist.all_reduce(torch.ones(4))
+
+
+def run(launcher, case):
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    out = subprocess.run([launcher, "-n", "3", "--timeout", "2", sys.executable, __file__, "--rank", case],
+                         env=env, capture_output=True, text=True, timeout=300)
+    lines = [line for line in out.stderr.splitlines() if line.startswith("axon-launch: the job had been aborted: ")]
+    if out.returncode == 0 or len(lines) != 1:
+        raise SystemExit(f"{case}: axon-launch exited {out.returncode} with {len(lines)} reason lines:\n{out.stderr}")
+    return lines[0]
+
+
+def main():
+    launcher = sys.argv[1]
+    line = run(launcher, "timeout")
+    if "timed out after 2.0 s" not in line or "waiting for rank(s) 1" not in line:
+        raise SystemExit(f"timeout: the reason line does not name the op's wait for rank 1: {line}")
+    print(f"test_launcher_summary: a timeout: {line}")
+    line = run(launcher, "raise")
+    if "rank 1" not in line:
+        raise SystemExit(f"raise: the reason line does not name rank 1: {line}")
+    print(f"test_launcher_summary: a rank that raised: {line}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--rank":
+        rank_body(sys.argv[2])
+    else:
+        main()
