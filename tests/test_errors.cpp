@@ -87,14 +87,14 @@ TEST_CASE("a message of another element type than the receive buffer is an error
       std::vector<std::int32_t> ints(2);
       const std::string error = error_of([&] { b->recv<std::int32_t>(ints, 0, 4); });
       RANK_REQUIRE(error ==
-                   "recv on rank 1 from rank 0 with tag 4: the message has f32 elements but the buffer's are i32 "
-                   "(8 bytes each)");
+                   "recv on rank 1 from rank 0 with tag 4: the message has 8 bytes of f32 but the buffer has 8 bytes "
+                   "of i32");
       b->recv<std::int32_t>(ints, 0, 4);
       RANK_REQUIRE(ints == std::vector<std::int32_t>{7, 8});
       b->barrier();
       std::vector<std::int64_t> word(1);
       RANK_REQUIRE_THAT(error_of([&] { b->recv<std::int64_t>(word, 0, 6); }),
-                        Contains("the message has f64 elements but the buffer's are i64 (8 bytes each)"));
+                        Contains("the message has 8 bytes of f64 but the buffer has 8 bytes of i64"));
     }
   });
 }

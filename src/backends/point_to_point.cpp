@@ -118,11 +118,12 @@ bool PointToPoint::take_stashed(const PostedReceive& want) {
     stash_[static_cast<std::size_t>(want.src)].remove_if([&](const StashedMessage& m) { return &m == message; });
     const std::string where = "recv on " + waits_.names().rank(me_) + " from " + waits_.names().rank(want.src) +
                               " with tag " + std::to_string(want.tag) + ": the message has ";
-    if (had != want.bytes) {
-      throw InvalidArgument(where + std::to_string(had) + " bytes but the buffer has " + std::to_string(want.bytes));
+    if (had_type != want.type) {
+      throw InvalidArgument(where + std::to_string(had) + " bytes of " + std::string(to_string(had_type)) +
+                            " but the buffer has " + std::to_string(want.bytes) + " bytes of " +
+                            std::string(to_string(want.type)));
     }
-    throw InvalidArgument(where + std::string(to_string(had_type)) + " elements but the buffer's are " +
-                          std::string(to_string(want.type)) + " (" + std::to_string(had) + " bytes each)");
+    throw InvalidArgument(where + std::to_string(had) + " bytes but the buffer has " + std::to_string(want.bytes));
   }
   copy_bytes(want.data, message->bytes.data(), want.bytes);
   stash_[static_cast<std::size_t>(want.src)].remove_if(

@@ -166,10 +166,19 @@ struct MpiBackend::Impl {
   // checked or the data goes inline. Returns whether the data went inline.
   bool begin(const CallDescriptor& call, bool inline_data, const Payload& payload) {
     reap_sends();
-    if (inline_data) {
-      exchange->run(call, payload, calls_checked(), collective_wait);
-    } else if (calls_checked()) {
-      exchange->run(call, none, true, collective_wait);
+    try {
+      if (inline_data) {
+        exchange->run(call, payload, calls_checked(), collective_wait);
+      } else if (calls_checked()) {
+        exchange->run(call, none, true, collective_wait);
+      }
+    } catch (const Error& e) {
+      // A rank of this node that finished the exchange as this one gave it
+      // up waits in the node arena, which no MPI notice reaches: wake it with
+      // the reason (found by a review: it waited a whole timeout more, and a
+      // rank waiting for it, two).
+      if (hierarchy) hierarchy->arena().abort(e.what());
+      throw;
     }
     return inline_data;
   }
@@ -540,10 +549,13 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   const std::string what = p2p_what("recv", data.type, data.count, "from", world_src, tag);
   const int me = impl_->world_rank();
   int_count(kP2pHeaderBytes + bytes, "recv", me);
-  // Probe first: a message of another size is then taken whole into a buffer
-  // of ours and named with its size, leaving the caller's buffer untouched,
-  // as in shared memory (a receive posted with the caller's buffer would
-  // fill it and report only that the message was longer).
+  // Probed, then taken whole into a buffer of ours, and copied into the
+  // caller's only once its size and element type are known to match: a
+  // message of another size or type is named and the caller's buffer left as
+  // it was, as in shared memory (a receive into the caller's buffer filled
+  // it; review 12 found that for equal sizes of another type). The copy is
+  // the price: MPI point-to-point is the across-machines path, whose
+  // transfer costs more.
   MPI_Message message = MPI_MESSAGE_NULL;
   MPI_Status status;
   mpi::wait_until(
@@ -555,28 +567,9 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
       impl_->wait, [&] { return what + ": no message has come"; });
   int total = 0;
   MPI_Get_count(&status, MPI_BYTE, &total);
-  const bool fits = static_cast<std::size_t>(total) == kP2pHeaderBytes + bytes;
-  P2pHeader header{};
-  std::vector<std::byte> whole;  // a message of another size than the buffer, taken whole
+  std::vector<std::byte> whole(static_cast<std::size_t>(total));
   MPI_Request request = MPI_REQUEST_NULL;
-  if (fits) {
-    // The header into a variable of ours and the data straight into the
-    // caller's buffer, in one receive: a type of two blocks at absolute addresses.
-    MPI_Aint displacements[2];
-    MPI_Get_address(&header, &displacements[0]);
-    MPI_Get_address(data.data, &displacements[1]);
-    int lengths[2] = {static_cast<int>(kP2pHeaderBytes), static_cast<int>(bytes)};
-    MPI_Datatype layout = MPI_DATATYPE_NULL;
-    check(MPI_Type_create_hindexed(2, lengths, displacements, MPI_BYTE, &layout), "recv", me,
-          "MPI_Type_create_hindexed for " + what);
-    check(MPI_Type_commit(&layout), "recv", me, "MPI_Type_commit for " + what);
-    const int posted = MPI_Imrecv(MPI_BOTTOM, 1, layout, &message, &request);
-    MPI_Type_free(&layout);  // MPI keeps it until the receive is done
-    check(posted, "recv", me, "MPI_Imrecv of " + what);
-  } else {
-    whole.resize(static_cast<std::size_t>(total));
-    check(MPI_Imrecv(whole.data(), total, MPI_BYTE, &message, &request), "recv", me, "MPI_Imrecv of " + what);
-  }
+  check(MPI_Imrecv(whole.data(), total, MPI_BYTE, &message, &request), "recv", me, "MPI_Imrecv of " + what);
   try {
     const int rc = mpi::wait_all(std::span<MPI_Request>(&request, 1), impl_->wait, [&](std::span<const MPI_Request>) {
       return what + ": the message has come but has not finished arriving";
@@ -588,7 +581,8 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
     if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
     throw;
   }
-  if (!fits && whole.size() >= kP2pHeaderBytes) std::memcpy(&header, whole.data(), kP2pHeaderBytes);
+  P2pHeader header{};
+  if (whole.size() >= kP2pHeaderBytes) std::memcpy(&header, whole.data(), kP2pHeaderBytes);
   if (static_cast<std::size_t>(total) < kP2pHeaderBytes || header.magic != kP2pMagic) {
     throw Error("recv on rank " + std::to_string(me) + " from rank " + std::to_string(world_src) + " with tag " +
                 std::to_string(tag) + ": a message without this library's header (" + std::to_string(total) +
@@ -599,14 +593,16 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   const std::string mismatch = "recv on rank " + std::to_string(me) + " from rank " + std::to_string(world_src) +
                                " with tag " + std::to_string(tag) + ": the message has ";
   const auto had = static_cast<std::size_t>(total) - kP2pHeaderBytes;
+  const auto had_type = static_cast<DataType>(header.type);
+  if (had_type != data.type) {
+    throw InvalidArgument(mismatch + std::to_string(had) + " bytes of " + std::string(to_string(had_type)) +
+                          " but the buffer has " + std::to_string(bytes) + " bytes of " +
+                          std::string(to_string(data.type)));
+  }
   if (had != bytes) {
     throw InvalidArgument(mismatch + std::to_string(had) + " bytes but the buffer has " + std::to_string(bytes));
   }
-  const auto had_type = static_cast<DataType>(header.type);
-  if (had_type != data.type) {
-    throw InvalidArgument(mismatch + std::string(to_string(had_type)) + " elements but the buffer's are " +
-                          std::string(to_string(data.type)) + " (" + std::to_string(bytes) + " bytes each)");
-  }
+  if (bytes > 0) std::memcpy(data.data, whole.data() + kP2pHeaderBytes, bytes);
 }
 
 std::shared_ptr<Backend> MpiBackend::do_new_group(const std::vector<int>& ranks) {

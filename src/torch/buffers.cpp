@@ -135,7 +135,7 @@ bool needs_padding(const at::Tensor& t, std::int64_t blocks) {
 // it). A dtype the runtime does not know moves as raw bytes, in the words
 // words_of() picks, and a mismatch the runtime finds names only those words
 // ("broadcast(i64, 1) vs broadcast(f16, 5)" for int16 tensors of 4 and 5
-// elements; "the message has f32 elements but the buffer's are i64" for a
+// elements; "the message has 8 bytes of f32 but the buffer has 8 bytes of i64" for a
 // recv into 8 uint8): the message then also says what this rank passed.
 template <typename Fn> void naming_the_dtype(const at::Tensor& user, Fn&& fn) {
   if (native_type(user.scalar_type())) return fn();

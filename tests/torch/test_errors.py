@@ -74,13 +74,13 @@ def recv_mismatch(rank, n):
         dist.send(torch.ones(2), 1)
     else:
         raises(lambda: dist.recv(torch.empty(4, dtype=torch.int32), 0),
-               "recv on rank 1 from rank 0", "the message has f32 elements but the buffer's are i32 (16 bytes each)")
+               "recv on rank 1 from rank 0", "the message has 16 bytes of f32 but the buffer has 16 bytes of i32")
         got = torch.empty(4, dtype=torch.int32)
         dist.recv(got, 0)
         assert got.tolist() == [0, 1, 2, 3], got
         raises(lambda: dist.recv(torch.empty(3), 0), "the message has 16 bytes but the buffer has 12")
         raises(lambda: dist.recv(torch.empty(8, dtype=torch.uint8), 0),
-               "the message has f32 elements but the buffer's are i64", "this rank passed a Byte tensor of 8 elements")
+               "the message has 8 bytes of f32 but the buffer has 8 bytes of i64", "this rank passed a Byte tensor of 8 elements")
     dist.barrier()
     dist.destroy_process_group()
     return True

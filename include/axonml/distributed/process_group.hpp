@@ -10,8 +10,9 @@
 // members' ranks in the parent communicator, in the order given.
 //
 // Thread safety: as the underlying Backend: one thread at a time per group on
-// each rank; different groups may be used from different threads (under
-// mpirun, MpiBackend needs those calls not to overlap: see mpi_backend.hpp).
+// each rank; different groups may be used from different threads at once,
+// under mpirun too where MPI provides MPI_THREAD_MULTIPLE (see
+// mpi_backend.hpp).
 #pragma once
 
 #include <memory>
