@@ -285,12 +285,7 @@ Outcome Supervisor::run() {
 }
 
 std::optional<std::string> Supervisor::abort_reason() const {
-  const auto& header = arena_.header();
-  if (header.abort_state.load(std::memory_order_acquire) !=
-      static_cast<std::uint32_t>(shm::AbortState::Set)) {
-    return std::nullopt;
-  }
-  return std::string(header.abort_reason, strnlen(header.abort_reason, sizeof(header.abort_reason)));
+  return shm::published_reason(arena_.header().abort_state, arena_.header().abort_reason);
 }
 
 void Supervisor::print_summary() const {
@@ -317,21 +312,12 @@ void Supervisor::print_summary() const {
   const int aborter = arena_.header().abort_rank;
   if (const auto reason = abort_reason(); reason && aborter >= 0 && *reason != describe(f)) {
     std::cerr << "axon-launch: the job had been aborted: " << *reason << std::endl;
-  } else if (const auto failure = group_failure_reason()) {
+  } else if (const auto failure = shm::published_reason(arena_.header().group_failure_state,
+                                                         arena_.header().group_failure_reason)) {
     // A PyTorch program's groups keep arenas of their own; the first of them
     // to fail said why here (shm/launcher_report.hpp).
     std::cerr << "axon-launch: the job had been aborted: " << *failure << std::endl;
   }
-}
-
-std::optional<std::string> Supervisor::group_failure_reason() const {
-  const auto& header = arena_.header();
-  if (header.group_failure_state.load(std::memory_order_acquire) !=
-      static_cast<std::uint32_t>(shm::AbortState::Set)) {
-    return std::nullopt;
-  }
-  return std::string(header.group_failure_reason,
-                     strnlen(header.group_failure_reason, sizeof(header.group_failure_reason)));
 }
 
 }  // namespace axon_launch

@@ -84,9 +84,6 @@ class Supervisor {
 
   // The reason a rank gave when it aborted the job, if one did.
   std::optional<std::string> abort_reason() const;
-  // The first failure a group with an arena of its own (a PyTorch group's)
-  // reported in the arena's header, if any.
-  std::optional<std::string> group_failure_reason() const;
   void handle_signals();
   void reap();
   void record_failures(const std::vector<int>& failed_ranks);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "axonml/distributed/error.hpp"
+#include "base/recv_mismatch.hpp"
 #include "collectives/copy.hpp"
 
 namespace axonml::distributed {
@@ -116,14 +117,8 @@ bool PointToPoint::take_stashed(const PostedReceive& want) {
     const std::size_t had = message->bytes.size();
     const DataType had_type = message->type;
     stash_[static_cast<std::size_t>(want.src)].remove_if([&](const StashedMessage& m) { return &m == message; });
-    const std::string where = "recv on " + waits_.names().rank(me_) + " from " + waits_.names().rank(want.src) +
-                              " with tag " + std::to_string(want.tag) + ": the message has ";
-    if (had_type != want.type) {
-      throw InvalidArgument(where + std::to_string(had) + " bytes of " + std::string(to_string(had_type)) +
-                            " but the buffer has " + std::to_string(want.bytes) + " bytes of " +
-                            std::string(to_string(want.type)));
-    }
-    throw InvalidArgument(where + std::to_string(had) + " bytes but the buffer has " + std::to_string(want.bytes));
+    throw InvalidArgument(recv_mismatch_text(waits_.names().rank(me_), waits_.names().rank(want.src), want.tag, had,
+                                             had_type, want.bytes, want.type));
   }
   copy_bytes(want.data, message->bytes.data(), want.bytes);
   stash_[static_cast<std::size_t>(want.src)].remove_if(

@@ -14,6 +14,7 @@
 #include "axonml/distributed/error.hpp"
 #include "base/env.hpp"
 #include "base/log.hpp"
+#include "base/recv_mismatch.hpp"
 #include "kernels/reduce.hpp"
 #include "mpi/call_exchange.hpp"
 #include "mpi/hierarchy.hpp"
@@ -590,17 +591,11 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   }
   // The same exception and words as the shared-memory backends' (a program
   // behaves the same under both launchers).
-  const std::string mismatch = "recv on rank " + std::to_string(me) + " from rank " + std::to_string(world_src) +
-                               " with tag " + std::to_string(tag) + ": the message has ";
   const auto had = static_cast<std::size_t>(total) - kP2pHeaderBytes;
   const auto had_type = static_cast<DataType>(header.type);
-  if (had_type != data.type) {
-    throw InvalidArgument(mismatch + std::to_string(had) + " bytes of " + std::string(to_string(had_type)) +
-                          " but the buffer has " + std::to_string(bytes) + " bytes of " +
-                          std::string(to_string(data.type)));
-  }
-  if (had != bytes) {
-    throw InvalidArgument(mismatch + std::to_string(had) + " bytes but the buffer has " + std::to_string(bytes));
+  if (had != bytes || had_type != data.type) {
+    throw InvalidArgument(recv_mismatch_text("rank " + std::to_string(me), "rank " + std::to_string(world_src), tag,
+                                             had, had_type, bytes, data.type));
   }
   if (bytes > 0) std::memcpy(data.data, whole.data() + kP2pHeaderBytes, bytes);
 }

@@ -17,17 +17,20 @@
 // whenever anything here changes.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 11;
+inline constexpr std::uint32_t kLayoutVersion = 12;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -78,6 +81,35 @@ static_assert(sizeof(FreeBlock) == 16);
 
 enum class AbortState : std::uint32_t { None = 0, Writing = 1, Set = 2 };
 
+// How a reason in the header (abort_reason, group_failure_reason) is written
+// once: the first writer claims its state (None -> Writing), fills the
+// fields (`fill`), then publishes Set with release; later writers leave it.
+// Returns whether this call wrote it.
+template <class Fill> bool publish_once(std::atomic<std::uint32_t>& state, Fill&& fill) {
+  std::uint32_t expected = static_cast<std::uint32_t>(AbortState::None);
+  if (!state.compare_exchange_strong(expected, static_cast<std::uint32_t>(AbortState::Writing),
+                                     std::memory_order_acq_rel)) {
+    return false;
+  }
+  fill();
+  state.store(static_cast<std::uint32_t>(AbortState::Set), std::memory_order_release);
+  return true;
+}
+
+// `reason`, cut to fit and NUL-terminated, into a reason field.
+template <std::size_t N> void copy_reason(char (&field)[N], std::string_view reason) {
+  const std::size_t len = std::min(reason.size(), N - 1);
+  std::memcpy(field, reason.data(), len);
+  field[len] = '\0';
+}
+
+// The reason once its state is Set, else nullopt.
+template <std::size_t N>
+std::optional<std::string> published_reason(const std::atomic<std::uint32_t>& state, const char (&field)[N]) {
+  if (state.load(std::memory_order_acquire) != static_cast<std::uint32_t>(AbortState::Set)) return std::nullopt;
+  return std::string(field, strnlen(field, N));
+}
+
 struct ArenaHeader {
   // Written once by the creator before any rank attaches; read-only after.
   std::uint64_t magic;
@@ -122,7 +154,6 @@ struct ArenaHeader {
   // ranks may go on), only what the launcher's summary says when a rank then
   // fails. Claimed and filled as abort_state and abort_reason are.
   alignas(kCacheLine) std::atomic<std::uint32_t> group_failure_state;
-  std::int32_t group_failure_rank;
   char group_failure_reason[240];
 };
 static_assert(sizeof(ArenaHeader) <= kPageBytes);
@@ -133,7 +164,7 @@ static_assert(offsetof(ArenaHeader, abort_state) == 320);
 static_assert(offsetof(ArenaHeader, abort_reason) == 328);
 static_assert(offsetof(ArenaHeader, abort_bell) == 576);
 static_assert(offsetof(ArenaHeader, group_failure_state) == 640);
-static_assert(offsetof(ArenaHeader, group_failure_reason) == 648);
+static_assert(offsetof(ArenaHeader, group_failure_reason) == 644);
 static_assert(sizeof(ArenaHeader) == 896);
 
 // Per rank: the doorbell rung whenever point-to-point traffic that this rank

@@ -3,9 +3,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <climits>
-#include <cstring>
 #include <mutex>
 
 #include "base/env.hpp"
@@ -42,19 +40,10 @@ ArenaHeader* launcher_header() noexcept {
 
 }  // namespace
 
-void report_group_failure_to_launcher(int job_rank, const std::string& reason) noexcept {
+void report_group_failure_to_launcher(const std::string& reason) noexcept {
   ArenaHeader* header = launcher_header();
   if (header == nullptr) return;
-  std::uint32_t expected = static_cast<std::uint32_t>(AbortState::None);
-  if (!header->group_failure_state.compare_exchange_strong(expected, static_cast<std::uint32_t>(AbortState::Writing),
-                                                           std::memory_order_acq_rel)) {
-    return;
-  }
-  header->group_failure_rank = job_rank;
-  const std::size_t len = std::min(reason.size(), sizeof(header->group_failure_reason) - 1);
-  std::memcpy(header->group_failure_reason, reason.data(), len);
-  header->group_failure_reason[len] = '\0';
-  header->group_failure_state.store(static_cast<std::uint32_t>(AbortState::Set), std::memory_order_release);
+  publish_once(header->group_failure_state, [&] { copy_reason(header->group_failure_reason, reason); });
 }
 
 }  // namespace axonml::distributed::shm

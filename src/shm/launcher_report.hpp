@@ -15,10 +15,10 @@
 
 namespace axonml::distributed::shm {
 
-// Records, first caller wins, that a group failed blaming `job_rank` (the
-// job's numbering; -1: nobody in particular) for `reason`, in the launcher's
-// arena (ArenaHeader::group_failure_*). Never throws; does nothing outside
+// Records, first caller wins, that a group failed for `reason` (its abort's
+// words, ranks as the job numbers them), in the launcher's arena
+// (ArenaHeader::group_failure_*). Never throws; does nothing outside
 // axon-launch or when the arena cannot be mapped.
-void report_group_failure_to_launcher(int job_rank, const std::string& reason) noexcept;
+void report_group_failure_to_launcher(const std::string& reason) noexcept;
 
 }  // namespace axonml::distributed::shm

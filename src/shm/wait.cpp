@@ -1,7 +1,6 @@
 #include "shm/wait.hpp"
-
-#include "shm/launcher_report.hpp"
 #include "shm/arena_view.hpp"
+#include "shm/launcher_report.hpp"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -227,7 +226,7 @@ void WaitContext::abort(int rank, const std::string& reason) const {
   abort_job(header_, rank, reason);
   // An arena no launcher watches (a PyTorch group's) in a process axon-launch
   // started: the launcher's summary should say why, too.
-  if (header_.launcher_pid == 0) report_group_failure_to_launcher(names_.job_rank(rank), reason);
+  if (header_.launcher_pid == 0) report_group_failure_to_launcher(reason);
 }
 
 bool abort_blames_clean_exit_of(const ArenaHeader& header, int rank) {
@@ -239,16 +238,10 @@ bool abort_blames_clean_exit_of(const ArenaHeader& header, int rank) {
 }
 
 void abort_job(ArenaHeader& header, int rank, const std::string& reason) {
-  std::uint32_t expected = static_cast<std::uint32_t>(AbortState::None);
-  if (header.abort_state.compare_exchange_strong(expected,
-                                                 static_cast<std::uint32_t>(AbortState::Writing),
-                                                 std::memory_order_acq_rel)) {
+  publish_once(header.abort_state, [&] {
     header.abort_rank = rank;
-    const std::size_t len = std::min(reason.size(), sizeof(header.abort_reason) - 1);
-    std::memcpy(header.abort_reason, reason.data(), len);
-    header.abort_reason[len] = '\0';
-    header.abort_state.store(static_cast<std::uint32_t>(AbortState::Set), std::memory_order_release);
-  }
+    copy_reason(header.abort_reason, reason);
+  });
   header.abort_bell.word.fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(header.abort_bell.word);
 }
