@@ -42,6 +42,28 @@ TEST_CASE("all_to_all buffers that do not split into one block per rank name the
   });
 }
 
+// A ReduceOp cast from a bad integer used to run as some reduction, not the
+// same on every rank (found by a review); now it is refused before any
+// exchange, so the buffers stay as they were and the group stays usable.
+TEST_CASE("a reduce op outside ReduceOp's values is refused before any exchange, naming the op", "[errors]") {
+  run_ranks(2, [](std::shared_ptr<Backend> b, int r) {
+    const auto bad = static_cast<ReduceOp>(42);
+    std::vector<float> data(4, float(r + 1)), half(2, -1.0f), out(4, -1.0f);
+    RANK_REQUIRE(error_of([&] { b->all_reduce<float>(data, bad); }) ==
+                 "all_reduce on rank " + std::to_string(r) +
+                     ": invalid reduce op 42 (ReduceOp is Sum, Product, Min, Max or Average)");
+    RANK_REQUIRE_THAT(error_of([&] { b->reduce_scatter<float>(data, half, bad); }),
+                      Contains("reduce_scatter on rank") && Contains("invalid reduce op 42"));
+    RANK_REQUIRE_THAT(error_of([&] { b->reduce<float>(data, out, 0, bad); }),
+                      Contains("reduce on rank") && Contains("invalid reduce op 42"));
+    RANK_REQUIRE(data == std::vector<float>(4, float(r + 1)));
+    RANK_REQUIRE(half == std::vector<float>(2, -1.0f));
+    RANK_REQUIRE(out == std::vector<float>(4, -1.0f));
+    b->all_reduce<float>(data, ReduceOp::Sum);
+    RANK_REQUIRE(data == std::vector<float>(4, 3.0f));
+  });
+}
+
 TEST_CASE("receive buffers of the wrong size name both sizes", "[errors]") {
   run_ranks(2, [](std::shared_ptr<Backend> b, int r) {
     std::vector<float> send(3), recv(5);

@@ -46,6 +46,12 @@ void Backend::count_overflows(std::string_view op, std::string_view what, std::s
                         " bytes, more than can exist (the byte count overflows)");
 }
 
+void Backend::reduce_op_invalid(std::string_view op, ReduceOp reduce_op) const {
+  throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + ": invalid reduce op " +
+                        std::to_string(static_cast<unsigned>(reduce_op)) +
+                        " (ReduceOp is Sum, Product, Min, Max or Average)");
+}
+
 std::size_t Backend::times_world_size(std::string_view op, std::string_view what,
                                       std::size_t count, std::size_t element_bytes) const {
   std::size_t total = 0;

@@ -50,6 +50,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <span>
@@ -200,6 +201,16 @@ class Backend {
   }
   [[noreturn]] void count_overflows(std::string_view op, std::string_view what, std::size_t count,
                                     std::size_t element_bytes) const;
+  // Throws when `reduce_op` is none of ReduceOp's values (a cast from a bad
+  // integer): the kernels would fall through to some reduction, and not
+  // necessarily the same one on every transport (found by a review: ranks
+  // ended with different results). Inline for the same reason as above.
+  void check_reduce_op(std::string_view op, ReduceOp reduce_op) const {
+    if (static_cast<std::uint8_t>(reduce_op) > static_cast<std::uint8_t>(ReduceOp::Average)) [[unlikely]] {
+      reduce_op_invalid(op, reduce_op);
+    }
+  }
+  [[noreturn]] void reduce_op_invalid(std::string_view op, ReduceOp reduce_op) const;
   // count x world_size(), or InvalidArgument when that overflows.
   std::size_t times_world_size(std::string_view op, std::string_view what, std::size_t count,
                                std::size_t element_bytes) const;
@@ -250,6 +261,7 @@ class Backend {
 
 template <Element T> void Backend::all_reduce(std::span<T> data, ReduceOp op) {
   const ThreadClaim claim(*this, "all_reduce");
+  check_reduce_op("all_reduce", op);
   check_count("all_reduce", "data", data.size(), sizeof(T));
   do_all_reduce(view(data), op);
 }
@@ -271,6 +283,7 @@ template <Element T> void Backend::all_gather(std::span<const std::type_identity
 template <Element T>
 void Backend::reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op) {
   const ThreadClaim claim(*this, "reduce_scatter");
+  check_reduce_op("reduce_scatter", op);
   const std::size_t expected = times_world_size("reduce_scatter", "recv", recv.size(), sizeof(T));
   check_size("reduce_scatter", "send", send.size(), expected, "recv count x world size");
   do_reduce_scatter(view(send), view(recv), op);
@@ -295,6 +308,7 @@ template <Element T> void Backend::scatter(std::span<const std::type_identity_t<
 template <Element T>
 void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst, ReduceOp op) {
   const ThreadClaim claim(*this, "reduce");
+  check_reduce_op("reduce", op);
   check_root("reduce", dst, "dst");
   check_count("reduce", "send", send.size(), sizeof(T));
   if (rank() == dst) check_size("reduce", "recv", recv.size(), send.size(), "send count on dst");
