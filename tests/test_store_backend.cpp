@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "axonml/distributed.hpp"
@@ -291,6 +292,43 @@ TEST_CASE("a rank whose set-up fails makes the peers waiting for it fail at once
   CHECK_THAT(errors[1], Contains("rank 1: gave up setting up the shared memory while it waited for rank 0's arena "
                                  "(axon/arena): rank 0: cannot reserve"));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // not the 60 s timeout
+}
+
+// A store that goes down (under PyTorch: the TCPStore in a process that
+// exited) once asked for rank 1's host entry, as a socket error would.
+class StoreThatGoesDown final : public KeyValueStore {
+ public:
+  void set(const std::string& key, const std::string& value) override {
+    fail_if_down();
+    values_[key] = value;
+  }
+  std::string get(const std::string& key) override {
+    fail_if_down();
+    return values_.at(key);
+  }
+  std::optional<bool> has(const std::string& key) override {
+    if (key == "axon/host/1") down_ = true;
+    fail_if_down();
+    return values_.count(key) != 0;
+  }
+
+ private:
+  void fail_if_down() const {
+    if (down_) throw std::runtime_error("Broken pipe");
+  }
+  bool down_ = false;
+  std::map<std::string, std::string> values_;
+};
+
+TEST_CASE("a store that fails under a set-up's wait is named with what the rank waited for, not bare",
+          "[store][errors]") {
+  StoreThatGoesDown store;
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options),
+                      Contains("rank 0: the store failed (Broken pipe) while this rank waited in it for ") &&
+                          Contains("(axon/host/0, axon/host/1) to set up the shared memory") &&
+                          Contains("global rank 0's process"));
 }
 
 TEST_CASE("a store set-up gives up when the caller's check throws while it waits", "[store][errors]") {

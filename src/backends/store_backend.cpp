@@ -72,13 +72,21 @@ std::shared_ptr<void> map_shared(int fd, std::size_t bytes, const std::string& w
 // so that the others, waiting for its next entry, fail at once with the
 // reason rather than at their deadline.
 constexpr const char* kFailedKey = "axon/failed";
+// Where each rank that read that reason says so ("axon/failure_seen/<rank>"):
+// the rank that left it waits, briefly, until they have, since under env://
+// or tcp:// the store lives in global rank 0's process, and a rank 0 that
+// failed and exited at once took the store, and the reason, with it (peers
+// got a bare "Broken pipe"; found by a review).
+constexpr const char* kFailureSeenPrefix = "axon/failure_seen/";
+constexpr auto kFailureSeenWait = std::chrono::seconds(2);
 
 // What create() watches while it waits for a peer's entry in the store.
 class SetupWait {
  public:
   SetupWait(KeyValueStore& store, const StoreOptions& options, std::string who, const RankNames& names,
-            int world_size, std::chrono::milliseconds timeout)
-      : store_(store),
+            int rank, int world_size, std::chrono::milliseconds timeout)
+      : rank_(rank),
+        store_(store),
         options_(options),
         who_(std::move(who)),
         names_(names),
@@ -101,9 +109,29 @@ class SetupWait {
   // then: the polls call this every few milliseconds).
   template <class WaitingFor> void throw_if_a_peer_failed(WaitingFor&& waiting_for) {
     if (store_.has(kFailedKey).value_or(false)) {
+      const std::string reason = store_.get(kFailedKey);
+      try {
+        store_.set(kFailureSeenPrefix + std::to_string(rank_), "1");
+      } catch (...) {  // the store going down: the reason is read, which is what counts
+      }
       throw PeerFailure(who_ + "gave up setting up the shared memory while it waited for " + waiting_for() + ": " +
-                        store_.get(kFailedKey));
+                        reason);
     }
+  }
+
+  // Throws Error for a store that failed under a wait (the exception being
+  // handled), saying what this rank waited for.
+  template <class WaitingFor> [[noreturn]] void throw_store_failed(WaitingFor&& waiting_for) const {
+    std::string what = "an unknown error";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    throw Error(who_ + "the store failed (" + what + ") while this rank waited in it for " + waiting_for() +
+                " to set up the shared memory; under env:// or tcp:// the store lives in global rank 0's "
+                "process, so that process may have failed or exited: see its error");
   }
 
   // Throws PeerFailure naming the first watched peer that has exited.
@@ -142,9 +170,10 @@ class SetupWait {
         throw;
       } catch (const std::exception&) {
         // The store itself failed (PyTorch's TCPStore lives in one rank's
-        // process): a watched peer's exit is the better reason.
+        // process): a watched peer's exit is the better reason; else say
+        // what failed, and where the real reason may be.
         throw_if_a_watched_peer_exited(waiting_for);
-        throw;
+        throw_store_failed(waiting_for);
       }
       // The caller's check first: under PyTorch it names a process that
       // died first, where a peer of this set-up may have exited only
@@ -165,6 +194,7 @@ class SetupWait {
   }
 
  private:
+  int rank_;
   KeyValueStore& store_;
   const StoreOptions& options_;
   std::string who_;
@@ -454,7 +484,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   const RankNames names(options.rank_names);
   const std::string who = names.rank(rank) + ": ";
   const auto timeout = options.timeout.count() > 0 ? options.timeout : shm::default_timeout();
-  SetupWait setup(store, options, who, names, world_size, timeout);
+  SetupWait setup(store, options, who, names, rank, world_size, timeout);
   const std::string mine = host_identity();
   auto live = std::make_shared<LiveWorld>();
   check_rank_unclaimed(store, rank, mine, who);
@@ -533,7 +563,17 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   // (the first reason stays: later ones follow from it).
   auto leave_reason = [&](const std::string& reason) {
     try {
-      if (store.has(kFailedKey) == std::optional<bool>(false)) store.set(kFailedKey, reason);
+      if (store.has(kFailedKey) != std::optional<bool>(false)) return;
+      store.set(kFailedKey, reason);
+      // Kept short: a peer already past the store (waiting in the arena,
+      // which abort_job ended) never reads the reason here.
+      const auto until = std::chrono::steady_clock::now() + kFailureSeenWait;
+      for (int peer = 0; peer < world_size; ++peer) {
+        while (peer != rank && !store.has(kFailureSeenPrefix + std::to_string(peer)).value_or(true) &&
+               std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      }
     } catch (...) {  // the store failing too: the peers' own checks remain
     }
   };

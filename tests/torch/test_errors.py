@@ -425,6 +425,18 @@ def axon_timeout_caps(rank, n):
     return text
 
 
+def rank0_set_up_failed(rank, n):
+    """Rank 0 fails to make the group's shared memory (here: too much room
+    asked for placed tensors) and its program ends at once, taking the
+    store it hosts with it. The peers still get rank 0's reason: rank 0
+    waits, briefly, until they have read it (they got a bare "Broken pipe",
+    found by a review)."""
+    if rank == 0:
+        os.environ["AXON_TORCH_SHARED_MB"] = str(1 << 24)  # 16 TiB: more than any machine here has
+    text = raises(lambda: dist.init_process_group("axon"), "rank 0: cannot reserve", "shared memory")
+    return text  # ends at once: no barrier, no destroy
+
+
 def bad_environment():
     """A bad AXON_TORCH_INLINE_BYTES fails at once, before the rendezvous:
     here no peer ever joins, so reading it after the rendezvous would wait
@@ -462,6 +474,8 @@ if __name__ == "__main__":
     print(f"test_errors: new_group given different rank lists named both groups: {texts[2].splitlines()[0][:160]}")
     texts = run_ranks(3, split_disagreement)
     print(f"test_errors: disagreeing all_to_all splits raised on every rank: {texts[2].splitlines()[0]}")
+    texts = run_ranks(3, rank0_set_up_failed)
+    print(f"test_errors: rank 0's set-up failure reached the peers though its program ended at once: {texts[1].splitlines()[0][:160]}")
     texts = run_ranks(2, late_peer)
     print(f"test_errors: a late rank raised after its peer's timeout: {texts[1].splitlines()[0]}")
     texts = run_ranks(2, axon_timeout_caps)
