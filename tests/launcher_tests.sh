@@ -155,6 +155,11 @@ case "$case_name" in
     err=$(cat "$work/err")
     expect_status 0
     expect_no_arena_of "$pid"
+    # A typo in AXON_KERNEL stops every rank at World::init(), not at the
+    # first reduction (a program that never reduced ran on unwarned).
+    AXON_KERNEL=sse9 run -n 2 "$probe" ok
+    [ "$status" -ne 0 ] || fail "AXON_KERNEL=sse9 was accepted; stderr: $err"
+    [[ "$err" == *"AXON_KERNEL=sse9 is not one of: scalar, avx2, avx512"* ]] || fail "unclear message: $err"
     ;;
   master-port)
     # Every rank gets one free MASTER_PORT for PyTorch's env://; a user's own wins.

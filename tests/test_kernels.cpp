@@ -381,12 +381,14 @@ TEST_CASE("bf16 and f16 sums are accumulated in f32 and rounded once", "[kernels
   }
 }
 
-TEST_CASE("AXON_KERNEL chooses the kernel and rejects unknown names", "[kernels]") {
+TEST_CASE("AXON_KERNEL chooses the kernel in any case and rejects unknown names", "[kernels]") {
   const std::string selected(kernels::selected_isa());
   CHECK((selected == "scalar" || selected == "avx2" || selected == "avx512"));
   ::setenv("AXON_KERNEL", "scalar", 1);
   CHECK(kernels::choose_isa() == Isa::Scalar);
   ::setenv("AXON_KERNEL", "avx2", 1);
+  CHECK(kernels::choose_isa() == Isa::Avx2);
+  ::setenv("AXON_KERNEL", "AVX2", 1);
   CHECK(kernels::choose_isa() == Isa::Avx2);
   ::setenv("AXON_KERNEL", "sse9", 1);
   CHECK_THROWS_AS(kernels::choose_isa(), InvalidArgument);

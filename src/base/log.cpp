@@ -67,7 +67,7 @@ class Logging {
       }
       apply(fallback);
       write(Level::Warn, process_rank(),
-            std::string(e.what()) + "; logging at warn until World::init(), which refuses the value");
+            std::string(e.what()) + "; logging at warn until the set-up (World::init() or an axon process group), which refuses the value");
     }
   }
 

@@ -8,6 +8,7 @@
 #include "axonml/distributed/shm_backend.hpp"
 #include "base/env.hpp"
 #include "base/log.hpp"
+#include "kernels/reduce.hpp"
 #ifdef AXON_HAVE_MPI
 #include "axonml/distributed/mpi_backend.hpp"
 #endif
@@ -68,6 +69,9 @@ std::shared_ptr<Backend> backend_from_environment_unnamed() {
   // The logging variables were read leniently by the first log line (which
   // may not throw); a typo in them stops the program here, at its start.
   log::reload_from_environment();
+  // Likewise AXON_KERNEL, read at the first reduction, which would report a
+  // typo only from inside a collective, with the peers in it too.
+  kernels::selected_isa();
   const std::string backend = env::choice("AXON_BACKEND", {"shm", "mpi", "mock"}).value_or("");
   if (backend == "shm") return ShmBackend::from_environment();
   if (backend == "mpi") return mpi_backend();

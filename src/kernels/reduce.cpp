@@ -62,7 +62,7 @@ bool isa_supported(Isa isa) {
 }
 
 Isa choose_isa() {
-  const auto requested = env::choice("AXON_KERNEL", {"scalar", "avx2", "avx512"});
+  const auto requested = env::choice_any_case("AXON_KERNEL", {"scalar", "avx2", "avx512"});
   if (!requested) {
     if (isa_supported(Isa::Avx512)) return Isa::Avx512;
     if (isa_supported(Isa::Avx2)) return Isa::Avx2;
@@ -76,7 +76,7 @@ Isa choose_isa() {
     }
     return isa;
   }
-  return Isa::Scalar;  // not reached: env::choice accepted only the names above
+  return Isa::Scalar;  // not reached: env::choice_any_case accepted only the names above
 }
 
 void reduce_with(Isa isa, DataType type, ReduceOp op, std::span<const std::byte* const> sources,

@@ -24,7 +24,9 @@
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/store_backend.hpp"
 #include "base/env.hpp"
+#include "base/log.hpp"
 #include "base/text.hpp"
+#include "kernels/reduce.hpp"
 #include "shm/arena_layout.hpp"
 #include "torch/arena_storage.hpp"
 #include "torch/buffers.hpp"
@@ -286,6 +288,10 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
                               describe_global_ranks() + ", but there must be one per rank");
   }
   // Before the rendezvous: a bad value fails here, not with peers waiting.
+  // The logging variables were read leniently by the first log line, and
+  // AXON_KERNEL is read at the first reduction, on the communication thread.
+  ad::log::reload_from_environment();
+  ad::kernels::selected_isa();
   inline_bytes_ = ad::env::integer("AXON_TORCH_INLINE_BYTES", 0, std::int64_t{1} << 50).value_or(kDefaultInlineBytes);
   const std::size_t room = shared_bytes ? *shared_bytes
                                         : static_cast<std::size_t>(

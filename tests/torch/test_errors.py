@@ -438,18 +438,25 @@ def rank0_set_up_failed(rank, n):
 
 
 def bad_environment():
-    """A bad AXON_TORCH_INLINE_BYTES fails at once, before the rendezvous:
-    here no peer ever joins, so reading it after the rendezvous would wait
-    for the whole timeout."""
-    os.environ["AXON_TORCH_INLINE_BYTES"] = "lots"
-    try:
-        start = time.monotonic()
-        raises(lambda: axonml_torch.create_process_group(dist.HashStore(), 0, 2, datetime.timedelta(seconds=60)),
-               "AXON_TORCH_INLINE_BYTES=lots", "whole number")
-        waited = time.monotonic() - start
-        assert waited < 5, f"the bad value was reported only after {waited:.1f} s"
-    finally:
-        del os.environ["AXON_TORCH_INLINE_BYTES"]
+    """A bad AXON_TORCH_INLINE_BYTES, AXON_LOG_LEVEL or AXON_KERNEL fails at
+    once, before the rendezvous: here no peer ever joins, so reading it after
+    the rendezvous would wait for the whole timeout. (AXON_LOG_LEVEL was only
+    warned about, and AXON_KERNEL reported by the first reduction's wait();
+    found by a review.)"""
+    # AXON_KERNEL first: the kernel is chosen once per process, at the first
+    # set-up that gets that far.
+    for name, value, words in (("AXON_KERNEL", "sse9", ("avx2",)),
+                               ("AXON_TORCH_INLINE_BYTES", "lots", ("whole number",)),
+                               ("AXON_LOG_LEVEL", "loud", ("trace",))):
+        os.environ[name] = value
+        try:
+            start = time.monotonic()
+            raises(lambda: axonml_torch.create_process_group(dist.HashStore(), 0, 2, datetime.timedelta(seconds=60)),
+                   f"{name}={value}", *words)
+            waited = time.monotonic() - start
+            assert waited < 5, f"the bad {name} was reported only after {waited:.1f} s"
+        finally:
+            del os.environ[name]
 
 
 def shm_names():
@@ -461,7 +468,7 @@ if __name__ == "__main__":
     import axonml_torch  # noqa: F401
     before = shm_names()
     bad_environment()
-    print("test_errors: a bad AXON_TORCH_INLINE_BYTES is reported before the rendezvous")
+    print("test_errors: a bad AXON_TORCH_INLINE_BYTES, AXON_LOG_LEVEL or AXON_KERNEL is reported before the rendezvous")
     run_ranks(2, bad_inputs)
     print("test_errors: bad inputs give errors naming the op and the sizes")
     run_ranks(2, raw_byte_mismatch)
