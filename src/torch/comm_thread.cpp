@@ -2,6 +2,8 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "base/text.hpp"
+
 namespace axonml::torch {
 
 namespace {
@@ -27,6 +29,19 @@ void AxonWork::complete() {
 void AxonWork::fail(std::exception_ptr error) {
   future_->setError(error);
   finish(error);
+}
+
+bool AxonWork::wait(std::chrono::milliseconds timeout) {
+  if (timeout != kNoTimeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      TORCH_CHECK(false, "Operation timed out! axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
+                  ": wait(timeout=", axonml::distributed::format_seconds(std::chrono::duration<double>(timeout).count()),
+                  " s) ended before the op completed; the op goes on, and completes or fails by the group's "
+                  "timeout");
+    }
+  }
+  return c10d::Work::wait(kNoTimeout);
 }
 
 CommThread::CommThread() : thread_([this] { loop(); }) {}

@@ -45,6 +45,11 @@ class AxonWork final : public c10d::Work {
   void complete();
   void fail(std::exception_ptr error);
 
+  // With a timeout, a wait that ends first says which op on which rank
+  // (c10d's own says only "Operation timed out!"; found by a review). The op
+  // goes on: a later wait() can still see it complete.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 

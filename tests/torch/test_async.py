@@ -14,6 +14,7 @@ queued behind the thread that ran the callback (last three):
     thread that ran the callback);
   - DDP with PyTorch's PowerSGD hook (its callbacks wait on collectives):
     every rank ends with the same parameters.
+Also, a wait(timeout=...) that ends before its op names the op and rank.
 
     test_async.py [INLINE_BYTES]   (sets AXON_TORCH_INLINE_BYTES)
 """
@@ -128,11 +129,33 @@ def powersgd_parameters(rank):
     return [p.detach().clone() for p in ddp.module.parameters()]
 
 
+def wait_with_timeout(rank, n):
+    """Work.wait(timeout=...) that ends before the op says which op on which
+    rank (c10d's own text was a bare "Operation timed out!"), and the op goes
+    on: a later wait() sees it complete with the right result."""
+    t = torch.full((4,), float(rank + 1))
+    if rank == 1:
+        time.sleep(1.0)
+    work = dist.all_reduce(t, async_op=True)
+    if rank == 0:
+        try:
+            work.wait(timeout=datetime.timedelta(seconds=0.2))
+        except RuntimeError as e:
+            text = str(e)
+            for words in ("Operation timed out!", "axon ALLREDUCE on rank 0", "wait(timeout=0.2 s)", "goes on"):
+                assert words in text, f"wait(timeout) error lacks {words!r}: {text}"
+        else:
+            raise AssertionError("wait(timeout=0.2 s) returned while rank 1 had yet to join")
+    assert work.wait()
+    assert t.tolist() == [n * (n + 1) / 2] * 4, t
+
+
 def body(rank, n, inline_bytes):
     if inline_bytes is not None:
         os.environ["AXON_TORCH_INLINE_BYTES"] = str(inline_bytes)
     dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
     patterns(rank, n, dist.group.WORLD)
+    wait_with_timeout(rank, n)
     # DDP keeps every replica the same: rank 0's parameters, bit for bit, on
     # every rank, and moved from where they started.
     flat = torch.cat([p.reshape(-1) for p in powersgd_parameters(rank)])
