@@ -112,6 +112,18 @@ LaunchOptions parse_options(int argc, char** argv) {
   for (CLI::Option* option : app.get_options()) {
     if (option->get_expected_max() > 0) option->check(non_empty);
   }
+  // Numbers in decimal, as the AXON_* variables read them: CLI11 also takes
+  // 0x10, 0o20 and 0b10000, which the environment refused (found by a review).
+  const CLI::Validator decimal(
+      [](std::string& value) {
+        const bool plain = value.find_first_not_of("0123456789.+-eE") == std::string::npos;
+        return plain ? std::string() : "'" + value + "' is not a decimal number";
+      },
+      "", "decimal");
+  for (CLI::Option* option : {nproc, app.get_option("--arena-mb"), app.get_option("--timeout"),
+                              app.get_option("--start-timeout"), app.get_option("--max-restarts")}) {
+    option->check(decimal);
+  }
 
   try {
     app.parse(argc, argv);

@@ -117,7 +117,20 @@ case "$case_name" in
     # A value that is not a number names the option as the docs spell it.
     run -n 1x "$probe" ok
     expect_status 2
-    [[ "$err" == *"-n = 1x"* && "$err" != *nproc* ]] || fail "-n 1x: unclear message: $err"
+    [[ "$err" == *"-n: '1x' is not a decimal number"* && "$err" != *nproc* ]] || fail "-n 1x: unclear message: $err"
+    # Numbers are decimal, as in the AXON_* variables: CLI11 alone took 0x10,
+    # 0o20 and 0b10000 where the environment refused them.
+    for args in "-n 0x2" "-n 0b10" "-n 2 --timeout 0x10" "-n 2 --start-timeout 0o20" "-n 2 --max-restarts 0x1" \
+                "-n 2 --arena-mb 0x40"; do
+      # shellcheck disable=SC2086
+      run $args "$probe" ok
+      expect_status 2
+      [[ "$err" == *"is not a decimal number"* ]] || fail "'$args': unclear message: $err"
+    done
+    AXON_TIMEOUT=0x10 run -n 2 "$probe" ok
+    expect_status 2
+    [[ "$err" == "axon-launch: AXON_TIMEOUT=0x10 is not a number of seconds in 0.01..1e+06"* ]] ||
+      fail "AXON_TIMEOUT=0x10: unclear message: $err"
     run -n 256 --help
     expect_status 0
     [[ "$out" == *Usage* ]] || fail "--help prints no usage: $out"

@@ -53,7 +53,7 @@ TEST_CASE("a timeout in seconds takes axon-launch's --timeout range, 0.01..1e+06
   }
   CHECK(env::timeout_range_text() == "0.01..1e+06");
   for (const char* bad : {"abc", "1e-9", "0", "0.009", "0.001", "-3", "inf", "nan", "1000000.5", "31536000",
-                          "2s", " 2.5"}) {
+                          "2s", " 2.5", "0x10", "0X1p4"}) {
     ScopedVariable v("AXON_TEST_VARIABLE", bad);
     CHECK_THROWS_WITH(env::timeout_seconds("AXON_TEST_VARIABLE"),
                       Contains(std::string("AXON_TEST_VARIABLE=") + bad) &&

@@ -52,8 +52,10 @@ std::optional<double> timeout_seconds(const char* name) {
   errno = 0;
   char* end = nullptr;
   const double parsed = std::strtod(value->c_str(), &end);
-  // The negated comparisons also catch NaN; inf is above the range.
-  if (errno != 0 || *end != '\0' || starts_blank(*value) || !(parsed >= kMinTimeoutSeconds) ||
+  // The negated comparisons also catch NaN; inf is above the range. strtod
+  // also reads hexadecimal ("0x10"), which no other number here takes.
+  const bool decimal = value->find_first_of("xX") == std::string::npos;
+  if (errno != 0 || *end != '\0' || !decimal || starts_blank(*value) || !(parsed >= kMinTimeoutSeconds) ||
       !(parsed <= kMaxTimeoutSeconds)) {
     reject(name, *value, "a number of seconds in " + timeout_range_text());
   }
