@@ -67,7 +67,8 @@ class Logging {
       }
       apply(fallback);
       write(Level::Warn, process_rank(),
-            std::string(e.what()) + "; logging at warn until the set-up (World::init() or an axon process group), which refuses the value");
+            std::string(e.what()) +
+                "; logging at warn until the set-up (World::init() or an axon process group), which refuses the value");
     }
   }
 

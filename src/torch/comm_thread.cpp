@@ -35,8 +35,9 @@ bool AxonWork::wait(std::chrono::milliseconds timeout) {
   if (timeout != kNoTimeout) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      const double seconds = std::chrono::duration<double>(timeout).count();
       TORCH_CHECK(false, "Operation timed out! axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
-                  ": wait(timeout=", axonml::distributed::format_seconds(std::chrono::duration<double>(timeout).count()),
+                  ": wait(timeout=", axonml::distributed::format_seconds(seconds),
                   " s) ended before the op completed; the op goes on, and completes or fails by the group's "
                   "timeout");
     }
