@@ -331,6 +331,28 @@ TEST_CASE("a store that fails under a set-up's wait is named with what the rank 
                           Contains("global rank 0's process"));
 }
 
+TEST_CASE("a rank that gives up before create() makes its peers' create() fail at once with its reason, "
+          "named by its job rank", "[store][errors]") {
+  MemoryStore store(true);
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.rank_names = {4, 7};
+  std::string error;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread peer([&] {
+    try {
+      StoreBackend::create(store, 0, 2, options);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  StoreBackend::give_up(store, 1, 2, options.rank_names, "AXON_KERNEL=sse9 is not one of: scalar, avx2, avx512");
+  peer.join();
+  CHECK_THAT(error, Contains("rank 4: gave up setting up the shared memory while it waited for rank 7's host") &&
+                        Contains(": rank 7: AXON_KERNEL=sse9 is not one of"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // not the 60 s timeout
+}
+
 TEST_CASE("a store set-up gives up when the caller's check throws while it waits", "[store][errors]") {
   MemoryStore store(true);
   StoreOptions options;

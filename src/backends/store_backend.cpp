@@ -73,12 +73,40 @@ std::shared_ptr<void> map_shared(int fd, std::size_t bytes, const std::string& w
 // reason rather than at their deadline.
 constexpr const char* kFailedKey = "axon/failed";
 // Where each rank that read that reason says so ("axon/failure_seen/<rank>"):
-// the rank that left it waits, briefly, until they have, since under env://
-// or tcp:// the store lives in global rank 0's process, and a rank 0 that
-// failed and exited at once took the store, and the reason, with it (peers
-// got a bare "Broken pipe"; found by a review).
+// every rank that knows of the failure waits, briefly, until all have read
+// it, since under env:// or tcp:// the store lives in global rank 0's
+// process, and a rank 0 that failed (or read the reason) and exited at once
+// took the store, and the reason, with it (peers got a bare "Broken pipe";
+// found by a review).
 constexpr const char* kFailureSeenPrefix = "axon/failure_seen/";
 constexpr auto kFailureSeenWait = std::chrono::seconds(2);
+
+// Marks the failure under kFailedKey read by `rank`, then waits, at most
+// kFailureSeenWait, until every rank has: the rank that left it and every
+// reader, the store's host included, stays until the slowest has read it.
+// Kept short: a peer already past the store (waiting in the arena, which
+// abort_job ended) never reads it. Throws what the store throws.
+void mark_failure_read(KeyValueStore& store, int rank, int world_size) {
+  store.set(kFailureSeenPrefix + std::to_string(rank), "1");
+  const auto until = std::chrono::steady_clock::now() + kFailureSeenWait;
+  for (int peer = 0; peer < world_size; ++peer) {
+    while (!store.has(kFailureSeenPrefix + std::to_string(peer)).value_or(true) &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+}
+
+// Peers waiting for this rank's next entry learn why it will not come
+// (the first reason stays: later ones follow from it). Never throws.
+void leave_reason(KeyValueStore& store, int rank, int world_size, const std::string& reason) {
+  try {
+    if (store.has(kFailedKey) != std::optional<bool>(false)) return;
+    store.set(kFailedKey, reason);
+    mark_failure_read(store, rank, world_size);
+  } catch (...) {  // the store failing too: the peers' own checks remain
+  }
+}
 
 // What create() watches while it waits for a peer's entry in the store.
 class SetupWait {
@@ -86,6 +114,7 @@ class SetupWait {
   SetupWait(KeyValueStore& store, const StoreOptions& options, std::string who, const RankNames& names,
             int rank, int world_size, std::chrono::milliseconds timeout)
       : rank_(rank),
+        world_size_(world_size),
         store_(store),
         options_(options),
         who_(std::move(who)),
@@ -100,6 +129,9 @@ class SetupWait {
     peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + names_.rank(rank));
   }
 
+  // How messages name the world's ranks.
+  const RankNames& names() const { return names_; }
+
   // Whether the store answers has(): only then can peers leave reasons in
   // it, or a wait poll it.
   bool store_can_check() const { return can_check_; }
@@ -111,7 +143,7 @@ class SetupWait {
     if (store_.has(kFailedKey).value_or(false)) {
       const std::string reason = store_.get(kFailedKey);
       try {
-        store_.set(kFailureSeenPrefix + std::to_string(rank_), "1");
+        mark_failure_read(store_, rank_, world_size_);
       } catch (...) {  // the store going down: the reason is read, which is what counts
       }
       throw PeerFailure(who_ + "gave up setting up the shared memory while it waited for " + waiting_for() + ": " +
@@ -195,6 +227,7 @@ class SetupWait {
 
  private:
   int rank_;
+  int world_size_;
   KeyValueStore& store_;
   const StoreOptions& options_;
   std::string who_;
@@ -289,7 +322,8 @@ HostEntries read_hosts(SetupWait& setup, int rank, int world_size, const std::st
       [&](const std::vector<std::size_t>& missing) {
         std::string named;
         for (std::size_t i : missing) named += (named.empty() ? "" : ", ") + keys[i];
-        return (missing.size() == 1 ? "rank " + joined(missing) + "'s host" : "the hosts of ranks " + joined(missing)) +
+        const std::string ranks = joined(setup.names().job_ranks(missing));  // the job's numbers, as every message
+        return (missing.size() == 1 ? "rank " + ranks + "'s host" : "the hosts of ranks " + ranks) +
                " (" + named + ")";
       },
       [&](std::size_t r, const std::string& value) {
@@ -446,8 +480,8 @@ void wait_until_all_mapped(KeyValueStore& store, SetupWait& setup, int rank, int
   for (int r = 0; r < world_size; ++r) keys.push_back("axon/mapped/" + std::to_string(r));
   setup.get_all(
       keys,
-      [](const std::vector<std::size_t>& missing) {
-        return "rank(s) " + joined(missing) + " to map the arena (axon/mapped/<rank>)";
+      [&setup](const std::vector<std::size_t>& missing) {
+        return "rank(s) " + joined(setup.names().job_ranks(missing)) + " to map the arena (axon/mapped/<rank>)";
       },
       [](std::size_t, const std::string&) {});
 }
@@ -559,33 +593,21 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     backend->barrier();
     return backend;
   };
-  // Peers waiting for this rank's next entry learn why it will not come
-  // (the first reason stays: later ones follow from it).
-  auto leave_reason = [&](const std::string& reason) {
-    try {
-      if (store.has(kFailedKey) != std::optional<bool>(false)) return;
-      store.set(kFailedKey, reason);
-      // Kept short: a peer already past the store (waiting in the arena,
-      // which abort_job ended) never reads the reason here.
-      const auto until = std::chrono::steady_clock::now() + kFailureSeenWait;
-      for (int peer = 0; peer < world_size; ++peer) {
-        while (peer != rank && !store.has(kFailureSeenPrefix + std::to_string(peer)).value_or(true) &&
-               std::chrono::steady_clock::now() < until) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-      }
-    } catch (...) {  // the store failing too: the peers' own checks remain
-    }
-  };
   try {
     return set_up();
   } catch (const Error& e) {
-    leave_reason(e.what());  // this library's messages name the rank
+    leave_reason(store, rank, world_size, e.what());  // this library's messages name the rank
     throw;
   } catch (const std::exception& e) {
-    leave_reason(who + e.what());
+    leave_reason(store, rank, world_size, who + e.what());
     throw;
   }
+}
+
+void StoreBackend::give_up(KeyValueStore& store, int rank, int world_size, const std::vector<int>& rank_names,
+                           const std::string& reason) {
+  if (!rank_names.empty() && rank_names.size() != static_cast<std::size_t>(world_size)) return;  // names unknown
+  leave_reason(store, rank, world_size, RankNames(rank_names).rank(rank) + ": " + reason);
 }
 
 }  // namespace axonml::distributed

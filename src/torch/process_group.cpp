@@ -282,32 +282,51 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
     default_group_store_ = store;
   }
-  if (static_cast<int>(global_ranks_.size()) != size) {
-    throw ad::InvalidArgument("axon process group of " + std::to_string(size) + " ranks: " +
-                              std::to_string(global_ranks_.size()) + " global ranks given " +
-                              describe_global_ranks() + ", but there must be one per rank");
-  }
-  // Before the rendezvous: a bad value fails here, not with peers waiting.
-  // The logging variables were read leniently by the first log line, and
-  // AXON_KERNEL is read at the first reduction, on the communication thread.
-  ad::log::reload_from_environment();
-  ad::kernels::selected_isa();
-  inline_bytes_ = ad::env::integer("AXON_TORCH_INLINE_BYTES", 0, std::int64_t{1} << 50).value_or(kDefaultInlineBytes);
-  const std::size_t room = shared_bytes ? *shared_bytes
-                                        : static_cast<std::size_t>(
-                                              ad::env::integer("AXON_TORCH_SHARED_MB", 0, 1 << 24).value_or(0)) << 20;
-  // AXON_TIMEOUT (axon-launch --timeout sets it) bounds every wait of the
-  // job's ranks, a PyTorch group's too: the shorter of it and the group's
-  // timeout applies (found by a review: --timeout 3 left a torch program
-  // waiting PyTorch's 30 minutes). Read before the rendezvous, as above.
+  // The checks of this rank's own arguments and environment come before
+  // the rendezvous, so that a bad value fails here; the peers, who will
+  // wait for this rank's entry in the store, are told why it will not come
+  // (they waited out the group's timeout, naming nothing; found by a review).
   std::string timeout_name = "the group's timeout";
-  if (const auto seconds = ad::env::timeout_seconds("AXON_TIMEOUT")) {
-    const std::chrono::milliseconds cap = ad::env::timeout_milliseconds(*seconds);
-    if (timeout.count() <= 0 || cap < timeout) {
-      timeout = cap;
-      timeout_ = cap;
-      timeout_name = "AXON_TIMEOUT, shorter than the group's timeout";
+  std::size_t room = 0;
+  try {
+    if (timeout.count() < 0) {
+      throw ad::InvalidArgument("axon process group: a timeout of " + std::to_string(timeout.count()) +
+                                " ms is negative");
     }
+    if (static_cast<int>(global_ranks_.size()) != size) {
+      throw ad::InvalidArgument("axon process group of " + std::to_string(size) + " ranks: " +
+                                std::to_string(global_ranks_.size()) + " global ranks given " +
+                                describe_global_ranks() + ", but there must be one per rank");
+    }
+    // The logging variables were read leniently by the first log line, and
+    // AXON_KERNEL is read at the first reduction, on the communication thread.
+    ad::log::reload_from_environment();
+    ad::kernels::selected_isa();
+    inline_bytes_ =
+        ad::env::integer("AXON_TORCH_INLINE_BYTES", 0, std::int64_t{1} << 50).value_or(kDefaultInlineBytes);
+    room = shared_bytes ? *shared_bytes
+                        : static_cast<std::size_t>(ad::env::integer("AXON_TORCH_SHARED_MB", 0, 1 << 24).value_or(0))
+                              << 20;
+    // AXON_TIMEOUT (axon-launch --timeout sets it) bounds every wait of the
+    // job's ranks, a PyTorch group's too: the shorter of it and the group's
+    // timeout applies (found by a review: --timeout 3 left a torch program
+    // waiting PyTorch's 30 minutes). Read before the rendezvous, as above.
+    if (const auto seconds = ad::env::timeout_seconds("AXON_TIMEOUT")) {
+      const std::chrono::milliseconds cap = ad::env::timeout_milliseconds(*seconds);
+      if (timeout.count() <= 0 || cap < timeout) {
+        timeout = cap;
+        timeout_ = cap;
+        timeout_name = "AXON_TIMEOUT, shorter than the group's timeout";
+      }
+    }
+  } catch (const std::exception& e) {
+    try {
+      C10dStore kv(store);
+      const bool named = static_cast<int>(global_ranks_.size()) == size;
+      ad::StoreBackend::give_up(kv, rank, size, named ? global_ranks_ : std::vector<int>{}, e.what());
+    } catch (...) {  // the store failing too: this rank's own error is the one to raise
+    }
+    throw;
   }
   C10dStore kv(store);
   ad::StoreOptions options;

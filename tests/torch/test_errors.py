@@ -437,6 +437,23 @@ def rank0_set_up_failed(rank, n):
     return text  # ends at once: no barrier, no destroy
 
 
+def one_rank_bad_environment(rank, n):
+    """A bad value on one rank only fails that rank before the rendezvous;
+    its peers, waiting for its entry in the store, fail at once with its
+    reason (they waited out the group's timeout, naming nothing: found by a
+    review)."""
+    if rank == n - 1:
+        os.environ["AXON_TORCH_INLINE_BYTES"] = "lots"
+    start = time.monotonic()
+    text = raises(lambda: dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60)),
+                  "AXON_TORCH_INLINE_BYTES=lots")
+    waited = time.monotonic() - start
+    if rank != n - 1:
+        assert f"rank {n - 1}: AXON_TORCH_INLINE_BYTES=lots" in text, text
+    assert waited < 20, f"rank {rank} learned of rank {n - 1}'s bad value only after {waited:.1f} s: {text}"
+    return text
+
+
 def bad_environment():
     """A bad AXON_TORCH_INLINE_BYTES, AXON_LOG_LEVEL or AXON_KERNEL fails at
     once, before the rendezvous: here no peer ever joins, so reading it after
@@ -481,6 +498,8 @@ if __name__ == "__main__":
     print(f"test_errors: new_group given different rank lists named both groups: {texts[2].splitlines()[0][:160]}")
     texts = run_ranks(3, split_disagreement)
     print(f"test_errors: disagreeing all_to_all splits raised on every rank: {texts[2].splitlines()[0]}")
+    texts = run_ranks(3, one_rank_bad_environment)
+    print(f"test_errors: a bad value on rank 2 only reached its peers at once: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(3, rank0_set_up_failed)
     print(f"test_errors: rank 0's set-up failure reached the peers though its program ended at once: {texts[1].splitlines()[0][:160]}")
     texts = run_ranks(2, late_peer)
