@@ -79,3 +79,14 @@ if(TARGET train AND TARGET axon-launch)
     PROPERTIES PASS_REGULAR_EXPRESSION "AXON_BACKEND=mock gives each process a world of its own, but WORLD_SIZE=2"
                FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
 endif()
+
+# WORLD_SIZE above 1 from a launcher that gives no arena and no MPI
+# (torchrun, a SLURM script): World::init() refuses rather than give each
+# process a world of one that trains alone (found by a review).
+if(TARGET train)
+  add_test(NAME "messages: WORLD_SIZE=2 without axon-launch or mpirun fails instead of giving a world of one"
+           COMMAND /usr/bin/env -u AXON_ARENA_FD WORLD_SIZE=2 RANK=1 $<TARGET_FILE:train> --epochs 1 --samples 512 --hidden 8)
+  set_tests_properties("messages: WORLD_SIZE=2 without axon-launch or mpirun fails instead of giving a world of one"
+    PROPERTIES PASS_REGULAR_EXPRESSION "WORLD_SIZE=2 says a launcher started that many ranks, but this process has neither axon-launch's arena"
+               FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
+endif()

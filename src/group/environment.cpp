@@ -91,6 +91,17 @@ std::shared_ptr<Backend> backend_from_environment_unnamed() {
   // run alone, a world of one.
   if (is_set("AXON_ARENA_FD")) return ShmBackend::from_environment();
   if (started_by_mpirun()) return mpi_backend();
+  // Alone, unless a launcher other than these two (torchrun, a SLURM
+  // script) started several processes: each would train alone and quietly
+  // (found by a review).
+  const auto launched = env::integer("WORLD_SIZE", 1, 1 << 30);
+  if (launched && *launched > 1) {
+    throw InvalidArgument("WORLD_SIZE=" + std::to_string(*launched) +
+                          " says a launcher started that many ranks, but this process has neither axon-launch's "
+                          "arena (AXON_ARENA_FD) nor MPI's variables: World::init() would give each a world of "
+                          "its own. Start the program with axon-launch -n N (or mpirun), or unset WORLD_SIZE to "
+                          "run it alone");
+  }
   return MockBackend::single();
 }
 
