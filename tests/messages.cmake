@@ -90,3 +90,14 @@ if(TARGET train)
     PROPERTIES PASS_REGULAR_EXPRESSION "WORLD_SIZE=2 says a launcher started that many ranks, but this process has neither axon-launch's arena"
                FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
 endif()
+
+# AXON_CHECK_COLLECTIVES=0 on one rank only: the rank that checks says the
+# setting differs, not "unknown-collective" (found by a review).
+if(TARGET train AND TARGET axon-launch)
+  add_test(NAME "messages: AXON_CHECK_COLLECTIVES=0 on one rank only is named as a setting that differs"
+           COMMAND axon-launch -n 2 /bin/sh -c "if [ \"$RANK\" = 1 ]; then export AXON_CHECK_COLLECTIVES=0; fi; exec \"$0\" --epochs 1 --samples 512 --hidden 8"
+                   $<TARGET_FILE:train>)
+  set_tests_properties("messages: AXON_CHECK_COLLECTIVES=0 on one rank only is named as a setting that differs"
+    PROPERTIES PASS_REGULAR_EXPRESSION "rank 1 published no description of its call, as a rank with AXON_CHECK_COLLECTIVES=0 does.*AXON_CHECK_COLLECTIVES must be the same on every rank"
+               FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
+endif()

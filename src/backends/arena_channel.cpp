@@ -309,10 +309,19 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
                           : "at call #" + std::to_string(mine.call) + " (" +
                                 waits_.names().rank(world_ranks_[static_cast<std::size_t>(m)]) +
                                 "'s call #" + std::to_string(theirs.call) + ")";
+  const std::string peer = waits_.names().rank(world_ranks_[static_cast<std::size_t>(m)]);
   broken_ = "collective mismatch in group " + group_name() + " " + where + ": " +
             waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
-            describe(mine) + " vs " +
-            waits_.names().rank(world_ranks_[static_cast<std::size_t>(m)]) + ": " + describe(theirs);
+            describe(mine) + " vs " + peer + ": " + describe(theirs);
+  // A member that runs without the check publishes no descriptor at all: say
+  // so, rather than leave an "unknown-collective" to puzzle over (found by a
+  // review).
+  if (theirs == shm::Descriptor{}) {
+    broken_ = "collective mismatch in group " + group_name() + " at call #" + std::to_string(mine.call) + ": " +
+              peer + " published no description of its call, as a rank with AXON_CHECK_COLLECTIVES=0 does, "
+              "while this rank checks (" + describe(mine) +
+              "): AXON_CHECK_COLLECTIVES must be the same on every rank";
+  }
   // Members waiting on us in a barrier learn of it from our relay.
   auto& relay = controls_[member_].relay;
   relay.store(shm::relay_broken(round), std::memory_order_release);
