@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -120,8 +121,22 @@ LaunchOptions parse_options(int argc, char** argv) {
         return plain ? std::string() : "'" + value + "' is not a decimal number";
       },
       "", "decimal");
-  for (CLI::Option* option : {nproc, app.get_option("--arena-mb"), app.get_option("--timeout"),
-                              app.get_option("--start-timeout"), app.get_option("--max-restarts")}) {
+  // Whole numbers that fit: CLI11 clamps one too large to the type's limit,
+  // and the range message then quoted a number nobody typed.
+  const CLI::Validator whole(
+      [](std::string& value) {
+        long long parsed = 0;
+        const char* end = value.data() + value.size();
+        const auto [at, error] = std::from_chars(value.data(), end, parsed);
+        if (error == std::errc::result_out_of_range) return "'" + value + "' is out of range";
+        if (error != std::errc() || at != end) return "'" + value + "' is not a whole decimal number";
+        return std::string();
+      },
+      "", "whole");
+  for (CLI::Option* option : {nproc, app.get_option("--arena-mb"), app.get_option("--max-restarts")}) {
+    option->check(whole);
+  }
+  for (CLI::Option* option : {app.get_option("--timeout"), app.get_option("--start-timeout")}) {
     option->check(decimal);
   }
 

@@ -117,7 +117,7 @@ case "$case_name" in
     # A value that is not a number names the option as the docs spell it.
     run -n 1x "$probe" ok
     expect_status 2
-    [[ "$err" == *"-n: '1x' is not a decimal number"* && "$err" != *nproc* ]] || fail "-n 1x: unclear message: $err"
+    [[ "$err" == *"-n: '1x' is not a whole decimal number"* && "$err" != *nproc* ]] || fail "-n 1x: unclear message: $err"
     # Numbers are decimal, as in the AXON_* variables: CLI11 alone took 0x10,
     # 0o20 and 0b10000 where the environment refused them.
     for args in "-n 0x2" "-n 0b10" "-n 2 --timeout 0x10" "-n 2 --start-timeout 0o20" "-n 2 --max-restarts 0x1" \
@@ -125,8 +125,13 @@ case "$case_name" in
       # shellcheck disable=SC2086
       run $args "$probe" ok
       expect_status 2
-      [[ "$err" == *"is not a decimal number"* ]] || fail "'$args': unclear message: $err"
+      [[ "$err" == *"is not a"*"decimal number"* ]] || fail "'$args': unclear message: $err"
     done
+    # A number too large for any count is named as typed (CLI11 clamped it,
+    # and the range message quoted 9223372036854775807).
+    run -n 2 --arena-mb 18446744073709551617 "$probe" ok
+    expect_status 2
+    [[ "$err" == *"--arena-mb: '18446744073709551617' is out of range"* ]] || fail "huge --arena-mb: unclear message: $err"
     AXON_TIMEOUT=0x10 run -n 2 "$probe" ok
     expect_status 2
     [[ "$err" == "axon-launch: AXON_TIMEOUT=0x10 is not a number of seconds in 0.01..1e+06"* ]] ||
