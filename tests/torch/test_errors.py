@@ -474,6 +474,10 @@ def bad_environment():
             assert waited < 5, f"the bad {name} was reported only after {waited:.1f} s"
         finally:
             del os.environ[name]
+    # A negative timeout (possible through store=) is refused, as Gloo does;
+    # it was taken for "no timeout given" (found by a review).
+    raises(lambda: axonml_torch.create_process_group(dist.HashStore(), 0, 2, datetime.timedelta(seconds=-1)),
+           "timeout of -1000 ms is negative")
 
 
 def shm_names():
