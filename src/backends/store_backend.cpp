@@ -577,21 +577,28 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     // longer needed. A rank that gives up now may leave a peer that saw
     // every entry already in the arena's barrier: the abort ends it there,
     // with this rank's reason.
+    // What fails from here on (also this rank's reading of the variables
+    // attaching reads, AXON_SPIN_POLLS say) aborts the arena with its
+    // reason: peers past the store wait in the arena, and saw only this
+    // process's exit, or nothing while it lived (found by a review).
+    const std::shared_ptr<void> mapping = memory;  // the header outlives a throwing attach_world
     try {
       wait_until_all_mapped(store, setup, rank, world_size);
       if (rank == 0 && setup.store_can_check()) check_own_arena_published(store, world_size, who);
-    } catch (const Error& e) {
-      shm::abort_job(arena.header(), rank, e.what());
+      auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, hosts.pids, names);
+      if (options.timeout.count() > 0) {
+        impl->state->waits.name_timeout(options.timeout_name.empty() ? "StoreOptions::timeout"
+                                                                      : options.timeout_name);
+      }
+      auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)),
+                                                   [live](StoreBackend* world) { delete world; });
+      backend->barrier();
+      return backend;
+    } catch (const std::exception& e) {
+      const std::string reason = e.what();
+      shm::abort_job(arena.header(), rank, reason.rfind(who, 0) == 0 ? reason : who + reason);
       throw;
     }
-    auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, hosts.pids, names);
-    if (options.timeout.count() > 0) {
-      impl->state->waits.name_timeout(options.timeout_name.empty() ? "StoreOptions::timeout" : options.timeout_name);
-    }
-    auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)),
-                                                 [live](StoreBackend* world) { delete world; });
-    backend->barrier();
-    return backend;
   };
   try {
     return set_up();

@@ -437,19 +437,21 @@ def rank0_set_up_failed(rank, n):
     return text  # ends at once: no barrier, no destroy
 
 
-def one_rank_bad_environment(rank, n):
-    """A bad value on one rank only fails that rank before the rendezvous;
-    its peers, waiting for its entry in the store, fail at once with its
-    reason (they waited out the group's timeout, naming nothing: found by a
-    review)."""
+def one_rank_bad_environment(rank, n, name):
+    """A bad value on one rank only fails that rank; its peers fail at once
+    with its reason. AXON_TORCH_INLINE_BYTES is read before the rendezvous
+    (the peers waited out the group's timeout for its entry, naming nothing);
+    AXON_SPIN_POLLS while attaching to the arena, after the store (the peers
+    waited in the arena while the process lived, then named only its exit).
+    Both found by reviews."""
     if rank == n - 1:
-        os.environ["AXON_TORCH_INLINE_BYTES"] = "lots"
+        os.environ[name] = "lots"
     start = time.monotonic()
     text = raises(lambda: dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60)),
-                  "AXON_TORCH_INLINE_BYTES=lots")
+                  f"{name}=lots")
     waited = time.monotonic() - start
     if rank != n - 1:
-        assert f"rank {n - 1}: AXON_TORCH_INLINE_BYTES=lots" in text, text
+        assert f"rank {n - 1}: {name}=lots" in text, text
     assert waited < 20, f"rank {rank} learned of rank {n - 1}'s bad value only after {waited:.1f} s: {text}"
     return text
 
@@ -502,8 +504,9 @@ if __name__ == "__main__":
     print(f"test_errors: new_group given different rank lists named both groups: {texts[2].splitlines()[0][:160]}")
     texts = run_ranks(3, split_disagreement)
     print(f"test_errors: disagreeing all_to_all splits raised on every rank: {texts[2].splitlines()[0]}")
-    texts = run_ranks(3, one_rank_bad_environment)
-    print(f"test_errors: a bad value on rank 2 only reached its peers at once: {texts[0].splitlines()[0][:160]}")
+    for name in ("AXON_TORCH_INLINE_BYTES", "AXON_SPIN_POLLS"):
+        texts = run_ranks(3, one_rank_bad_environment, name)
+        print(f"test_errors: a bad value on rank 2 only reached its peers at once: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(3, rank0_set_up_failed)
     print(f"test_errors: rank 0's set-up failure reached the peers though its program ended at once: {texts[1].splitlines()[0][:160]}")
     texts = run_ranks(2, late_peer)
