@@ -125,16 +125,18 @@ LaunchOptions parse_options(int argc, char** argv) {
   // and the range message then quoted a number nobody typed.
   const CLI::Validator whole(
       [](std::string& value) {
+        if (value.empty()) return std::string("an empty value is not allowed");  // as non_empty says
         long long parsed = 0;
         const char* end = value.data() + value.size();
         const auto [at, error] = std::from_chars(value.data(), end, parsed);
         if (error == std::errc::result_out_of_range) return "'" + value + "' is out of range";
         if (error != std::errc() || at != end) return "'" + value + "' is not a whole decimal number";
+        value = std::to_string(parsed);  // CLI11 reads a leading 0 as octal: 010 started 8 ranks
         return std::string();
       },
       "", "whole");
   for (CLI::Option* option : {nproc, app.get_option("--arena-mb"), app.get_option("--max-restarts")}) {
-    option->check(whole);
+    option->transform(whole);  // a transform, not a check: it hands CLI11 the number in plain decimal
   }
   for (CLI::Option* option : {app.get_option("--timeout"), app.get_option("--start-timeout")}) {
     option->check(decimal);

@@ -127,6 +127,10 @@ case "$case_name" in
       expect_status 2
       [[ "$err" == *"is not a"*"decimal number"* ]] || fail "'$args': unclear message: $err"
     done
+    # A leading zero is decimal too (CLI11 read 010 as octal: 8 ranks).
+    run -n 010 /bin/sh -c 'echo $WORLD_SIZE'
+    expect_status 0
+    [ "$(printf '%s\n' "$out" | grep -c '^\[rank [0-9]*\] 10$')" -eq 10 ] || fail "-n 010 did not start 10 ranks: $out"
     # A number too large for any count is named as typed (CLI11 clamped it,
     # and the range message quoted 9223372036854775807).
     run -n 2 --arena-mb 18446744073709551617 "$probe" ok
