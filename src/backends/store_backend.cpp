@@ -97,6 +97,13 @@ void mark_failure_read(KeyValueStore& store, int rank, int world_size) {
   }
 }
 
+// `reason` as the peers read it: starting with this rank's name ("rank 2: "),
+// which most of this library's set-up messages have and the environment's
+// readers' do not.
+std::string named_by(const std::string& who, const std::string& reason) {
+  return reason.rfind(who, 0) == 0 ? reason : who + reason;
+}
+
 // Peers waiting for this rank's next entry learn why it will not come
 // (the first reason stays: later ones follow from it). Never throws.
 void leave_reason(KeyValueStore& store, int rank, int world_size, const std::string& reason) {
@@ -595,18 +602,14 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
       backend->barrier();
       return backend;
     } catch (const std::exception& e) {
-      const std::string reason = e.what();
-      shm::abort_job(arena.header(), rank, reason.rfind(who, 0) == 0 ? reason : who + reason);
+      shm::abort_job(arena.header(), rank, named_by(who, e.what()));
       throw;
     }
   };
   try {
     return set_up();
-  } catch (const Error& e) {
-    leave_reason(store, rank, world_size, e.what());  // this library's messages name the rank
-    throw;
   } catch (const std::exception& e) {
-    leave_reason(store, rank, world_size, who + e.what());
+    leave_reason(store, rank, world_size, named_by(who, e.what()));
     throw;
   }
 }
