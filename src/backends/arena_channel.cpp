@@ -304,23 +304,22 @@ std::vector<int> ArenaChannel::missing_ranks(std::uint64_t round) const {
 void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
   const shm::Descriptor& mine = controls_[member_].descriptor[parity];
   const shm::Descriptor& theirs = controls_[m].descriptor[parity];
-  std::string where = theirs.call == mine.call
-                          ? "at call #" + std::to_string(mine.call)
-                          : "at call #" + std::to_string(mine.call) + " (" +
-                                waits_.names().rank(world_ranks_[static_cast<std::size_t>(m)]) +
-                                "'s call #" + std::to_string(theirs.call) + ")";
   const std::string peer = waits_.names().rank(world_ranks_[static_cast<std::size_t>(m)]);
-  broken_ = "collective mismatch in group " + group_name() + " " + where + ": " +
-            waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
-            describe(mine) + " vs " + peer + ": " + describe(theirs);
-  // A member that runs without the check publishes no descriptor at all: say
-  // so, rather than leave an "unknown-collective" to puzzle over (found by a
-  // review).
+  const std::string where = theirs.call == mine.call ? "at call #" + std::to_string(mine.call)
+                                                     : "at call #" + std::to_string(mine.call) + " (" + peer +
+                                                           "'s call #" + std::to_string(theirs.call) + ")";
   if (theirs == shm::Descriptor{}) {
+    // A member that runs without the check publishes no descriptor at all:
+    // say so, rather than leave an "unknown-collective" to puzzle over
+    // (found by a review).
     broken_ = "collective mismatch in group " + group_name() + " at call #" + std::to_string(mine.call) + ": " +
               peer + " published no description of its call, as a rank with AXON_CHECK_COLLECTIVES=0 does, "
               "while this rank checks (" + describe(mine) +
               "): AXON_CHECK_COLLECTIVES must be the same on every rank";
+  } else {
+    broken_ = "collective mismatch in group " + group_name() + " " + where + ": " +
+              waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " + describe(mine) +
+              " vs " + peer + ": " + describe(theirs);
   }
   // Members waiting on us in a barrier learn of it from our relay.
   auto& relay = controls_[member_].relay;

@@ -158,16 +158,10 @@ class SetupWait {
     }
   }
 
-  // Throws Error for a store that failed under a wait (the exception being
-  // handled), saying what this rank waited for.
-  template <class WaitingFor> [[noreturn]] void throw_store_failed(WaitingFor&& waiting_for) const {
-    std::string what = "an unknown error";
-    try {
-      throw;
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
+  // Throws Error for a store that failed (`what`) under a wait, saying what
+  // this rank waited for.
+  template <class WaitingFor>
+  [[noreturn]] void throw_store_failed(const std::string& what, WaitingFor&& waiting_for) const {
     throw Error(who_ + "the store failed (" + what + ") while this rank waited in it for " + waiting_for() +
                 " to set up the shared memory; under env:// or tcp:// the store lives in global rank 0's "
                 "process, so that process may have failed or exited: see its error");
@@ -207,12 +201,12 @@ class SetupWait {
         throw_if_a_peer_failed(waiting_for);
       } catch (const Error&) {
         throw;
-      } catch (const std::exception&) {
+      } catch (const std::exception& e) {
         // The store itself failed (PyTorch's TCPStore lives in one rank's
         // process): a watched peer's exit is the better reason; else say
         // what failed, and where the real reason may be.
         throw_if_a_watched_peer_exited(waiting_for);
-        throw_store_failed(waiting_for);
+        throw_store_failed(e.what(), waiting_for);
       }
       // The caller's check first: under PyTorch it names a process that
       // died first, where a peer of this set-up may have exited only
@@ -581,13 +575,11 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
 
     // 3. Everyone has mapped it: met in the store, then in the arena, after
     // which rank 0's descriptor (closed when memfd goes out of scope) is no
-    // longer needed. A rank that gives up now may leave a peer that saw
-    // every entry already in the arena's barrier: the abort ends it there,
-    // with this rank's reason.
-    // What fails from here on (also this rank's reading of the variables
-    // attaching reads, AXON_SPIN_POLLS say) aborts the arena with its
-    // reason: peers past the store wait in the arena, and saw only this
-    // process's exit, or nothing while it lived (found by a review).
+    // longer needed. A rank that gives up from here on (also on a variable
+    // attaching reads, AXON_SPIN_POLLS say) may leave a peer that saw every
+    // entry already in the arena's barrier: the abort ends it there, with
+    // this rank's reason (it saw only this process's exit, or nothing while
+    // it lived; found by a review).
     const std::shared_ptr<void> mapping = memory;  // the header outlives a throwing attach_world
     try {
       wait_until_all_mapped(store, setup, rank, world_size);
@@ -616,8 +608,9 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
 
 void StoreBackend::give_up(KeyValueStore& store, int rank, int world_size, const std::vector<int>& rank_names,
                            const std::string& reason) {
-  if (!rank_names.empty() && rank_names.size() != static_cast<std::size_t>(world_size)) return;  // names unknown
-  leave_reason(store, rank, world_size, RankNames(rank_names).rank(rank) + ": " + reason);
+  // Names that do not fit the world (a caller's own bad input) give way to its numbers.
+  const RankNames names(rank_names.size() == static_cast<std::size_t>(world_size) ? rank_names : std::vector<int>{});
+  leave_reason(store, rank, world_size, names.rank(rank) + ": " + reason);
 }
 
 }  // namespace axonml::distributed

@@ -322,8 +322,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   } catch (const std::exception& e) {
     try {
       C10dStore kv(store);
-      const bool named = static_cast<int>(global_ranks_.size()) == size;
-      ad::StoreBackend::give_up(kv, rank, size, named ? global_ranks_ : std::vector<int>{}, e.what());
+      ad::StoreBackend::give_up(kv, rank, size, global_ranks_, e.what());
     } catch (...) {  // the store failing too: this rank's own error is the one to raise
     }
     throw;

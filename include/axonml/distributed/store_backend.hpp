@@ -96,7 +96,8 @@ class StoreBackend final : public ArenaBackend {
   // For a rank that fails before it calls create() (its own checks of its
   // arguments or environment): the peers' create() through `store` then
   // fails at once with `reason`, prefixed with this rank's name (from
-  // `rank_names`, as StoreOptions::rank_names), rather than waiting out its
+  // `rank_names`, as StoreOptions::rank_names; its number when they do not
+  // give one per rank), rather than waiting out its
   // timeout for this rank's entry. Waits up to 2 s for them to read it;
   // never throws.
   static void give_up(KeyValueStore& store, int rank, int world_size, const std::vector<int>& rank_names,
