@@ -253,6 +253,50 @@ TEST_CASE("a store set-up whose peer never comes times out naming the entry and 
                       Contains("waiting in the store for the hosts of ranks 1, 2 (axon/host/1, axon/host/2)"));
 }
 
+TEST_CASE("a store set-up waits for a late peer as long as setup_timeout, and the ops still use timeout",
+          "[store][errors]") {
+  StoreOptions options;
+  options.timeout = std::chrono::milliseconds(300);
+  options.setup_timeout = std::chrono::seconds(60);
+  options.setup_timeout_name = "the set-up's own timeout";
+  SECTION("a peer that comes after `timeout` but within `setup_timeout` joins, and an op waiting for it times out") {
+    MemoryStore store(true);
+    std::string late_error;
+    std::thread late([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // four times `timeout`
+      try {
+        auto backend = StoreBackend::create(store, 1, 2, options);
+        std::vector<float> data{2.0f};
+        backend->all_reduce(data, ReduceOp::Sum);
+        if (data[0] != 3.0f) late_error = "sum " + std::to_string(data[0]);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // rank 0's barrier times out first
+        try {
+          backend->barrier();
+        } catch (const PeerFailure&) {  // rank 0's timeout aborted it
+        }
+      } catch (const std::exception& e) {
+        late_error = e.what();
+      }
+    });
+    auto backend = StoreBackend::create(store, 0, 2, options);
+    std::vector<float> data{1.0f};
+    backend->all_reduce(data, ReduceOp::Sum);
+    CHECK(data[0] == 3.0f);
+    REQUIRE_THROWS_WITH(backend->barrier(), Contains("rank 0: timed out after 0.3 s (StoreOptions::timeout)"));
+    late.join();
+    CHECK(late_error.empty());
+  }
+  SECTION("a peer that never comes times out after setup_timeout, named so") {
+    options.setup_timeout = std::chrono::milliseconds(500);
+    MemoryStore store(true);
+    const auto start = std::chrono::steady_clock::now();
+    REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options),
+                        Contains("rank 0: timed out after 0.5 s (the set-up's own timeout) waiting in the store for "
+                                 "rank 1's host (axon/host/1)"));
+    CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(500));
+  }
+}
+
 TEST_CASE("ranks given different groups under the same store keys fail at set-up naming both", "[store][errors]") {
   MemoryStore store(true);
   StoreOptions options;

@@ -119,7 +119,7 @@ void leave_reason(KeyValueStore& store, int rank, int world_size, const std::str
 class SetupWait {
  public:
   SetupWait(KeyValueStore& store, const StoreOptions& options, std::string who, const RankNames& names,
-            int rank, int world_size, std::chrono::milliseconds timeout)
+            int rank, int world_size, std::chrono::milliseconds timeout, std::string timeout_name)
       : rank_(rank),
         world_size_(world_size),
         store_(store),
@@ -127,6 +127,7 @@ class SetupWait {
         who_(std::move(who)),
         names_(names),
         timeout_(timeout),
+        timeout_name_(std::move(timeout_name)),
         deadline_(std::chrono::steady_clock::now() + timeout),
         peers_(static_cast<std::size_t>(world_size)),
         can_check_(store.has(kFailedKey).has_value()) {}
@@ -214,11 +215,8 @@ class SetupWait {
       if (options_.while_waiting) options_.while_waiting();
       throw_if_a_watched_peer_exited(waiting_for);
       if (std::chrono::steady_clock::now() >= deadline_) {
-        const std::string source = options_.timeout.count() > 0
-                                       ? (options_.timeout_name.empty() ? "StoreOptions::timeout" : options_.timeout_name)
-                                       : "AXON_TIMEOUT";
         throw Timeout(who_ + "timed out after " + format_seconds(std::chrono::duration<double>(timeout_).count()) +
-                      " s (" + source + ") waiting in the store for " + describe(missing) +
+                      " s (" + timeout_name_ + ") waiting in the store for " + describe(missing) +
                       " to set up the shared memory");
       }
       std::this_thread::sleep_for(pause);
@@ -234,6 +232,7 @@ class SetupWait {
   std::string who_;
   const RankNames& names_;
   std::chrono::milliseconds timeout_;
+  std::string timeout_name_;
   std::chrono::steady_clock::time_point deadline_;
   std::vector<ProcessWatch> peers_;
   bool can_check_;
@@ -519,7 +518,14 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   const RankNames names(options.rank_names);
   const std::string who = names.rank(rank) + ": ";
   const auto timeout = options.timeout.count() > 0 ? options.timeout : shm::default_timeout();
-  SetupWait setup(store, options, who, names, rank, world_size, timeout);
+  const std::string timeout_name = options.timeout.count() <= 0 ? "AXON_TIMEOUT"
+                                   : options.timeout_name.empty() ? "StoreOptions::timeout"
+                                                                  : options.timeout_name;
+  const bool own_setup_timeout = options.setup_timeout.count() > 0;
+  SetupWait setup(store, options, who, names, rank, world_size, own_setup_timeout ? options.setup_timeout : timeout,
+                  !own_setup_timeout                  ? timeout_name
+                  : options.setup_timeout_name.empty() ? "StoreOptions::setup_timeout"
+                                                       : options.setup_timeout_name);
   const std::string mine = host_identity();
   auto live = std::make_shared<LiveWorld>();
   check_rank_unclaimed(store, rank, mine, who);
@@ -537,7 +543,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     // 2. Rank 0 makes the arena, the others map it.
     shm::ArenaSpec spec;
     spec.world_size = world_size;
-    spec.arena_bytes = (options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size)) +
+    spec.arena_bytes = (options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size, options.slot_bytes)) +
                        options.shared_bytes;
     spec.slot_bytes = options.slot_bytes;
     const std::size_t bytes = spec.arena_bytes;
@@ -585,10 +591,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
       wait_until_all_mapped(store, setup, rank, world_size);
       if (rank == 0 && setup.store_can_check()) check_own_arena_published(store, world_size, who);
       auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, hosts.pids, names);
-      if (options.timeout.count() > 0) {
-        impl->state->waits.name_timeout(options.timeout_name.empty() ? "StoreOptions::timeout"
-                                                                      : options.timeout_name);
-      }
+      if (options.timeout.count() > 0) impl->state->waits.name_timeout(timeout_name);
       auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)),
                                                    [live](StoreBackend* world) { delete world; });
       backend->barrier();

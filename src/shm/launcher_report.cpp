@@ -2,12 +2,14 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <climits>
 #include <mutex>
 
 #include "base/env.hpp"
 #include "shm/arena_layout.hpp"
+#include "shm/arena_view.hpp"
 
 namespace axonml::distributed::shm {
 namespace {
@@ -39,6 +41,20 @@ ArenaHeader* launcher_header() noexcept {
 }
 
 }  // namespace
+
+std::optional<int> launcher_saw_end_of(int rank, int self) noexcept {
+  ArenaHeader* header = launcher_header();
+  if (header == nullptr || ::getppid() != header->launcher_pid) return std::nullopt;
+  try {
+    if (env::integer("RANK", 0, kMaxWorldSize) != self) return std::nullopt;
+  } catch (...) {
+    return std::nullopt;
+  }
+  if (rank < 0 || rank >= static_cast<int>(header->world_size)) return std::nullopt;
+  const RankControl& control = ArenaView(*header).rank_control(rank);
+  if (control.ended.load(std::memory_order_acquire) == 0) return std::nullopt;
+  return control.end_status;
+}
 
 void report_group_failure_to_launcher(const std::string& reason) noexcept {
   ArenaHeader* header = launcher_header();

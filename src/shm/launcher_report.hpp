@@ -11,6 +11,7 @@
 // Thread safety: any thread.
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace axonml::distributed::shm {
@@ -20,5 +21,12 @@ namespace axonml::distributed::shm {
 // (ArenaHeader::group_failure_*). Never throws; does nothing outside
 // axon-launch or when the arena cannot be mapped.
 void report_group_failure_to_launcher(const std::string& reason) noexcept;
+
+// The waitpid status with which axon-launch saw the job's rank `rank` end,
+// if it has; nullopt while it runs, and outside axon-launch. Only for a
+// process the launcher started itself (its parent) as rank `self` (RANK):
+// then the job's ranks are the ranks the caller means (a PyTorch world made
+// by axon-launch's env://), not those of a world of its own children.
+std::optional<int> launcher_saw_end_of(int rank, int self) noexcept;
 
 }  // namespace axonml::distributed::shm

@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "base/text.hpp"
 #include "kernels/reduce.hpp"
 #include "shm/arena_layout.hpp"
+#include "shm/launcher_report.hpp"
 #include "torch/arena_storage.hpp"
 #include "torch/buffers.hpp"
 #include "torch/comm_thread.hpp"
@@ -287,6 +289,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   // wait for this rank's entry in the store, are told why it will not come
   // (they waited out the group's timeout, naming nothing; found by a review).
   std::string timeout_name = "the group's timeout";
+  const std::chrono::milliseconds group_timeout = timeout;  // the set-up's, below
   std::size_t room = 0;
   try {
     if (timeout.count() < 0) {
@@ -332,6 +335,12 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   options.timeout = timeout;
   options.timeout_name = timeout_name;
   options.while_waiting = [this] { give_up_if_a_process_exited(); };
+  // AXON_TIMEOUT bounds the ops; the set-up waits for peers still on their
+  // way (importing torch takes seconds, longer on a loaded machine) as long as
+  // PyTorch's own rendezvous does, as a C++ rank's --timeout does not count
+  // start-up. A peer that exits or fails its set-up is still reported at once.
+  options.setup_timeout = group_timeout;
+  options.setup_timeout_name = "the group's timeout";
   options.group = "global ranks " + describe_global_ranks();
   options.rank_names = global_ranks_;
   options.shared_bytes = room;
@@ -339,7 +348,14 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     options.size_remedy = "ask for less room for placed tensors than the " + ad::format_bytes(room) +
                           " it includes (axonml_torch.Options(shared_mb=) or AXON_TORCH_SHARED_MB)";
   }
-  backend_ = ad::StoreBackend::create(kv, rank, size, options);
+  try {
+    backend_ = ad::StoreBackend::create(kv, rank, size, options);
+  } catch (const ad::Error& e) {
+    // axon-launch's summary gives the reason, as for a group that fails
+    // later (it named only the first rank to exit, a survivor; a review).
+    ad::shm::report_group_failure_to_launcher(e.what());
+    throw;
+  }
   // Rank 0 sized the arena every rank maps, so every rank reads the same.
   shared_room_ = backend_->arena_bytes() > ad::shm::default_arena_bytes(size);
   thread_ = std::make_unique<CommThread>();
@@ -591,6 +607,23 @@ std::string ProcessGroupAxon::describe_global_ranks() const { return ad::bracket
 // those of live_groups(), whose mutex keeps them alive meanwhile. Only a
 // member of this group can hold up its set-up.
 void ProcessGroupAxon::give_up_if_a_process_exited() const {
+  // Under axon-launch the launcher says which ranks have ended, the first
+  // group of a process too: a member that exited, even with status 0,
+  // before this group was set up never comes (the others waited out the
+  // timeout, and the launcher blamed one of them; found by a review).
+  const int self = global_ranks_[static_cast<std::size_t>(getRank())];
+  for (int global : global_ranks_) {
+    if (global == self) continue;
+    const auto status = ad::shm::launcher_saw_end_of(global, self);
+    if (!status) continue;
+    const std::string how = WIFEXITED(*status)   ? "exited (status " + std::to_string(WEXITSTATUS(*status)) + ")"
+                            : WIFSIGNALED(*status) ? "was killed by signal " + std::to_string(WTERMSIG(*status))
+                                                   : "ended";
+    throw ad::PeerFailure("rank " + std::to_string(getRank()) + " (global rank " + std::to_string(self) +
+                          "): gave up setting up the axon group of global ranks " + describe_global_ranks() +
+                          ": its member global rank " + std::to_string(global) + " " + how +
+                          " before the group was set up, as axon-launch saw");
+  }
   std::lock_guard<std::mutex> lock(live_groups_mutex());
   for (const ProcessGroupAxon* group : live_groups()) {
     for (const ad::ExitedPeer& peer : group->backend_->exited_peers()) {

@@ -150,8 +150,12 @@ def left_while_peer_waits(rank, n):
     text = raises(lambda: dist.all_reduce(torch.ones(1 << 20)), "rank 0")
     aborted_for_us = (f"rank 0 aborted: it left the group of global ranks {list(range(n))}",
                       "while global rank(s) ", "waited for it in a collective it never called")
-    left_as_we_came = ("rank 0 left the group (it destroyed it, or its program ended) while rank ",
-                       "all_reduce(f32, 1048576, sum) call #2")
+    # The rank that finds rank 0 gone says "while this rank still waited for
+    # it: all_reduce(...)"; a peer it aborted reads "while rank 1 still
+    # waited for it (all_reduce(...))" (the suite under load took only the
+    # second until 2026-12-03).
+    left_as_we_came = ("rank 0 left the group (it destroyed it, or its program ended) while ",
+                       "still waited for it", "all_reduce(f32, 1048576, sum) call #2")
     assert any(all(w in text for w in words) for words in (aborted_for_us, left_as_we_came)), \
         f"the error does not say that rank 0 left while this rank waited in its collective: {text}"
     waited = time.monotonic() - start
@@ -425,6 +429,36 @@ def axon_timeout_caps(rank, n):
     return text
 
 
+def late_at_set_up(rank, n):
+    """AXON_TIMEOUT (axon-launch --timeout) bounds a group's ops, not how
+    long its set-up waits for a peer still on its way: ranks reach
+    init_process_group and new_group seconds apart (importing torch on a
+    loaded machine), as PyTorch's own rendezvous allows for the group's
+    timeout. --timeout 2 failed the set-up of a job whose ranks came 2 s
+    apart (the suite under load)."""
+    os.environ["AXON_TIMEOUT"] = "1"
+    if rank == n - 1:
+        time.sleep(2.5)
+    started = time.monotonic()
+    dist.init_process_group("axon")
+    if rank == 0:
+        time.sleep(2.5)  # late for new_group
+    group = dist.new_group()
+    waited = time.monotonic() - started
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    dist.all_reduce(t, group=group)
+    assert torch.equal(t, torch.full((4,), float(n * n * (n + 1) / 2))), t
+    # (That the ops still take AXON_TIMEOUT: axon_timeout_caps above.)
+    del os.environ["AXON_TIMEOUT"]
+    dist.barrier()
+    dist.destroy_process_group(group)
+    del group
+    dist.barrier()
+    dist.destroy_process_group()
+    return waited
+
+
 def rank0_set_up_failed(rank, n):
     """Rank 0 fails to make the group's shared memory (here: too much room
     asked for placed tensors) and its program ends at once, taking the
@@ -513,6 +547,10 @@ if __name__ == "__main__":
     print(f"test_errors: a late rank raised after its peer's timeout: {texts[1].splitlines()[0]}")
     texts = run_ranks(2, axon_timeout_caps)
     print(f"test_errors: AXON_TIMEOUT shorter than the group's timeout applied: {texts[0].splitlines()[0]}")
+    waits = run_ranks(3, late_at_set_up)
+    assert all(waited > 2 for waited in waits), waits  # every rank waited for a late one, and set up
+    print(f"test_errors: ranks 2.5 s late for init_process_group and new_group under AXON_TIMEOUT=1 set up "
+          f"(waits {', '.join(f'{w:.1f}' for w in waits)} s)")
     texts = run_ranks(3, killed_rank, dead={2})
     print(f"test_errors: kill -9 of rank 2 raised on the others: {texts[0].splitlines()[0]}")
     texts = run_ranks(4, killed_subgroup_member, dead={3})

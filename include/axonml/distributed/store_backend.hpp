@@ -59,6 +59,13 @@ struct StoreOptions {
   // How a Timeout's message names `timeout` when it is given ("" :
   // "StoreOptions::timeout"); the PyTorch backend says "the group's timeout".
   std::string timeout_name;
+  // How long create()'s waits for the peers' entries may take, when that
+  // differs from `timeout` (0: `timeout`), and its name in messages. Ranks
+  // reach the set-up at different times (a PyTorch process imports torch for
+  // seconds first), so the PyTorch backend gives its set-up the group's own
+  // timeout, as PyTorch's rendezvous has, and its ops the shorter AXON_TIMEOUT.
+  std::chrono::milliseconds setup_timeout{0};
+  std::string setup_timeout_name;
   std::size_t arena_bytes = 0;           // 0: the default for the world size
   // Added to the arena (default or arena_bytes) as free space for
   // allocate_shared(): buffers there are all-reduced without a copy in.
