@@ -94,10 +94,10 @@ int launch(const LaunchOptions& options) {
     std::cerr << "axon-launch: cannot run " << options.command.front() << ": " << why << "\n";
     return kExitNoProgram;
   }
+  const std::size_t slot_bytes = slot_bytes_from_environment();
   const std::size_t arena_bytes = options.arena_mb
                                       ? options.arena_mb << 20
-                                      : axonml::distributed::shm::default_arena_bytes(options.world_size);
-  const std::size_t slot_bytes = slot_bytes_from_environment();
+                                      : axonml::distributed::shm::default_arena_bytes(options.world_size, slot_bytes);
   check_inherited_timeout(options);
 
   // Signals arrive through a signalfd read by the supervisor's poll loop;

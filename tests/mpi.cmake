@@ -124,6 +124,16 @@ set_tests_properties("${name}" PROPERTIES TIMEOUT 30
                      FAIL_REGULAR_EXPRESSION "[1-9][0-9]* failures"
                      ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
 
+# A collective from an atexit handler that runs after this library finalized
+# MPI: Open MPI aborted the job from inside MPI_Irecv, naming only itself.
+set(name "mpi: an all_reduce from an atexit handler after MPI_Finalize throws InvalidArgument naming the op (mpirun -np 4)")
+add_test(NAME "${name}"
+  COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} $<TARGET_FILE:mpi_promises> after-exit)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "after exit: InvalidArgument: all_reduce on rank [0-3]: MPI has been finalized"
+                     FAIL_REGULAR_EXPRESSION "MPI_FINALIZE|another exception|all_reduce completed|[1-9][0-9]* failures"
+                     ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
+
 # Rank 0 alone has a short timeout: the others wait for it at the end.
 set(name "mpi: recv from a rank that never sends times out naming op and peer (mpirun -np 4, flat)")
 add_test(NAME "${name}"

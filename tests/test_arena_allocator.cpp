@@ -343,6 +343,26 @@ TEST_CASE("a group's area goes back only when its last member drops it", "[arena
   }, MockOptions{std::size_t{2} << 20, 64 << 10});
 }
 
+TEST_CASE("the default arena holds three subgroups as large as the world's, with larger slots too",
+          "[arena][groups]") {
+  // AXON_SLOT_BYTES=1048576 under axon-launch: the default arena was sized
+  // for the default slots, and the first new_group found no room (a review).
+  const std::size_t slot_bytes = GENERATE(std::size_t{0}, std::size_t{1} << 20, std::size_t{4} << 20);
+  const int n = GENERATE(2, 3);
+  CAPTURE(slot_bytes, n);
+  run_ranks(n, [&](std::shared_ptr<Backend> b, int r) {
+    std::vector<int> everyone;
+    for (int q = 0; q < n; ++q) everyone.push_back(q);
+    std::vector<std::shared_ptr<Backend>> groups;
+    for (int g = 0; g < 3; ++g) groups.push_back(b->new_group(everyone));
+    for (auto& group : groups) {
+      std::vector<float> x{static_cast<float>(r + 1)};
+      group->all_reduce(x, ReduceOp::Sum);
+      RANK_REQUIRE(x[0] == static_cast<float>(n * (n + 1) / 2));
+    }
+  }, MockOptions{0, slot_bytes});
+}
+
 TEST_CASE("a new_group that ends in a collective mismatch gives its area back", "[arena][groups][errors]") {
   // As above (2 ranks, 64 KiB slots), with room for exactly two group areas:
   // a subgroup and one group made on it. A mismatch leaves the subgroup it

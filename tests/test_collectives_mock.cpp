@@ -341,9 +341,10 @@ std::vector<Bits> nan_all_reduce(Backend& b, ReduceOp op, std::size_t count, Bit
 
 }  // namespace
 
-TEST_CASE("all_reduce of NaNs with different payloads gives every rank the same bits at any alignment",
+TEST_CASE("all_reduce of NaNs with different payloads gives every rank the canonical NaN at any alignment, "
+          "in a group of one too",
           "[collectives][mock][nan]") {
-  const int n = GENERATE(2, 3, 5);
+  const int n = GENERATE(1, 2, 3, 5);  // one: nothing to combine, and still the canonical NaN
   const ReduceOp op = GENERATE(ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average, ReduceOp::Min,
                                ReduceOp::Max);
   // a scalar beside the round counter, one round through the slots, pipelined
@@ -372,7 +373,7 @@ TEST_CASE("all_reduce of NaNs with different payloads gives every rank the same 
 }
 
 TEST_CASE("all_reduce min and max are NaN wherever any one rank holds a NaN", "[collectives][mock][nan]") {
-  const int n = GENERATE(2, 3, 5);
+  const int n = GENERATE(1, 2, 3, 5);
   // a scalar beside the round counter, one round through the slots, pipelined
   const std::size_t count = GENERATE(std::size_t{1}, 3000, 200'000);
   const ReduceOp op = GENERATE(ReduceOp::Min, ReduceOp::Max);

@@ -22,7 +22,7 @@ std::vector<std::shared_ptr<MockBackend>> MockBackend::create_world(int world_si
   spec.world_size = world_size;
   spec.slot_bytes = options.slot_bytes;
   spec.flat_barrier = options.flat_barrier;
-  spec.arena_bytes = options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size);
+  spec.arena_bytes = options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size, options.slot_bytes);
   // Zeroed like a fresh /dev/shm file, so group areas start clean.
   void* raw = std::aligned_alloc(4096, (spec.arena_bytes + 4095) / 4096 * 4096);
   if (raw == nullptr) throw std::bad_alloc();

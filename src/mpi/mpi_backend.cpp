@@ -149,6 +149,15 @@ struct MpiBackend::Impl {
       throw PeerFailure(std::string(op) + " on rank " + std::to_string(world_rank()) +
                         ": the job was aborted: " + abort_reason);
     }
+    // A call from an atexit handler or a static destructor that runs after
+    // this library finalized MPI: Open MPI aborts the job from inside the
+    // call, naming only its own function (found by a review).
+    if (mpi::finalized()) {
+      throw InvalidArgument(std::string(op) + " on rank " + std::to_string(world_rank()) +
+                            ": MPI has been finalized (this process is exiting, and the call came after this "
+                            "library's own exit handling, from an atexit handler or a static destructor); "
+                            "make every call before main returns");
+    }
   }
 
   // Frees the copies of sends MPI has finished with.

@@ -148,13 +148,13 @@ class Runtime {
   int provided_ = MPI_THREAD_SINGLE;
 };
 
+}  // namespace
+
 bool finalized() {
   int done = 0;
   MPI_Finalized(&done);
   return done != 0;
 }
-
-}  // namespace
 
 void ensure_initialized() { static Runtime runtime; }
 

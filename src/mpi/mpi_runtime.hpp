@@ -18,6 +18,10 @@ namespace axonml::distributed::mpi {
 // at exit. Safe to call from several threads.
 void ensure_initialized();
 
+// Whether MPI has been finalized (at this process's exit). Callable at any
+// time, also after.
+bool finalized();
+
 // Throws PeerFailure "<op> on rank <rank>: <detail>: <MPI's message>" when
 // rc is not MPI_SUCCESS.
 void check(int rc, std::string_view op, int rank, std::string_view detail);

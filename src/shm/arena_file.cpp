@@ -89,7 +89,7 @@ std::string unique_arena_name(std::string_view prefix) {
 
 std::shared_ptr<bip::mapped_region> create_arena_file(const std::string& name, const ArenaSpec& spec,
                                                       std::string_view remedy) {
-  const std::size_t bytes = spec.arena_bytes ? spec.arena_bytes : default_arena_bytes(spec.world_size);
+  const std::size_t bytes = spec.arena_bytes ? spec.arena_bytes : default_arena_bytes(spec.world_size, spec.slot_bytes);
   bip::permissions owner_only;
   owner_only.set_permissions(0600);
   bip::shared_memory_object object;
@@ -120,7 +120,7 @@ std::shared_ptr<bip::mapped_region> create_arena_file(const std::string& name, c
 MemfdArena create_arena_memfd(const std::string& label, const ArenaSpec& spec,
                               std::string_view remedy) {
   MemfdArena arena;
-  arena.bytes = spec.arena_bytes ? spec.arena_bytes : default_arena_bytes(spec.world_size);
+  arena.bytes = spec.arena_bytes ? spec.arena_bytes : default_arena_bytes(spec.world_size, spec.slot_bytes);
   arena.fd = ::memfd_create(label.c_str(), MFD_CLOEXEC);
   if (arena.fd < 0) {
     throw Error("cannot create the arena (memfd_create " + label + "): " + std::strerror(errno));

@@ -72,12 +72,15 @@ std::uint64_t hash_of_ranks(std::span<const int> world_ranks) {
   return list.value();
 }
 
-std::size_t default_arena_bytes(int world_size) {
+std::size_t default_arena_bytes(int world_size, std::size_t slot_bytes) {
   const auto n = static_cast<std::size_t>(world_size);
   const std::size_t fixed = kPage + round_up(n * sizeof(RankControl), kPage) +
                             n * n * mailbox_stride(default_cell_bytes(world_size));
-  // The world group plus room for three subgroups as large.
-  const std::size_t groups = 4 * group_layout(n, default_slot_bytes(world_size)).total_bytes;
+  // The world group plus room for three subgroups as large (with slots set
+  // larger through AXON_SLOT_BYTES too: the first new_group failed there,
+  // found by a review).
+  const std::size_t slots = slot_bytes ? round_up(slot_bytes, kCacheLine) : default_slot_bytes(world_size);
+  const std::size_t groups = 4 * group_layout(n, slots).total_bytes;
   return round_up(fixed + groups, std::size_t{1} << 20);
 }
 
@@ -88,7 +91,7 @@ void format_arena(void* base, const ArenaSpec& spec) {
   }
   const auto n = static_cast<std::size_t>(spec.world_size);
   const std::size_t arena_bytes =
-      spec.arena_bytes ? spec.arena_bytes : default_arena_bytes(spec.world_size);
+      spec.arena_bytes ? spec.arena_bytes : default_arena_bytes(spec.world_size, spec.slot_bytes);
   const std::size_t slot_bytes =
       spec.slot_bytes ? round_up(spec.slot_bytes, kCacheLine) : default_slot_bytes(spec.world_size);
   const std::size_t cell_bytes = default_cell_bytes(spec.world_size);

@@ -328,7 +328,9 @@ struct ArenaSpec {
   std::optional<bool> flat_barrier;
 };
 
-std::size_t default_arena_bytes(int world_size);
+// Room for the world group and three subgroups as large, with slots of
+// `slot_bytes` (0: the default for the world size).
+std::size_t default_arena_bytes(int world_size, std::size_t slot_bytes = 0);
 
 // Writes the header and zeroes the control areas of a fresh arena of
 // spec.arena_bytes at `base`, places the world group and makes the rest

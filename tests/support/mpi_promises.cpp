@@ -31,6 +31,12 @@
 //                     KIND: barrier-vs-all-reduce, count-0-vs-1, gather-roots,
 //                     sizes (all_reduce of 100 vs 200 f32), large-sizes
 //                     (100000 vs 200000 f32)
+//   after-exit        an atexit handler registered before World::init() (so
+//                     it runs after the library's own exit handling) calls an
+//                     all_reduce: under mpirun, after MPI_Finalize, it throws
+//                     InvalidArgument naming the op and why (Open MPI aborted
+//                     the job from inside the call); under axon-launch it
+//                     still completes. The handler prints what it got.
 //   rank-order        all_reduce / reduce_scatter / reduce of random floats
 //                     equal, bit for bit, the rank-order reduction of the
 //                     library's kernels (what the shared-memory backend computes)
@@ -38,7 +44,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -443,11 +451,28 @@ template <typename T> void rank_order_type(Backend& b) {
   }
 }
 
+std::shared_ptr<Backend> after_exit_backend;
+
+void all_reduce_after_exit() {
+  try {
+    int one = 1;
+    after_exit_backend->all_reduce(std::span<int>(&one, 1), ReduceOp::Sum);
+    std::printf("[rank %d] after exit: all_reduce completed: %d\n", me, one);
+  } catch (const InvalidArgument& e) {
+    std::printf("[rank %d] after exit: InvalidArgument: %s\n", me, e.what());
+  } catch (const std::exception& e) {
+    std::printf("[rank %d] after exit: another exception: %s\n", me, e.what());
+  }
+  std::fflush(stdout);
+  after_exit_backend.reset();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const std::string arg = argc > 2 ? argv[2] : "";
+  if (mode == "after-exit") std::atexit(all_reduce_after_exit);  // before the library's own
   try {
     World world = World::init();
     me = world.rank();
@@ -477,12 +502,14 @@ int main(int argc, char** argv) {
       init_twice();
     } else if (mode == "mismatch") {
       mismatch(b, arg);
+    } else if (mode == "after-exit") {
+      after_exit_backend = world.default_group().backend_ptr();
     } else if (mode == "rank-order") {
       rank_order_type<float>(b);
       rank_order_type<double>(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "late-rank | late-at-the-timeout | init-twice | mismatch KIND | rank-order\n");
+                           "late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
       return 2;
     }
     int total = failures;

@@ -26,7 +26,11 @@ void all_reduce_product(Tensor& tensor, const ProcessGroup& pg);
 void broadcast(Tensor& tensor, const ProcessGroup& pg);
 void broadcast_from(Tensor& tensor, int src, const ProcessGroup& pg);
 
-// Shape [pg.size(), ...tensor.shape()].
+// Shape [pg.size(), ...tensor.shape()]. Every rank passes the same shape;
+// the call itself compares only element counts (as PyTorch's all_gather
+// does, and at no extra cost), so a rank whose shape differs with as many
+// elements reads the others' data in its own shape. gather_tensor() below
+// compares the shapes too.
 Tensor all_gather(const Tensor& tensor, const ProcessGroup& pg);
 // This rank's block of the sum (mean) of `tensor` split into pg.size() blocks.
 Tensor reduce_scatter_sum(const Tensor& tensor, const ProcessGroup& pg);

@@ -54,7 +54,8 @@ class ProcessGroup {
   void barrier() const;
   void all_reduce_tensor(Tensor& tensor, ReduceOp op = ReduceOp::Sum) const;
   void broadcast_tensor(Tensor& tensor, int src = 0) const;
-  // Shape [size(), ...tensor.shape()]: rank r's tensor at index r.
+  // Shape [size(), ...tensor.shape()]: rank r's tensor at index r. Compares
+  // element counts, not shapes (comm.hpp's all_gather()).
   Tensor all_gather_tensor(const Tensor& tensor) const;
   // Block rank() of the reduction of `tensor` split into size() equal blocks
   // (numel must divide evenly): shape [shape[0] / size(), ...] when dim 0
