@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
+#include <thread>
 
 #include "base/text.hpp"
 #include "shm/wait.hpp"
@@ -42,6 +45,26 @@ void Supervisor::signal_running(int sig) {
     // The rank leads its own process group: reach its children too.
     if (::kill(-r.pid, sig) != 0) ::kill(r.pid, sig);
   }
+}
+
+// A failed job's ranks may have left children behind (a shell's background
+// job, a data-loader process) in the process groups they led; they go with
+// the job, as the ranks did: SIGTERM, then SIGKILL after the same grace
+// (found by a review: `sleep 25 &` of every rank outlived a job whose rank
+// was killed). Orphans that init has not reaped yet still count as there,
+// so the wait is bounded by that grace.
+void Supervisor::stop_leftover_processes() {
+  auto any_left = [&] {
+    for (const auto& r : ranks_) {
+      if (::kill(-r.pid, 0) == 0) return true;
+    }
+    return false;
+  };
+  if (!any_left()) return;
+  for (const auto& r : ranks_) ::kill(-r.pid, SIGTERM);
+  const auto deadline = Clock::now() + times_.term_grace;
+  while (any_left() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (const auto& r : ranks_) ::kill(-r.pid, SIGKILL);
 }
 
 void Supervisor::handle_signals() {
@@ -265,6 +288,7 @@ Outcome Supervisor::run() {
   for (auto& r : ranks_) {
     for (auto& s : r.streams) s.close();
   }
+  if (first_failure_ || forwarded_count_ != 0 || abort_reason()) stop_leftover_processes();
   print_summary();
   Outcome outcome;
   outcome.interrupted = forwarded_count_ != 0;

@@ -94,6 +94,7 @@ class Supervisor {
   std::string describe(const Failure& failure) const;
   int exit_code(const Failure& failure) const;
   void signal_running(int sig);
+  void stop_leftover_processes();
   void advance_phase(Clock::time_point now);
   int poll_timeout_ms(Clock::time_point now) const;
   int running_count() const;

@@ -261,6 +261,37 @@ case "$case_name" in
     for p in $pids; do process_gone "$p" || fail "rank process $p still runs"; done
     echo "rank kill -9 -> launcher exit: $(echo "$end - $start" | bc) s"
     ;;
+  leftover-children)
+    # Every rank starts a background child in its process group, then rank 1
+    # is killed: the job fails, and no child outlives the launcher (they did,
+    # reparented to init, found by a review); a job that succeeds leaves its
+    # ranks' children alone.
+    cat >"$work/rank.sh" <<'RANK_SH'
+#!/bin/sh
+dir=$(dirname "$0")
+sleep 60 &
+echo $! >"$dir/child.$RANK.tmp" && mv "$dir/child.$RANK.tmp" "$dir/child.$RANK"
+if [ "$RANK" = 1 ] && [ "$1" = fail ]; then
+  while [ ! -e "$dir/child.0" ] || [ ! -e "$dir/child.2" ]; do sleep 0.05; done
+  kill -9 $$
+fi
+exit 0
+RANK_SH
+    chmod +x "$work/rank.sh"
+    run -n 3 --timeout 60 "$work/rank.sh" fail
+    expect_status 137
+    for r in 0 1 2; do
+      child=$(cat "$work/child.$r")
+      limit=10 wait_for process_gone "$child" || fail "rank $r's child $child outlived the failed job: $err"
+    done
+    run -n 2 --timeout 60 "$work/rank.sh" ok
+    expect_status 0
+    for r in 0 1; do
+      child=$(cat "$work/child.$r")
+      process_gone "$child" && fail "rank $r's child $child of a job that succeeded was stopped"
+      kill "$child"
+    done
+    ;;
   launcher-killed)
     # kill -9 of the launcher: every rank dies with it (PDEATHSIG), and the
     # arena's name was already gone once all ranks attached.
@@ -424,6 +455,11 @@ case "$case_name" in
     run -n 3 --timeout 2 "$probe" slow-start 1 3
     expect_status 0
     [ "$(grep -c 'met rank=' "$work/out")" -eq 3 ] || fail "not every rank met: $out $err"
+    # ... also for a rank that waits for one that waits for the late rank
+    # (rank 1 timed out in its recv from rank 0, found by a review).
+    run -n 3 --timeout 2 "$probe" slow-start-chain 2 3
+    expect_status 0
+    grep -q "chained rank=1 value=2" "$work/out" || fail "rank 1 did not get rank 2's value through rank 0: $out $err"
     # ... and a rank still not joined after --start-timeout is named, with
     # the deadline as given (1.005 s, not a truncation to 1004 ms).
     run -n 3 --timeout 60 --start-timeout 1.005 "$probe" slow-start 2 30

@@ -189,9 +189,9 @@ void WaitContext::mark_left() const {
   control(rank_).left.store(1, std::memory_order_release);
 }
 
-bool WaitContext::all_joined(const std::vector<int>& ranks) const {
+bool WaitContext::all_joined() const {
   if (header_.launcher_pid == 0) return true;
-  for (int r : ranks) {
+  for (int r = 0; r < static_cast<int>(header_.world_size); ++r) {
     if (control(r).joined.load(std::memory_order_acquire) == 0) return false;
   }
   return true;

@@ -111,8 +111,11 @@ class WaitContext {
   // Says that this rank takes part in nothing more through this arena. Call
   // after its last publication: a peer that then still waits for it fails.
   void mark_left() const;
-  // Whether every one of `ranks` has joined (always true without a launcher).
-  bool all_joined(const std::vector<int>& ranks) const;
+  // Whether every rank of the job has joined (always true without a
+  // launcher). Not only the ranks waited for: one waiting for a peer that
+  // itself waits for a rank still starting is start-up too (a recv ring
+  // timed out on rank 1 while rank 2 was late, found by a review).
+  bool all_joined() const;
   // Aborts the job blaming `peer`, which ended while this rank waited for it
   // (`what`), and throws PeerFailure naming both.
   [[noreturn]] void peer_ended(int peer, const std::string& what) const;
@@ -262,8 +265,8 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitContext& waits, Describ
         if (ready()) return;
         waits.peer_ended(peer, describe_fn());
       }
-      if (!waits.all_joined(peers)) started = std::chrono::steady_clock::now();
     }
+    if (!waits.all_joined()) started = std::chrono::steady_clock::now();
     detail::check_wait(waits, started, describe_fn);
   }
 }

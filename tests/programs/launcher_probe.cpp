@@ -30,6 +30,9 @@
 //   launcher_probe slow-start RANK SECONDS
 //                                         rank RANK sleeps SECONDS before init;
 //                                         then everyone meets in a barrier
+//   launcher_probe slow-start-chain RANK SECONDS
+//                                         as slow-start (RANK must be 2, of 3), then
+//                                         rank 2 sends to 0, 0 passes it on to 1
 //   launcher_probe init-twice RANK        rank RANK calls World::init() twice
 //   launcher_probe late RANK SECONDS      rank RANK comes SECONDS late to a barrier
 //                                         the others time out in; all catch their
@@ -129,7 +132,7 @@ int main(int argc, char** argv) {
     if (args[0] == "init-only") ::usleep(static_cast<useconds_t>(k * ms * 1000));
     if (args[0] == "send-return" && k == 1) ::usleep(static_cast<useconds_t>(ms * 1000));
   }
-  if (args[0] == "slow-start" && args.size() == 3) {
+  if ((args[0] == "slow-start" || args[0] == "slow-start-chain") && args.size() == 3) {
     const char* my_rank = std::getenv("RANK");
     if (my_rank != nullptr && std::atoi(my_rank) == std::atoi(args[1].c_str())) {
       ::usleep(static_cast<useconds_t>(std::atof(args[2].c_str()) * 1e6));
@@ -149,7 +152,8 @@ int main(int argc, char** argv) {
     World world = World::init();
     rank = world.rank();
     // These modes are about what happens right after World::init().
-    if (args[0] != "init-only" && args[0] != "send-return" && args[0] != "init-twice") {
+    if (args[0] != "init-only" && args[0] != "send-return" && args[0] != "init-twice" &&
+        args[0] != "slow-start-chain") {
       world.barrier();
     }
     if (args[0] == "ok") return 0;
@@ -194,6 +198,19 @@ int main(int argc, char** argv) {
         world.backend().recv(std::span<float>(value), leaver, 5);
       }
       std::fprintf(stderr, "probe rank %d was not stopped\n", rank);
+      return 0;
+    }
+    if (args[0] == "slow-start-chain") {
+      // Rank 1 waits for rank 0, which waits for the late rank 2: start-up
+      // for rank 1 as much as for rank 0.
+      std::vector<float> value{static_cast<float>(rank)};
+      if (rank == 2) world.backend().send(std::span<const float>(value), 0, 3);
+      if (rank == 0) {
+        world.backend().recv(std::span<float>(value), 2, 3);
+        world.backend().send(std::span<const float>(value), 1, 3);
+      }
+      if (rank == 1) world.backend().recv(std::span<float>(value), 0, 3);
+      std::printf("chained rank=%d value=%g\n", rank, static_cast<double>(value[0]));
       return 0;
     }
     if (args[0] == "slow-start") {
