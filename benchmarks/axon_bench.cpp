@@ -52,7 +52,8 @@ int run(int argc, char** argv) {
   app.add_option("-r,--root", o.root, "broadcast root")->capture_default_str();
   app.add_option("--seconds-per-size", o.seconds_per_size,
                  "fewer iterations (never under 3) for a size that would take longer (0: never)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--json", o.json_file, "also write the rows to this JSON file (rank 0)");
   app.add_flag("--shared-buffers", o.shared_buffers,
                "all_reduce buffers in the arena (zero copy): each rank holds one buffer, regrown "
@@ -68,7 +69,13 @@ int run(int argc, char** argv) {
                "do not measure the floor (cache-line round trip, cross-core hand-off) before each row");
   app.add_flag("--memcpy", memcpy_only, "print one core's memcpy GB/s at the largest size and exit");
   app.allow_extras();  // MPI may leave its own arguments
-  CLI11_PARSE(app, argc, argv);
+  // Bad arguments exit 2, as the program's own checks below and axon-launch's
+  // do (CLI11's own codes are 100 and up); --help still exits 0.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   o.floor = !no_floor;
   if (memcpy_only) {
@@ -86,6 +93,13 @@ int run(int argc, char** argv) {
       {"bf16", DataType::BF16}, {"f16", DataType::F16}, {"i32", DataType::I32}, {"i64", DataType::I64}};
   o.op = ops.at(op);
   o.type = types.at(dtype);
+  if (o.max_bytes < axonml::distributed::size_of(o.type)) {
+    // Sizes hold whole elements (a row of none is left out): -b 3 -e 3
+    // printed no row at all and exited 0.
+    std::fprintf(stderr, "axon-bench: -e/--max-bytes %zu is less than one %s element (%zu bytes): no row to run\n",
+                 o.max_bytes, dtype.c_str(), axonml::distributed::size_of(o.type));
+    return 2;
+  }
 
   auto transport = make_transport(argc, argv);
   if (o.root < 0 || o.root >= transport->size()) {

@@ -33,6 +33,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=2)
     args = parser.parse_args()
+    if args.ranks < 1:
+        parser.error(f"--ranks {args.ranks}: at least one rank is needed")
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

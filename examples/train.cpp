@@ -232,10 +232,15 @@ int run(const Config& cfg, const dist::World& world) {
   const auto rank = static_cast<std::size_t>(world.rank());
   // Messages leave out the "train: " prefix; main() adds it.
   if (cfg.global_batch > cfg.samples) {
+    // The batch suggested must also split evenly over the ranks (the check
+    // below), or following the advice only leads to the next error.
+    const std::size_t largest = cfg.samples / n * n;
     throw dist::InvalidArgument("--global-batch " + std::to_string(cfg.global_batch) +
-                                " is larger than the data set (--samples " + std::to_string(cfg.samples) +
-                                "): pass --global-batch " + std::to_string(cfg.samples) +
-                                " or less, or --samples " + std::to_string(cfg.global_batch) + " or more");
+                                " is larger than the data set (--samples " + std::to_string(cfg.samples) + "): pass " +
+                                (largest > 0 ? "--global-batch " + std::to_string(largest) + " or less" +
+                                                   (n > 1 ? " (a multiple of " + std::to_string(n) + ")" : "") + ", or "
+                                             : std::string()) +
+                                "--samples " + std::to_string(cfg.global_batch) + " or more");
   }
   if (cfg.global_batch % n != 0) {
     // Equal shards are what make the averaged gradient the global batch's.
@@ -336,16 +341,29 @@ int run(const Config& cfg, const dist::World& world) {
 
 }  // namespace
 
+// "Value 0 not in range 0.000000 to 1.797693e+308" was CLI::PositiveNumber's
+// word for 0: say what is wanted.
+const CLI::Validator kAtLeastOne(
+    [](std::string& input) -> std::string {
+      try {
+        std::size_t end = 0;
+        if (std::stoll(input, &end) >= 1 && end == input.size()) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be a whole number, 1 or more (got " + input + ")";
+    },
+    "1 or more");
+
 int main(int argc, char** argv) {
   Config cfg;
   CLI::App app{"Train an MLP classifier on synthetic Gaussian clusters with DistributedDataParallel"};
-  app.add_option("--epochs", cfg.epochs, "Passes over the data")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--samples", cfg.samples, "Samples in the synthetic set")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--epochs", cfg.epochs, "Passes over the data")->capture_default_str()->check(kAtLeastOne);
+  app.add_option("--samples", cfg.samples, "Samples in the synthetic set")->capture_default_str()->check(kAtLeastOne);
   app.add_option("--global-batch", cfg.global_batch, "Samples per step over all ranks (divisible by the world size)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kAtLeastOne);
   app.add_option("--lr", cfg.lr, "SGD learning rate")->capture_default_str();
   app.add_option("--momentum", cfg.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--hidden", cfg.hidden, "Width of the two hidden layers")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--hidden", cfg.hidden, "Width of the two hidden layers")->capture_default_str()->check(kAtLeastOne);
   app.add_option("--seed", cfg.seed, "Seed of the data, the shuffle and the initial weights")->capture_default_str();
   app.add_option("--sync", cfg.sync, "Gradient sync strategy")->capture_default_str()->check(CLI::IsMember({"sync", "overlapped"}));
   app.add_option("--bucket-mb", cfg.bucket_mb, "DDP bucket capacity in MiB")->capture_default_str();

@@ -69,9 +69,10 @@ LaunchOptions parse_options(int argc, char** argv) {
       "MASTER_ADDR=127.0.0.1 and a free MASTER_PORT (unless set, other than by an outer\n"
       "axon-launch) for PyTorch's env:// rendezvous. Unless already set, it also gets\n"
       "its thread share (AXON_THREADS_PER_RANK, OMP_NUM_THREADS), AXON_OVERSUBSCRIBED\n"
-      "(1 when ranks share cores) and, when bound within one NUMA node, AXON_NUMA_NODE.\n"
-      "Exits 0 when every rank does, else with the status of the first rank that\n"
-      "failed (128+signal for a signal).",      "axon-launch"};
+      "(1 when ranks outnumber cores) and, when bound within one NUMA node, AXON_NUMA_NODE.\n"
+      "Exits 0 when every rank exits 0 and none aborted the job; else with the status\n"
+      "of the first rank that failed (128+signal for a signal), or 1 when every rank\n"
+      "exited 0 but the job had been aborted (a peer left while others waited for it).",      "axon-launch"};
   app.formatter(std::make_shared<LauncherFormatter>());
   app.prefix_command();  // PROGRAM and everything after it are passed through
   // Not ->required(): CLI11 would name the option by its long spelling

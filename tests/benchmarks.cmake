@@ -5,6 +5,11 @@ if(TARGET axon-bench)
     add_test(NAME "axon-bench: every collective verifies at world size 1 (${dtype})"
       COMMAND axon-bench -c all -d ${dtype} -o average -b 4 -e 1M -f 16 -n 2 -w 1)
   endforeach()
+  # Sizes hold whole elements: -b 3 -e 3 printed a sweep of no rows and exited 0.
+  add_test(NAME "axon-bench: a --max-bytes below one element is refused, naming it"
+           COMMAND axon-bench -b 3 -e 3)
+  set_tests_properties("axon-bench: a --max-bytes below one element is refused, naming it" PROPERTIES
+    PASS_REGULAR_EXPRESSION "axon-bench: -e/--max-bytes 3 is less than one f32 element \\(4 bytes\\): no row to run")
 endif()
 find_package(Python3 COMPONENTS Interpreter)
 if(TARGET axon-bench AND TARGET axon-launch AND Python3_Interpreter_FOUND)

@@ -29,6 +29,17 @@ if(TARGET train AND TARGET axon-launch)
     PROPERTIES PASS_REGULAR_EXPRESSION
                "--global-batch 256 is larger than the data set \\(--samples 100\\): pass --global-batch 100 or less"
                FAIL_REGULAR_EXPRESSION "must be in")
+  # ... suggesting a batch that also splits over the ranks (it said "6 or
+  # less" for 4 ranks, whose next error was that 6 does not split).
+  add_test(NAME "messages: train suggests a global batch that fits the data and splits over the ranks"
+           COMMAND axon-launch -n 4 $<TARGET_FILE:train> --samples 6)
+  set_tests_properties("messages: train suggests a global batch that fits the data and splits over the ranks"
+    PROPERTIES PASS_REGULAR_EXPRESSION "pass --global-batch 4 or less \\(a multiple of 4\\), or --samples 256 or more")
+  add_test(NAME "messages: train --epochs 0 says a whole number of 1 or more is wanted"
+           COMMAND $<TARGET_FILE:train> --epochs 0)
+  set_tests_properties("messages: train --epochs 0 says a whole number of 1 or more is wanted"
+    PROPERTIES PASS_REGULAR_EXPRESSION "--epochs: must be a whole number, 1 or more \\(got 0\\)"
+               FAIL_REGULAR_EXPRESSION "not in range")
 endif()
 
 if(TARGET train)

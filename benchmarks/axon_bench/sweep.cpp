@@ -328,7 +328,7 @@ void print_row(const Row& r, const Options&) {
 
 void write_json(const std::string& file, const Transport& t, const Options& o, const std::vector<Row>& rows) {
   std::ofstream out(file);
-  if (!out) throw std::runtime_error("axon-bench: cannot write " + file);
+  if (!out) throw std::runtime_error("cannot write " + file);
   out << "{\n  \"transport\": \"" << t.name() << "\", \"ranks\": " << t.size() << ", \"dtype\": \""
       << ad::to_string(o.type) << "\", \"op\": \"" << ad::to_string(o.op) << "\",\n  \"rows\": [\n";
   for (std::size_t i = 0; i < rows.size(); ++i) {
