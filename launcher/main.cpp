@@ -7,6 +7,7 @@
 // 4. supervise them until all have ended (supervisor.cpp);
 // 5. with --max-restarts K, after a failure start again from 2, up to K times.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -118,6 +119,10 @@ int launch(const LaunchOptions& options) {
     return kExitSetupFailed;
   }
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor
+  // What a rank leaves behind when it ends (a background child, a daemon in
+  // a session of its own) comes to us rather than to init, so that a failed
+  // job's leftovers can be found, stopped by pid and reaped (Supervisor).
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   raise_fd_limit();
 
   Placement placement;

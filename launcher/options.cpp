@@ -87,8 +87,8 @@ LaunchOptions parse_options(int argc, char** argv) {
                  "seconds a rank may wait for its peers in one operation before failing "
                  "(AXON_TIMEOUT, default 300)");
   app.add_option("--start-timeout", options.start_timeout_s,
-                 "seconds every rank has to reach World::init(); while a rank has not reached it, "
-                 "waiting for that rank does not count towards --timeout (default 300)");
+                 "seconds every rank has to reach World::init(); until every rank has reached it, "
+                 "no wait counts towards --timeout (default 300)");
   app.add_option("--max-restarts", options.max_restarts,
                  "after a rank fails, end the job and start it again, up to K times (K in 0.." +
                      std::to_string(kMaxRestarts) +

@@ -1,5 +1,6 @@
 #include "supervisor.hpp"
 
+#include <dirent.h>
 #include <poll.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -10,8 +11,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -47,24 +52,69 @@ void Supervisor::signal_running(int sig) {
   }
 }
 
+namespace {
+
+// This process's children that still live. Once every rank has been reaped
+// they are what the ranks left behind: the launcher is their subreaper
+// (main.cpp), so orphans come to it, in whatever process group or session.
+std::vector<pid_t> live_children() {
+  std::vector<pid_t> found;
+  const pid_t self = ::getpid();
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return found;
+  while (const dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    std::ifstream file("/proc/" + std::string(entry->d_name) + "/stat");
+    std::string stat;
+    std::getline(file, stat);
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state = 0;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == self && state != 'Z') found.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(proc);
+  return found;
+}
+
+void reap_exited_children() {
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+}  // namespace
+
 // A failed job's ranks may have left children behind (a shell's background
-// job, a data-loader process) in the process groups they led; they go with
-// the job, as the ranks did: SIGTERM, then SIGKILL after the same grace
-// (found by a review: `sleep 25 &` of every rank outlived a job whose rank
-// was killed). Orphans that init has not reaped yet still count as there,
-// so the wait is bounded by that grace.
+// job, a data-loader process); they go with the job, as the ranks did:
+// SIGTERM, then SIGKILL after the same grace, to whatever they leave in turn
+// too (found by a review: `sleep 25 &` of every rank outlived a job whose
+// rank was killed). Only this process's own children are signalled, by pid:
+// unreaped, their pids cannot have been given to anything else (signalling
+// the ranks' old process groups could reach an unrelated group that reused
+// a reaped rank's pid; the review of the change).
 void Supervisor::stop_leftover_processes() {
-  auto any_left = [&] {
-    for (const auto& r : ranks_) {
-      if (::kill(-r.pid, 0) == 0) return true;
-    }
-    return false;
-  };
-  if (!any_left()) return;
-  for (const auto& r : ranks_) ::kill(-r.pid, SIGTERM);
+  reap_exited_children();
+  std::vector<pid_t> left = live_children();
+  std::set<pid_t> asked;
   const auto deadline = Clock::now() + times_.term_grace;
-  while (any_left() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  for (const auto& r : ranks_) ::kill(-r.pid, SIGKILL);
+  while (!left.empty() && Clock::now() < deadline) {
+    for (pid_t pid : left) {
+      if (asked.insert(pid).second) ::kill(pid, SIGTERM);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    reap_exited_children();
+    left = live_children();
+  }
+  for (int round = 0; round < 100 && !left.empty(); ++round) {
+    for (pid_t pid : left) ::kill(pid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    reap_exited_children();
+    left = live_children();
+  }
 }
 
 void Supervisor::handle_signals() {
@@ -263,6 +313,11 @@ Outcome Supervisor::run() {
     check_start_deadline(now);
     advance_phase(now);
     if (running_count() == 0) {
+      // Before the drain: leftovers may hold the output pipes open.
+      if (!leftovers_stopped_ && (first_failure_ || forwarded_count_ != 0 || abort_reason())) {
+        stop_leftover_processes();
+        leftovers_stopped_ = true;
+      }
       if (!any_stream_open() || now >= *all_exited_at_ + times_.drain_grace) break;
     }
 
@@ -288,7 +343,6 @@ Outcome Supervisor::run() {
   for (auto& r : ranks_) {
     for (auto& s : r.streams) s.close();
   }
-  if (first_failure_ || forwarded_count_ != 0 || abort_reason()) stop_leftover_processes();
   print_summary();
   Outcome outcome;
   outcome.interrupted = forwarded_count_ != 0;

@@ -21,7 +21,10 @@
 //     "rank 2 did not join the job within --start-timeout 300 s", status 1.
 //     Ranks that all run without attaching (programs that do not use the
 //     library) are left alone;
-//   - forwards SIGINT/SIGTERM/SIGHUP to every rank; a second one kills them.
+//   - forwards SIGINT/SIGTERM/SIGHUP to every rank; a second one kills them;
+//   - once every rank of a failed or interrupted job has ended, stops what
+//     they left behind (the launcher is their subreaper): SIGTERM, then
+//     SIGKILL.
 // run() returns the attempt's outcome: exit status 0 when every rank exited
 // 0, else the status of the first failed rank (its code, or 128 + signal; 1
 // for a rank blamed with status 0).
@@ -114,6 +117,7 @@ class Supervisor {
   int forwarded_signal_ = 0;   // the first SIGINT/SIGTERM/SIGHUP we passed on
   int forwarded_count_ = 0;
   std::optional<Clock::time_point> all_exited_at_;
+  bool leftovers_stopped_ = false;
 };
 
 }  // namespace axon_launch

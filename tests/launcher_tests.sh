@@ -262,13 +262,15 @@ case "$case_name" in
     echo "rank kill -9 -> launcher exit: $(echo "$end - $start" | bc) s"
     ;;
   leftover-children)
-    # Every rank starts a background child in its process group, then rank 1
-    # is killed: the job fails, and no child outlives the launcher (they did,
-    # reparented to init, found by a review); a job that succeeds leaves its
-    # ranks' children alone.
+    # Every rank starts a background child, and one in a session of its own,
+    # then rank 1 is killed: the job fails, and no child outlives the
+    # launcher (they did, reparented to init, found by a review); a job that
+    # succeeds leaves its ranks' children alone.
     cat >"$work/rank.sh" <<'RANK_SH'
 #!/bin/sh
 dir=$(dirname "$0")
+setsid sleep 60 &
+echo $! >"$dir/session.$RANK"
 sleep 60 &
 echo $! >"$dir/child.$RANK.tmp" && mv "$dir/child.$RANK.tmp" "$dir/child.$RANK"
 if [ "$RANK" = 1 ] && [ "$1" = fail ]; then
@@ -281,15 +283,17 @@ RANK_SH
     run -n 3 --timeout 60 "$work/rank.sh" fail
     expect_status 137
     for r in 0 1 2; do
-      child=$(cat "$work/child.$r")
-      limit=10 wait_for process_gone "$child" || fail "rank $r's child $child outlived the failed job: $err"
+      for child in $(cat "$work/child.$r" "$work/session.$r"); do
+        limit=10 wait_for process_gone "$child" || fail "rank $r's child $child outlived the failed job: $err"
+      done
     done
     run -n 2 --timeout 60 "$work/rank.sh" ok
     expect_status 0
     for r in 0 1; do
-      child=$(cat "$work/child.$r")
-      process_gone "$child" && fail "rank $r's child $child of a job that succeeded was stopped"
-      kill "$child"
+      for child in $(cat "$work/child.$r" "$work/session.$r"); do
+        process_gone "$child" && fail "rank $r's child $child of a job that succeeded was stopped"
+        kill "$child"
+      done
     done
     ;;
   launcher-killed)

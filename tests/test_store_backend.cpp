@@ -256,20 +256,20 @@ TEST_CASE("a store set-up whose peer never comes times out naming the entry and 
 TEST_CASE("a store set-up waits for a late peer as long as setup_timeout, and the ops still use timeout",
           "[store][errors]") {
   StoreOptions options;
-  options.timeout = std::chrono::milliseconds(300);
+  options.timeout = std::chrono::milliseconds(1500);  // the ops'; generous for a loaded machine
   options.setup_timeout = std::chrono::seconds(60);
   options.setup_timeout_name = "the set-up's own timeout";
   SECTION("a peer that comes after `timeout` but within `setup_timeout` joins, and an op waiting for it times out") {
     MemoryStore store(true);
     std::string late_error;
     std::thread late([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // four times `timeout`
+      std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // twice `timeout`
       try {
         auto backend = StoreBackend::create(store, 1, 2, options);
         std::vector<float> data{2.0f};
         backend->all_reduce(data, ReduceOp::Sum);
         if (data[0] != 3.0f) late_error = "sum " + std::to_string(data[0]);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // rank 0's barrier times out first
+        std::this_thread::sleep_for(std::chrono::milliseconds(4000));  // rank 0's barrier times out first
         try {
           backend->barrier();
         } catch (const PeerFailure&) {  // rank 0's timeout aborted it
@@ -282,7 +282,7 @@ TEST_CASE("a store set-up waits for a late peer as long as setup_timeout, and th
     std::vector<float> data{1.0f};
     backend->all_reduce(data, ReduceOp::Sum);
     CHECK(data[0] == 3.0f);
-    REQUIRE_THROWS_WITH(backend->barrier(), Contains("rank 0: timed out after 0.3 s (StoreOptions::timeout)"));
+    REQUIRE_THROWS_WITH(backend->barrier(), Contains("rank 0: timed out after 1.5 s (StoreOptions::timeout)"));
     late.join();
     CHECK(late_error.empty());
   }

@@ -154,9 +154,9 @@ struct MpiBackend::Impl {
     // call, naming only its own function (found by a review).
     if (mpi::finalized()) {
       throw InvalidArgument(std::string(op) + " on rank " + std::to_string(world_rank()) +
-                            ": MPI has been finalized (this process is exiting, and the call came after this "
-                            "library's own exit handling, from an atexit handler or a static destructor); "
-                            "make every call before main returns");
+                            ": MPI has been finalized (by the program, or by this library at exit: a call from "
+                            "an atexit handler or a static destructor comes after that); make every call "
+                            "before MPI_Finalize, and before main returns");
     }
   }
 
@@ -283,6 +283,10 @@ void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   const std::size_t bytes = data.count * size_of(data.type);
   const auto call = mpi::describe_call(CollectiveOp::AllReduce, data.type, data.count, -1, &op);
   const std::span<const std::byte> mine(data.data, bytes);
+  if (impl_->size() == 1) {  // the buffer as it is, as the shared-memory backend leaves it (NaN payloads too)
+    impl_->begin(call, false, none);
+    return;
+  }
   if (impl_->begin(call, bytes <= kInline, [&](int) { return mine; })) {
     if (data.count > 0) kernels::reduce(data.type, op, impl_->sources(data.data), data.data, data.count);
     return;

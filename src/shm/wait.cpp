@@ -190,10 +190,11 @@ void WaitContext::mark_left() const {
 }
 
 bool WaitContext::all_joined() const {
-  if (header_.launcher_pid == 0) return true;
+  if (header_.launcher_pid == 0 || everyone_joined_.load(std::memory_order_relaxed)) return true;
   for (int r = 0; r < static_cast<int>(header_.world_size); ++r) {
     if (control(r).joined.load(std::memory_order_acquire) == 0) return false;
   }
+  everyone_joined_.store(true, std::memory_order_relaxed);
   return true;
 }
 

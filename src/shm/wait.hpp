@@ -165,6 +165,9 @@ class WaitContext {
   std::chrono::milliseconds timeout_;
   std::string timeout_source_ = "AXON_TIMEOUT";
   bool oversubscribed_;
+  // Once every rank has joined, always (no flag resets): all_joined() then
+  // costs one load, not a scan of the world's flags (1024 ranks at start-up).
+  mutable std::atomic<bool> everyone_joined_{false};
   int spin_polls_;
   std::chrono::microseconds yield_phase_;
   std::chrono::milliseconds sleep_slice_;

@@ -350,9 +350,11 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   }
   try {
     backend_ = ad::StoreBackend::create(kv, rank, size, options);
-  } catch (const ad::Error& e) {
+  } catch (const ad::PeerFailure& e) {  // a Timeout too
     // axon-launch's summary gives the reason, as for a group that fails
     // later (it named only the first rank to exit, a survivor; a review).
+    // Not for this rank's own bad input, which its own error names (and a
+    // program may catch, trying another backend).
     ad::shm::report_group_failure_to_launcher(e.what());
     throw;
   }
