@@ -97,23 +97,21 @@ void reap_exited_children() {
 // the ranks' old process groups could reach an unrelated group that reused
 // a reaped rank's pid; the review of the change).
 void Supervisor::stop_leftover_processes() {
+  const auto grace_ends = Clock::now() + times_.term_grace;
+  const auto give_up = grace_ends + std::chrono::seconds(1);  // past SIGKILL: only the unkillable (D state) stay
+  std::set<pid_t> asked;  // SIGTERM once each
   reap_exited_children();
-  std::vector<pid_t> left = live_children();
-  std::set<pid_t> asked;
-  const auto deadline = Clock::now() + times_.term_grace;
-  while (!left.empty() && Clock::now() < deadline) {
+  for (auto left = live_children(); !left.empty() && Clock::now() < give_up; left = live_children()) {
+    const bool grace_over = Clock::now() >= grace_ends;
     for (pid_t pid : left) {
-      if (asked.insert(pid).second) ::kill(pid, SIGTERM);
+      if (grace_over) {
+        ::kill(pid, SIGKILL);
+      } else if (asked.insert(pid).second) {
+        ::kill(pid, SIGTERM);
+      }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     reap_exited_children();
-    left = live_children();
-  }
-  for (int round = 0; round < 100 && !left.empty(); ++round) {
-    for (pid_t pid : left) ::kill(pid, SIGKILL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    reap_exited_children();
-    left = live_children();
   }
 }
 

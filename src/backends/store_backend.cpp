@@ -518,14 +518,17 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   const RankNames names(options.rank_names);
   const std::string who = names.rank(rank) + ": ";
   const auto timeout = options.timeout.count() > 0 ? options.timeout : shm::default_timeout();
-  const std::string timeout_name = options.timeout.count() <= 0 ? "AXON_TIMEOUT"
-                                   : options.timeout_name.empty() ? "StoreOptions::timeout"
-                                                                  : options.timeout_name;
+  // How messages name each timeout: the ops', and the set-up's (the ops'
+  // unless StoreOptions gives one of its own).
+  auto name_of = [](std::chrono::milliseconds given, const std::string& name, const char* field) -> std::string {
+    return given.count() <= 0 ? "AXON_TIMEOUT" : name.empty() ? field : name;
+  };
+  const std::string timeout_name = name_of(options.timeout, options.timeout_name, "StoreOptions::timeout");
   const bool own_setup_timeout = options.setup_timeout.count() > 0;
   SetupWait setup(store, options, who, names, rank, world_size, own_setup_timeout ? options.setup_timeout : timeout,
-                  !own_setup_timeout                  ? timeout_name
-                  : options.setup_timeout_name.empty() ? "StoreOptions::setup_timeout"
-                                                       : options.setup_timeout_name);
+                  own_setup_timeout ? name_of(options.setup_timeout, options.setup_timeout_name,
+                                              "StoreOptions::setup_timeout")
+                                    : timeout_name);
   const std::string mine = host_identity();
   auto live = std::make_shared<LiveWorld>();
   check_rank_unclaimed(store, rank, mine, who);
@@ -591,7 +594,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
       wait_until_all_mapped(store, setup, rank, world_size);
       if (rank == 0 && setup.store_can_check()) check_own_arena_published(store, world_size, who);
       auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, hosts.pids, names);
-      if (options.timeout.count() > 0) impl->state->waits.name_timeout(timeout_name);
+      impl->state->waits.name_timeout(timeout_name);  // "AXON_TIMEOUT" when none is given, as by default
       auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)),
                                                    [live](StoreBackend* world) { delete world; });
       backend->barrier();

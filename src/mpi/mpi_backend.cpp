@@ -282,11 +282,11 @@ void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   impl_->check_usable("all_reduce");
   const std::size_t bytes = data.count * size_of(data.type);
   const auto call = mpi::describe_call(CollectiveOp::AllReduce, data.type, data.count, -1, &op);
-  const std::span<const std::byte> mine(data.data, bytes);
   if (impl_->size() == 1) {  // the buffer as it is, as the shared-memory backend leaves it (NaN payloads too)
     impl_->begin(call, false, none);
     return;
   }
+  const std::span<const std::byte> mine(data.data, bytes);
   if (impl_->begin(call, bytes <= kInline, [&](int) { return mine; })) {
     if (data.count > 0) kernels::reduce(data.type, op, impl_->sources(data.data), data.data, data.count);
     return;

@@ -42,15 +42,19 @@ ArenaHeader* launcher_header() noexcept {
 
 }  // namespace
 
-std::optional<int> launcher_saw_end_of(int rank, int self) noexcept {
-  ArenaHeader* header = launcher_header();
-  if (header == nullptr || ::getppid() != header->launcher_pid) return std::nullopt;
+bool started_by_launcher_as(int self) noexcept {
+  const ArenaHeader* header = launcher_header();
+  if (header == nullptr || ::getppid() != header->launcher_pid) return false;
   try {
-    if (env::integer("RANK", 0, kMaxWorldSize) != self) return std::nullopt;
+    return env::integer("RANK", 0, kMaxWorldSize) == self;
   } catch (...) {
-    return std::nullopt;
+    return false;
   }
-  if (rank < 0 || rank >= static_cast<int>(header->world_size)) return std::nullopt;
+}
+
+std::optional<int> launcher_saw_end_of(int rank) noexcept {
+  ArenaHeader* header = launcher_header();
+  if (header == nullptr || rank < 0 || rank >= static_cast<int>(header->world_size)) return std::nullopt;
   const RankControl& control = ArenaView(*header).rank_control(rank);
   if (control.ended.load(std::memory_order_acquire) == 0) return std::nullopt;
   return control.end_status;

@@ -1,12 +1,13 @@
 // What a process axon-launch started tells the launcher when a group with
-// an arena of its own fails: the PyTorch backend's groups set up their shared
-// memory through their store, apart from the launcher's arena, so the
-// launcher would otherwise see only which rank exited first, not why (found
-// by a review: the summary's reason line never came for PyTorch programs).
+// an arena of its own fails, and learns from it of ranks that ended: the
+// PyTorch backend's groups set up their shared memory through their store,
+// apart from the launcher's arena, so the launcher would otherwise see only
+// which rank exited first, not why, and a group's set-up would not see a
+// rank that exited before it came (found by reviews).
 //
 // The launcher's arena is found as World::init() finds it (AXON_ARENA_FD,
-// AXON_ARENA_BYTES) and mapped once per process, for its header only. A
-// process the launcher did not start reports nothing.
+// AXON_ARENA_BYTES) and mapped once per process, for its header and rank
+// controls only. A process the launcher did not start reports nothing.
 //
 // Thread safety: any thread.
 #pragma once
@@ -22,11 +23,15 @@ namespace axonml::distributed::shm {
 // axon-launch or when the arena cannot be mapped.
 void report_group_failure_to_launcher(const std::string& reason) noexcept;
 
+// Whether axon-launch started this process itself (it is the parent) as the
+// job's rank `self` (RANK): only then are the job's ranks the ranks the
+// caller means (a PyTorch world made by axon-launch's env://), not those of
+// a world of the process's own children.
+bool started_by_launcher_as(int self) noexcept;
+
 // The waitpid status with which axon-launch saw the job's rank `rank` end,
-// if it has; nullopt while it runs, and outside axon-launch. Only for a
-// process the launcher started itself (its parent) as rank `self` (RANK):
-// then the job's ranks are the ranks the caller means (a PyTorch world made
-// by axon-launch's env://), not those of a world of its own children.
-std::optional<int> launcher_saw_end_of(int rank, int self) noexcept;
+// if it has; nullopt while it runs, and outside axon-launch. Ask
+// started_by_launcher_as() first.
+std::optional<int> launcher_saw_end_of(int rank) noexcept;
 
 }  // namespace axonml::distributed::shm

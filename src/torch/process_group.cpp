@@ -614,9 +614,9 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
   // before this group was set up never comes (the others waited out the
   // timeout, and the launcher blamed one of them; found by a review).
   const int self = global_ranks_[static_cast<std::size_t>(getRank())];
-  for (int global : global_ranks_) {
+  for (int global : ad::shm::started_by_launcher_as(self) ? global_ranks_ : std::vector<int>{}) {
     if (global == self) continue;
-    const auto status = ad::shm::launcher_saw_end_of(global, self);
+    const auto status = ad::shm::launcher_saw_end_of(global);
     if (!status) continue;
     const std::string how = WIFEXITED(*status)   ? "exited (status " + std::to_string(WEXITSTATUS(*status)) + ")"
                             : WIFSIGNALED(*status) ? "was killed by signal " + std::to_string(WTERMSIG(*status))
