@@ -53,7 +53,16 @@ int run(int argc, char** argv) {
   app.add_option("--seconds-per-size", o.seconds_per_size,
                  "fewer iterations (never under 3) for a size that would take longer (0: never)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            try {
+              std::size_t end = 0;
+              if (std::stod(value, &end) >= 0 && end == value.size()) return {};
+            } catch (const std::exception&) {
+            }
+            return "must be a number of seconds, 0 or more (got " + value + ")";  // CLI11's own: "not in range 0.000000 to 1.8e308"
+          },
+          "0 or more"));
   app.add_option("--json", o.json_file, "also write the rows to this JSON file (rank 0)");
   app.add_flag("--shared-buffers", o.shared_buffers,
                "all_reduce buffers in the arena (zero copy): each rank holds one buffer, regrown "

@@ -10,6 +10,12 @@ if(TARGET axon-bench)
            COMMAND axon-bench -b 3 -e 3)
   set_tests_properties("axon-bench: a --max-bytes below one element is refused, naming it" PROPERTIES
     PASS_REGULAR_EXPRESSION "axon-bench: -e/--max-bytes 3 is less than one f32 element \\(4 bytes\\): no row to run")
+  # Bad options exit 2, as the program's own checks do (CLI11 gave 105),
+  # and a negative --seconds-per-size is one.
+  add_test(NAME "axon-bench: a negative --seconds-per-size is refused with exit status 2"
+           COMMAND sh -c "\"$0\" --seconds-per-size -1; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)
+  set_tests_properties("axon-bench: a negative --seconds-per-size is refused with exit status 2" PROPERTIES
+    PASS_REGULAR_EXPRESSION "--seconds-per-size: must be a number of seconds, 0 or more \\(got -1\\)\n.*exit status 2")
 endif()
 find_package(Python3 COMPONENTS Interpreter)
 if(TARGET axon-bench AND TARGET axon-launch AND Python3_Interpreter_FOUND)

@@ -85,7 +85,7 @@ set(AXON_PROMISES
   "gather to different roots is a CollectiveMismatch showing both|mismatch gather-roots|AXON_TIMEOUT=60"
   "all_reduce of 100 vs 200 f32 is a CollectiveMismatch showing both|mismatch sizes|AXON_TIMEOUT=60"
   "all_reduce of 100000 vs 200000 f32 is a CollectiveMismatch showing both|mismatch large-sizes|AXON_TIMEOUT=60"
-  "flat f32 / f64 reductions equal the shared-memory backend's bit for bit|rank-order|AXON_TIMEOUT=60")
+  "flat f32 / f64 reductions equal the shared-memory backend's bit for bit, and a group of one leaves NaN payloads as they were|rank-order|AXON_TIMEOUT=60")
 foreach(promise IN LISTS AXON_PROMISES)
   string(REPLACE "|" ";" fields "${promise}")
   list(GET fields 0 what)

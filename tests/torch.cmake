@@ -43,6 +43,13 @@ foreach(n 2 3)
   axon_torch_test("tensors placed in the group's shared memory all-reduce to the same bytes as private ones on ${n} ranks, the ranks agree when one cannot place, the space comes back, and DDP with zero_copy_allreduce_hook equals Gloo, also under join() with uneven inputs" test_zero_copy.py ${n})
 endforeach()
 
+# examples/torch_spawn.py with no rank ran nothing and exited 0 (a review).
+add_test(NAME "torch: examples/torch_spawn.py --ranks 0 is refused, naming the option"
+         COMMAND ${AXON_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/examples/torch_spawn.py --ranks 0)
+set_tests_properties("torch: examples/torch_spawn.py --ranks 0 is refused, naming the option"
+                     PROPERTIES PASS_REGULAR_EXPRESSION "--ranks 0: at least one rank is needed"
+                                ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
+
 add_test(NAME "torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as one process does"
          COMMAND ${AXON_TORCH_PYTHON} test_launch.py $<TARGET_FILE:axon-launch>
                  ${PROJECT_SOURCE_DIR}/examples/torch_ddp.py 4

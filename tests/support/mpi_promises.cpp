@@ -39,7 +39,9 @@
 //                     still completes. The handler prints what it got.
 //   rank-order        all_reduce / reduce_scatter / reduce of random floats
 //                     equal, bit for bit, the rank-order reduction of the
-//                     library's kernels (what the shared-memory backend computes)
+//                     library's kernels (what the shared-memory backend computes);
+//                     and an all_reduce on a group of one hands its buffer back
+//                     untouched, NaN payloads too, in both backends alike
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -415,6 +417,23 @@ template <typename T> bool same_bits(const std::vector<T>& a, const T* b, std::s
   return a.size() == count && (count == 0 || std::memcmp(a.data(), b, count * sizeof(T)) == 0);
 }
 
+// Every rank, in turn, makes a group of itself alone (new_group is collective
+// over the world) and all-reduces NaNs with payloads and a signalling NaN in it.
+void group_of_one_untouched(Backend& b) {
+  const std::vector<std::uint32_t> bits{0xffc12345u, 0x7f800001u, 0x3f800000u, 0x7fc00001u};
+  for (int q = 0; q < b.world_size(); ++q) {
+    auto alone = b.new_group(std::vector<int>{q});
+    if (q != me) continue;
+    for (const ReduceOp op : {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average, ReduceOp::Min, ReduceOp::Max}) {
+      std::vector<float> data(bits.size());
+      std::memcpy(data.data(), bits.data(), bits.size() * sizeof(float));
+      alone->all_reduce(std::span<float>(data), op);
+      expect(std::memcmp(data.data(), bits.data(), bits.size() * sizeof(float)) == 0,
+             "all_reduce (" + std::string(to_string(op)) + ") on a group of one leaves its buffer's bits as they were");
+    }
+  }
+}
+
 template <typename T> void rank_order_type(Backend& b) {
   const int n = b.world_size(), r = b.rank();
   const std::string type(to_string(data_type_v<T>));
@@ -507,6 +526,7 @@ int main(int argc, char** argv) {
     } else if (mode == "rank-order") {
       rank_order_type<float>(b);
       rank_order_type<double>(b);
+      group_of_one_untouched(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
                            "late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
