@@ -205,16 +205,7 @@ void WaitContext::peer_ended(int peer, const std::string& what) const {
   if (aborted()) check_alive();
   const int status = control(peer).end_status;  // written before `ended` (release)
   const bool ended = header_.launcher_pid != 0 && control(peer).ended.load(std::memory_order_acquire) != 0;
-  std::string how;
-  if (!ended) {
-    how = "left the group (it destroyed it, or its program ended)";
-  } else if (WIFEXITED(status)) {
-    how = "exited (status " + std::to_string(WEXITSTATUS(status)) + ")";
-  } else if (WIFSIGNALED(status)) {
-    how = "was killed by signal " + std::to_string(WTERMSIG(status));
-  } else {
-    how = "ended";
-  }
+  const std::string how = ended ? describe_end(status) : "left the group (it destroyed it, or its program ended)";
   const std::string peer_name = names_.rank(peer);
   // Blame the peer, so that the launcher's summary names it rather than us.
   abort(peer, peer_name + " " + how + " while " + names_.rank(rank_) +
@@ -245,6 +236,12 @@ void abort_job(ArenaHeader& header, int rank, const std::string& reason) {
   });
   header.abort_bell.word.fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(header.abort_bell.word);
+}
+
+std::string describe_end(int status) {
+  if (WIFEXITED(status)) return "exited (status " + std::to_string(WEXITSTATUS(status)) + ")";
+  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
+  return "ended";
 }
 
 std::chrono::milliseconds default_timeout() {

@@ -197,6 +197,10 @@ bool abort_blames_clean_exit_of(const ArenaHeader& header, int rank);
 // The timeout ranks use unless told otherwise: AXON_TIMEOUT seconds, or 300.
 std::chrono::milliseconds default_timeout();
 
+// How a rank that ended with waitpid `status` ended, for messages: "exited
+// (status 3)", "was killed by signal 9", or "ended".
+std::string describe_end(int status);
+
 namespace detail {
 // Called between sleeps; throws when the wait must end. `describe` says what
 // is being waited for ("all_reduce call #3 in group [0, 1]: waiting for rank 1").

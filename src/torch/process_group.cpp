@@ -7,7 +7,6 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +29,7 @@
 #include "kernels/reduce.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/launcher_report.hpp"
+#include "shm/wait.hpp"
 #include "torch/arena_storage.hpp"
 #include "torch/buffers.hpp"
 #include "torch/comm_thread.hpp"
@@ -618,12 +618,9 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
     if (global == self) continue;
     const auto status = ad::shm::launcher_saw_end_of(global);
     if (!status) continue;
-    const std::string how = WIFEXITED(*status)   ? "exited (status " + std::to_string(WEXITSTATUS(*status)) + ")"
-                            : WIFSIGNALED(*status) ? "was killed by signal " + std::to_string(WTERMSIG(*status))
-                                                   : "ended";
     throw ad::PeerFailure("rank " + std::to_string(getRank()) + " (global rank " + std::to_string(self) +
                           "): gave up setting up the axon group of global ranks " + describe_global_ranks() +
-                          ": its member global rank " + std::to_string(global) + " " + how +
+                          ": its member global rank " + std::to_string(global) + " " + ad::shm::describe_end(*status) +
                           " before the group was set up, as axon-launch saw");
   }
   std::lock_guard<std::mutex> lock(live_groups_mutex());
