@@ -466,9 +466,9 @@ namespace {
 // Whether `store` (under any PrefixStores) is a TCPStore, whose server runs
 // in rank 0 under env:// and tcp:// (a client's connection breaks when rank
 // 0 drops it). 1.13's TCPStore does not say whether it is the server.
-const c10d::TCPStore* tcp_store(c10::intrusive_ptr<c10d::Store> store) {
+c10d::TCPStore* tcp_store(c10::intrusive_ptr<c10d::Store> store) {
   while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get())) store = prefixed->getUnderlyingStore();
-  return dynamic_cast<const c10d::TCPStore*>(store.get());
+  return dynamic_cast<c10d::TCPStore*>(store.get());
 }
 
 // Whether nothing listens at host:port any more (a connection is refused).
@@ -501,6 +501,32 @@ bool refused_at(const std::string& host, std::uint16_t port) {
   return refused;
 }
 
+// Set in the default group's TCPStore itself (no prefix) as its ranks close
+// it: a store that answers without it at the same port is a new one.
+constexpr const char* kClosedStoreMarker = "axon/closed_store";
+
+// Whether the store this group closed no longer listens at host:port:
+// nothing does (refused), or a store that lacks kClosedStoreMarker answers
+// (rank 0 listens again, for a new group). The old one, still closing,
+// answers with the marker, or accepts and then resets the connection, or
+// does not answer (found by a fresh-clone make test: 200 ms of waiting for
+// a refusal did not cover a loaded rank 0, and the re-init's TCPStore met
+// the old listener: "Connection reset by peer").
+bool closed_store_gone(const std::string& host, std::uint16_t port) {
+  if (refused_at(host, port)) return true;
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = port;
+    options.isServer = false;
+    options.waitWorkers = false;  // a probe, not one of the new store's workers
+    options.timeout = std::chrono::milliseconds(500);
+    c10d::TCPStore probe(host, options);
+    return !probe.check({kClosedStoreMarker});
+  } catch (const std::exception&) {
+    return false;  // reset, or no answer: the old one, going
+  }
+}
+
 }  // namespace
 
 // Why: PyTorch 1.13's new_group ends with a barrier in the store that every
@@ -523,16 +549,13 @@ bool refused_at(const std::string& host, std::uint16_t port) {
 // 0 returns and drops the store at once: the others wait for their
 // connection to break, at most kServerGoneWait more (a program may hold
 // rank 0's store itself), and then for its listening socket to close
-// (refused_at). Nothing here may throw: a store already gone is no error.
+// (closed_store_gone). Nothing here may throw: a store already gone is no error.
 void ProcessGroupAxon::close_store_together() {
   if (!default_group_store_ || getSize() == 1) return;
   constexpr auto kCloseWait = std::chrono::seconds(5);
   constexpr auto kServerGoneWait = std::chrono::seconds(1);
-  // Rank 0 may already listen again on the same port (a new group): then
-  // nothing is refused, and this much is lost.
-  constexpr auto kListenerGoneWait = std::chrono::milliseconds(200);
   const std::string key = "axon/closed";
-  const c10d::TCPStore* tcp = tcp_store(default_group_store_);
+  c10d::TCPStore* tcp = tcp_store(default_group_store_);
   const bool wait_for_server = getRank() != 0 && tcp != nullptr;
   // Past the program's end no init_process_group() follows, so the others'
   // destroy is no reason to stay: the store needs this rank only as rank 0.
@@ -554,8 +577,10 @@ void ProcessGroupAxon::close_store_together() {
     return false;
   };
   bool all_in = false;
+  bool store_broke = false;
   try {
     std::int64_t closed = default_group_store_->add(key, 1);
+    if (tcp != nullptr) tcp->add(kClosedStoreMarker, 1);
     // A rank that has exited counts itself in no more (or did, before it went).
     while (std::chrono::steady_clock::now() < deadline) {
       // A peer that enters a collective now, in this group or another this
@@ -574,12 +599,15 @@ void ProcessGroupAxon::close_store_together() {
     }
   } catch (const std::exception&) {
     // The store is gone (its host has closed it) or failing: nothing to wait for.
+    store_broke = true;
   }
-  if (!all_in || getRank() == 0) return;
-  // Our connection has broken (or the wait ran out): wait, briefly, until
-  // rank 0's listening socket is gone too.
-  const auto listener_deadline = std::chrono::steady_clock::now() + kListenerGoneWait;
-  while (!refused_at(tcp->getHost(), tcp->getPort()) && std::chrono::steady_clock::now() < listener_deadline) {
+  // A store still answering after kServerGoneWait is held by the program
+  // (rank 0's listener stays with it): nothing will close.
+  if (!all_in || getRank() == 0 || !store_broke) return;
+  // Our connection has broken (or the wait ran out): wait until rank 0's
+  // listening socket is gone too, or a new store listens in its place.
+  const auto listener_deadline = std::chrono::steady_clock::now() + kCloseWait;
+  while (!closed_store_gone(tcp->getHost(), tcp->getPort()) && std::chrono::steady_clock::now() < listener_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
