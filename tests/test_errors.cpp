@@ -561,6 +561,36 @@ TEST_CASE("a rank that left for good fails its peers' recv and collective at onc
   });
 }
 
+TEST_CASE("a rank that left for good is refused its own later ops, on its group and on subgroups, naming each",
+          "[errors][p2p]") {
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    const std::vector<int> both{0, 1};
+    auto subgroup = b->new_group(both);
+    b->barrier();
+    dynamic_cast<ArenaBackend&>(*b).leave_for_good();
+    std::vector<float> data(4, 1.0f);
+    // Catch2 v2 composes matchers by reference: no composed matcher is kept
+    // in a variable.
+    const auto refused = Contains("has left for good (leave_for_good()) and takes part in nothing more; "
+                                  "nothing was done");
+    RANK_REQUIRE_THAT(error_of([&] { b->all_reduce<float>(data, ReduceOp::Sum); }),
+                      Contains("all_reduce") && Contains("rank " + std::to_string(r)) && refused);
+    RANK_REQUIRE_THAT(error_of([&] { subgroup->template broadcast<float>(data, 0); }), Contains("broadcast") && refused);
+    RANK_REQUIRE_THAT(error_of([&] { b->barrier(); }), Contains("barrier") && refused);
+    RANK_REQUIRE_THAT(error_of([&] { b->send<float>(data, 1 - r); }), Contains("send of 16 bytes") && refused);
+    RANK_REQUIRE_THAT(error_of([&] { b->recv<float>(data, 1 - r); }), Contains("recv of 16 bytes") && refused);
+    RANK_REQUIRE_THAT(error_of([&] { b->new_group(both); }), Contains("new_group") && refused);
+    RANK_REQUIRE(data == std::vector<float>(4, 1.0f));
+    bool invalid_argument = false;
+    try {
+      b->barrier();
+    } catch (const InvalidArgument&) {
+      invalid_argument = true;
+    }
+    RANK_REQUIRE(invalid_argument);
+  });
+}
+
 TEST_CASE("a collective from a second thread while one runs on the same group throws on that thread, "
           "and the running one completes",
           "[errors][threads]") {

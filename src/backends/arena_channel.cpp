@@ -51,6 +51,18 @@ bool same_fields(const shm::Descriptor& a, const shm::Descriptor& b) {
 // two digests are equal exactly when fields ^ call are).
 std::uint64_t digest_of(std::uint64_t fields_digest, std::uint64_t call) { return mix(fields_digest ^ call); }
 
+shm::Descriptor descriptor_of(const CollectiveCall& call, std::uint64_t number) {
+  shm::Descriptor d{};
+  d.call = number;
+  d.count = call.count;
+  d.detail = call.detail;
+  d.op = static_cast<std::uint8_t>(call.op);
+  d.root = call.root;
+  d.dtype = static_cast<std::uint8_t>(call.type);
+  d.reduce_op = call.has_reduce_op ? static_cast<std::uint8_t>(call.reduce_op) : 0xff;
+  return d;
+}
+
 }  // namespace
 
 ArenaChannel::ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::size_t slot_bytes,
@@ -76,17 +88,14 @@ shm::Doorbell& ArenaChannel::doorbell_of(int member) const {
 
 void ArenaChannel::begin(const CollectiveCall& call) {
   if (!broken_.empty()) throw CollectiveMismatch(broken_);
+  // Its peers may have gone, taking the group's memory with them, and those
+  // still here count it as ended: an op now would pair with nobody, or with
+  // a peer's unrelated op (found by a review: it ran when every rank left).
+  if (waits_.left()) [[unlikely]] refuse_after_leaving(call);
   // An aborted job (a dead rank, a peer's timeout) may have left this op's
   // round half done: finishing it could pair with a rank that gave up.
   if (waits_.aborted()) waits_.check_alive();
-  pending_ = shm::Descriptor{};
-  pending_.call = calls_++;
-  pending_.count = call.count;
-  pending_.detail = call.detail;
-  pending_.op = static_cast<std::uint8_t>(call.op);
-  pending_.root = call.root;
-  pending_.dtype = static_cast<std::uint8_t>(call.type);
-  pending_.reduce_op = call.has_reduce_op ? static_cast<std::uint8_t>(call.reduce_op) : 0xff;
+  pending_ = descriptor_of(call, calls_++);
   check_pending_ = collective_checks_enabled();
   if (check_pending_) {
     if (!same_fields(pending_, digested_)) {
@@ -326,6 +335,13 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
   relay.store(shm::relay_broken(round), std::memory_order_release);
   for (int d = 1; d < size(); d *= 2) shm::ring(doorbell_of((member_ + d) % size()));
   throw CollectiveMismatch(broken_);
+}
+
+void ArenaChannel::refuse_after_leaving(const CollectiveCall& call) const {
+  throw InvalidArgument(describe(descriptor_of(call, calls_)) + " in group " + group_name() + " on " +
+                        waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) +
+                        ": this rank has left for good (leave_for_good()) and takes part in nothing more; "
+                        "nothing was done");
 }
 
 std::string ArenaChannel::describe_wait(std::uint64_t round) const {

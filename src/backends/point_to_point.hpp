@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <list>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "axonml/distributed/dtype.hpp"
@@ -63,6 +64,7 @@ class PointToPoint {
   shm::Doorbell& traffic_bell() const { return doorbell(me_); }
 
  private:
+  [[noreturn, gnu::cold]] void refuse_after_leaving(const std::string& what) const;
   // A message received (or being received) into the stash.
   struct StashedMessage {
     std::uint64_t comm;

@@ -111,6 +111,10 @@ class WaitContext {
   // Says that this rank takes part in nothing more through this arena. Call
   // after its last publication: a peer that then still waits for it fails.
   void mark_left() const;
+  // Whether this rank called mark_left(): its own later ops are refused
+  // (ArenaChannel::begin, point-to-point) rather than run with peers that
+  // may already have gone.
+  bool left() const { return left_here_.load(std::memory_order_relaxed); }
   // Whether every rank of the job has joined (always true without a
   // launcher). Not only the ranks waited for: one waiting for a peer that
   // itself waits for a rank still starting is start-up too (a recv ring
@@ -168,6 +172,7 @@ class WaitContext {
   // Once every rank has joined, always (no flag resets): all_joined() then
   // costs one load, not a scan of the world's flags (1024 ranks at start-up).
   mutable std::atomic<bool> everyone_joined_{false};
+  mutable std::atomic<bool> left_here_{false};
   int spin_polls_;
   std::chrono::microseconds yield_phase_;
   std::chrono::milliseconds sleep_slice_;

@@ -70,7 +70,8 @@ class ArenaBackend : public Backend {
   // never sent) fails within 50 ms with PeerFailure naming it as having left,
   // instead of when its process exits or at the timeout. What it sent or
   // published before stays readable. REQUIRES: every op of this rank on the
-  // arena has returned, and none follows.
+  // arena has returned. Its later ops, on this group or one made from it,
+  // throw InvalidArgument.
   void leave_for_good();
 
  protected:
