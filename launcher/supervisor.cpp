@@ -157,6 +157,7 @@ void Supervisor::reap() {
   }
   if (!failed.empty()) record_failures(failed);
   check_unjoined_exit();
+  check_abort_by_rank();
   // Published after any abort above, so that peers waiting for these ranks
   // find the launcher's reason first; a rank that merely finished is no
   // error unless somebody still waits for it (the waiter decides that).
@@ -219,6 +220,26 @@ void Supervisor::check_unjoined_exit() {
   if (running_count() > 0) start_abort(*first_failure_);
 }
 
+// A rank aborted the job, and a rank has ended since with status 0 (a
+// failed one is a first failure already), while others still run. Nothing
+// but the launcher would end those: one asleep outside any collective (the
+// rank the others timed out waiting for) never learns of the abort, and the
+// job hung until it woke (found by a review). The arena is aborted already:
+// only the grace and the signals follow.
+void Supervisor::check_abort_by_rank() {
+  if (first_failure_ || forwarded_count_ != 0 || phase_ != Phase::Running) return;
+  const int running = running_count();
+  if (running == 0 || running == static_cast<int>(ranks_.size()) || !abort_reason()) return;
+  if (auto culprit = left_while_needed()) {
+    first_failure_ = culprit;  // as record_failures() would blame it once the waiter fails
+  } else {
+    first_failure_ = Failure{arena_.header().abort_rank, 0, true, Blame::AbortedByRank};
+  }
+  arena_.wake_sleepers();
+  phase_ = Phase::Aborting;
+  phase_deadline_ = Clock::now() + times_.abort_grace;
+}
+
 // Start-up has its own deadline (--start-timeout): a rank may take long to
 // reach World::init(), and its peers wait for it without counting that
 // against --timeout. When the deadline passes with some ranks attached and
@@ -236,6 +257,9 @@ void Supervisor::check_start_deadline(Clock::time_point now) {
 }
 
 std::string Supervisor::describe(const Failure& failure) const {
+  if (failure.blame == Blame::AbortedByRank) {
+    return "the job was aborted: " + abort_reason().value_or("(no reason given)");
+  }
   std::string s = "rank " + std::to_string(failure.rank) + " ";
   switch (failure.blame) {
     case Blame::ExitedUnjoined:
@@ -247,6 +271,7 @@ std::string Supervisor::describe(const Failure& failure) const {
              axonml::distributed::shortest_text(std::chrono::duration<double>(times_.start_deadline).count()) +
              " s (did it call World::init()?)";
     case Blame::Failed:
+    case Blame::AbortedByRank:  // returned above
       break;
   }
   // "Before joining" tells only once some rank has joined: a program that
@@ -377,9 +402,14 @@ void Supervisor::print_summary() const {
   if (forwarded_signal_ != 0) {
     line += " after the launcher forwarded SIG" + std::string(::sigabbrev_np(forwarded_signal_));
   }
-  if (phase_ != Phase::Running) line += "; the job was aborted and the other ranks stopped";
+  if (f.blame == Blame::AbortedByRank) {
+    if (phase_ == Phase::Terminating || phase_ == Phase::Killing) line += "; the ranks still running were stopped";
+  } else if (phase_ != Phase::Running) {
+    line += "; the job was aborted and the other ranks stopped";
+  }
   line += " (exit status " + std::to_string(exit_code(f)) + ")";
   std::cerr << line << std::endl;
+  if (f.blame == Blame::AbortedByRank) return;  // the line gave the abort's reason
   // The rank that exited first is often not where the job went wrong: a
   // rank that timed out waiting for a hung peer aborted the job, and it or a
   // survivor that caught the PeerFailure exited. The abort's reason names

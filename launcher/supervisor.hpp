@@ -21,6 +21,12 @@
 //     "rank 2 did not join the job within --start-timeout 300 s", status 1.
 //     Ranks that all run without attaching (programs that do not use the
 //     library) are left alone;
+//   - once a rank has aborted the job (a timeout, a peer it saw die) and
+//     some rank has ended with status 0 (one that caught the error), treats
+//     the ranks still running as after a failure: they may never enter a
+//     collective again to learn of the abort (the rank the others timed out
+//     waiting for, asleep outside any), so they get the grace, then SIGTERM;
+//     the summary gives the abort's reason, exit status 1;
 //   - forwards SIGINT/SIGTERM/SIGHUP to every rank; a second one kills them;
 //   - once every rank of a failed or interrupted job has ended, stops what
 //     they left behind (the launcher is their subreaper): SIGTERM, then
@@ -77,6 +83,8 @@ class Supervisor {
     ExitedUnjoined,  // exit 0 before attaching while others attached
     LeftWhileNeeded, // exit 0 after attaching while peers still waited for it
     NeverJoined,     // still not attached at the start deadline
+    AbortedByRank,   // a rank aborted the job (the reason is in the arena), and
+                     // ranks ended with status 0 while others still ran
   };
   struct Failure {
     int rank;
@@ -93,6 +101,7 @@ class Supervisor {
   void start_abort(const Failure& failure);
   void check_unjoined_exit();
   void check_start_deadline(Clock::time_point now);
+  void check_abort_by_rank();
   std::optional<Failure> left_while_needed() const;
   std::string describe(const Failure& failure) const;
   int exit_code(const Failure& failure) const;
