@@ -74,13 +74,20 @@ std::uint64_t hash_of_ranks(std::span<const int> world_ranks) {
 
 std::size_t default_arena_bytes(int world_size, std::size_t slot_bytes) {
   const auto n = static_cast<std::size_t>(world_size);
+  // As format_arena() lays it out (each part on whole pages).
   const std::size_t fixed = kPage + round_up(n * sizeof(RankControl), kPage) +
-                            n * n * mailbox_stride(default_cell_bytes(world_size));
-  // The world group plus room for three subgroups as large (with slots set
+                            round_up(n * n * mailbox_stride(default_cell_bytes(world_size)), kPage);
+  // The world group, and room for three subgroups as large alive at once
+  // whatever their sizes and the order they come and go in (with slots set
   // larger through AXON_SLOT_BYTES too: the first new_group failed there,
-  // found by a review).
+  // found by a review). Three areas' worth was not enough: while a fourth is
+  // made (new_group's second try waits until every member has dropped what
+  // it meant to), the two others alive may cut the free space into three
+  // pieces, and only five areas' worth guarantees one piece a whole area.
+  // With three, subgroups of random members made and dropped in turn, two
+  // alive, found no room within 30-650 cycles at n=8 (a review).
   const std::size_t slots = slot_bytes ? round_up(slot_bytes, kCacheLine) : default_slot_bytes(world_size);
-  const std::size_t groups = 4 * group_layout(n, slots).total_bytes;
+  const std::size_t groups = 6 * group_layout(n, slots).total_bytes;
   return round_up(fixed + groups, std::size_t{1} << 20);
 }
 
