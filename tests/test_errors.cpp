@@ -2,6 +2,9 @@
 // corrupt data. Each case checks the message names what was wrong.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -588,6 +591,35 @@ TEST_CASE("a rank that left for good is refused its own later ops, on its group 
       invalid_argument = true;
     }
     RANK_REQUIRE(invalid_argument);
+  });
+}
+
+TEST_CASE("a child forked after its rank joined is refused collectives and point-to-point, and the rank goes on",
+          "[errors][p2p]") {
+  // The child used to run as rank 0 for rank 1, and rank 0 itself then got
+  // a CollectiveMismatch whose two sides read the same (found by a review).
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    b->barrier();
+    std::vector<float> data(4, static_cast<float>(r + 1));
+    if (r == 0) {
+      const pid_t child = ::fork();
+      if (child == 0) {
+        // No Catch2 here: report through the exit status only.
+        const std::string collective = error_of([&] { b->all_reduce<float>(data, ReduceOp::Sum); });
+        const std::string send = error_of([&] { b->send<float>(data, 1); });
+        const bool ok = collective.find("all_reduce(f32, 4, sum) in group [0, 1] on rank 0: this process (pid ") == 0 &&
+                        collective.find("was forked from rank 0's process (pid ") != std::string::npos &&
+                        collective.find("nothing was done") != std::string::npos &&
+                        send.find("send of 16 bytes to rank 1 on rank 0: this process") == 0;
+        ::_exit(ok ? 0 : 1);
+      }
+      int status = -1;
+      ::waitpid(child, &status, 0);
+      RANK_REQUIRE(WIFEXITED(status));
+      RANK_REQUIRE(WEXITSTATUS(status) == 0);
+    }
+    b->all_reduce<float>(data, ReduceOp::Sum);
+    RANK_REQUIRE(data == std::vector<float>(4, 3.0f));
   });
 }
 

@@ -88,10 +88,11 @@ shm::Doorbell& ArenaChannel::doorbell_of(int member) const {
 
 void ArenaChannel::begin(const CollectiveCall& call) {
   if (!broken_.empty()) throw CollectiveMismatch(broken_);
-  // Its peers may have gone, taking the group's memory with them, and those
-  // still here count it as ended: an op now would pair with nobody, or with
-  // a peer's unrelated op (found by a review: it ran when every rank left).
-  if (waits_.left()) [[unlikely]] refuse_after_leaving(call);
+  // A rank that left: its peers may have gone, taking the group's memory
+  // with them, and those still here count it as ended, so an op now would
+  // pair with nobody or with a peer's unrelated op (found by a review: it ran
+  // when every rank left). A forked child: the rank's process runs its part.
+  if (waits_.refuses_ops()) [[unlikely]] refuse(call);
   // An aborted job (a dead rank, a peer's timeout) may have left this op's
   // round half done: finishing it could pair with a rank that gave up.
   if (waits_.aborted()) waits_.check_alive();
@@ -337,11 +338,10 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
   throw CollectiveMismatch(broken_);
 }
 
-void ArenaChannel::refuse_after_leaving(const CollectiveCall& call) const {
+void ArenaChannel::refuse(const CollectiveCall& call) const {
   throw InvalidArgument(describe(descriptor_of(call, calls_)) + " in group " + group_name() + " on " +
-                        waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) +
-                        ": this rank has left for good (leave_for_good()) and takes part in nothing more; "
-                        "nothing was done");
+                        waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
+                        waits_.why_refused() + "; nothing was done");
 }
 
 std::string ArenaChannel::describe_wait(std::uint64_t round) const {

@@ -122,8 +122,9 @@ class ArenaChannel final : public collectives::RoundChannel {
   // formatting would otherwise weigh on every call).
   void log_begin() const;
   [[noreturn]] void throw_mismatch(int member, int parity, std::uint64_t round);
-  // begin() on a rank that has left for good (ArenaBackend::leave_for_good).
-  [[noreturn, gnu::cold]] void refuse_after_leaving(const CollectiveCall& call) const;
+  // begin() where WaitContext::refuses_ops(): after leave_for_good(), or in
+  // a forked child.
+  [[noreturn, gnu::cold]] void refuse(const CollectiveCall& call) const;
   [[noreturn]] void report_barrier_mismatch(std::uint64_t round, int parity);
   shm::Doorbell& doorbell_of(int member) const;
 

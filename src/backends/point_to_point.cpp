@@ -40,16 +40,14 @@ shm::Doorbell& PointToPoint::doorbell(int rank) const { return arena_.rank_contr
 // Every wait drains this rank's inbound mailboxes, so two ranks that send to
 // each other at once both make progress.
 // A rank that left for good (WaitContext::mark_left) sends and receives
-// nothing more: its peers already count it as ended.
-void PointToPoint::refuse_after_leaving(const std::string& what) const {
-  throw InvalidArgument(what + " on " + waits_.names().rank(me_) +
-                        ": this rank has left for good (leave_for_good()) and takes part in nothing more; "
-                        "nothing was done");
+// nothing more: its peers already count it as ended. Nor does a forked child.
+void PointToPoint::refuse(const std::string& what) const {
+  throw InvalidArgument(what + " on " + waits_.names().rank(me_) + ": " + waits_.why_refused() + "; nothing was done");
 }
 
 void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* data,
                         std::size_t bytes, DataType type) {
-  if (waits_.left()) refuse_after_leaving("send of " + std::to_string(bytes) + " bytes to " + waits_.names().rank(dst));
+  if (waits_.refuses_ops()) refuse("send of " + std::to_string(bytes) + " bytes to " + waits_.names().rank(dst));
   if (waits_.aborted()) waits_.check_alive();  // an aborted job moves no more data
   const auto d = static_cast<std::size_t>(dst);
   auto describe = [&] {
@@ -208,7 +206,7 @@ void PointToPoint::unpost(PostedReceive& want) {
 
 void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, std::size_t bytes,
                         DataType type) {
-  if (waits_.left()) refuse_after_leaving("recv of " + std::to_string(bytes) + " bytes from " + waits_.names().rank(src));
+  if (waits_.refuses_ops()) refuse("recv of " + std::to_string(bytes) + " bytes from " + waits_.names().rank(src));
   if (waits_.aborted()) waits_.check_alive();
   PostedReceive want{comm, src, tag, data, bytes, type};
   {

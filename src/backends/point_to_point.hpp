@@ -64,7 +64,8 @@ class PointToPoint {
   shm::Doorbell& traffic_bell() const { return doorbell(me_); }
 
  private:
-  [[noreturn, gnu::cold]] void refuse_after_leaving(const std::string& what) const;
+  // send/recv where WaitContext::refuses_ops() (see there).
+  [[noreturn, gnu::cold]] void refuse(const std::string& what) const;
   // A message received (or being received) into the stash.
   struct StashedMessage {
     std::uint64_t comm;

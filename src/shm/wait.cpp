@@ -3,6 +3,7 @@
 #include "shm/launcher_report.hpp"
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -85,6 +86,23 @@ int choose_spin_polls(bool oversubscribed) {
   // measurable in the others (0.41 us either way).
   return oversubscribed ? 0 : 64;
 }
+
+}  // namespace
+
+std::atomic<std::uint64_t> WaitContext::current_fork_generation{0};
+
+namespace {
+
+// A child forked after a rank joined shares its arena and its place in every
+// group, and ran as that rank for its peers while the parent got a
+// CollectiveMismatch with two identical sides (found by a review); the
+// handler lets each WaitContext tell its own process from a child.
+const bool fork_handler_installed = [] {
+  ::pthread_atfork(nullptr, nullptr, [] {
+    WaitContext::current_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  });
+  return true;
+}();
 
 }  // namespace
 
@@ -181,6 +199,17 @@ int WaitContext::first_ended(const std::vector<int>& ranks) const {
     if (control(r).left.load(std::memory_order_acquire) != 0) return r;
   }
   return -1;
+}
+
+std::string WaitContext::why_refused() const {
+  if (fork_generation_ != current_fork_generation.load(std::memory_order_relaxed)) {
+    (void)fork_handler_installed;
+    return "this process (pid " + std::to_string(::getpid()) + ") was forked from " + names_.rank(rank_) +
+           "'s process (pid " + std::to_string(owner_pid_) +
+           ") after it joined; only the process that joined takes part in the job's ops (a forked child "
+           "may read shared tensors, and must not call collectives)";
+  }
+  return "this rank has left for good (leave_for_good()) and takes part in nothing more";
 }
 
 void WaitContext::mark_left() const {

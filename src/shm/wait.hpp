@@ -19,6 +19,8 @@
 // Thread safety: any number of waiters and wakers, in threads or processes.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -111,10 +113,18 @@ class WaitContext {
   // Says that this rank takes part in nothing more through this arena. Call
   // after its last publication: a peer that then still waits for it fails.
   void mark_left() const;
-  // Whether this rank called mark_left(): its own later ops are refused
-  // (ArenaChannel::begin, point-to-point) rather than run with peers that
-  // may already have gone.
-  bool left() const { return left_here_.load(std::memory_order_relaxed); }
+  // Whether this rank's ops must be refused (ArenaChannel::begin,
+  // point-to-point): it called mark_left(), and its peers may have gone; or
+  // this process is a child forked after the rank joined, and the rank's
+  // own process still runs its part. why_refused() says which.
+  bool refuses_ops() const {
+    return left_here_.load(std::memory_order_relaxed) ||
+           fork_generation_ != current_fork_generation.load(std::memory_order_relaxed);
+  }
+  std::string why_refused() const;
+  // Counts the fork()s of this process's ancestry since the program started
+  // (a pthread_atfork handler bumps it in each child).
+  static std::atomic<std::uint64_t> current_fork_generation;
   // Whether every rank of the job has joined (always true without a
   // launcher). Not only the ranks waited for: one waiting for a peer that
   // itself waits for a rank still starting is start-up too (a recv ring
@@ -173,6 +183,9 @@ class WaitContext {
   // costs one load, not a scan of the world's flags (1024 ranks at start-up).
   mutable std::atomic<bool> everyone_joined_{false};
   mutable std::atomic<bool> left_here_{false};
+  // current_fork_generation when made, and the process that made it.
+  std::uint64_t fork_generation_ = current_fork_generation.load(std::memory_order_relaxed);
+  int owner_pid_ = ::getpid();
   int spin_polls_;
   std::chrono::microseconds yield_phase_;
   std::chrono::milliseconds sleep_slice_;
