@@ -20,7 +20,7 @@ endfunction()
 
 axon_torch_test("bad input names the op and sizes, a rank killed with SIGKILL, or one whose program ended while peers waited for it (rank 0 too), is named by the others within a second" test_errors.py)
 
-axon_torch_test("an irecv posted before its send, batch_isend_irecv and an irecv before a collective complete on 3 ranks" test_p2p.py 3)
+axon_torch_test("an irecv posted before its send, batch_isend_irecv and an irecv before a collective complete on 3 ranks, and a receive's Work names its source" test_p2p.py 3)
 
 axon_torch_test("init_method file:// and tcp://, and a FileStore given as store=, set up the group and a subgroup on 3 ranks without axon-launch, well inside the timeout" test_init_methods.py 3)
 axon_torch_test("init, new_group of two ranks and destroy without a barrier, five times on 4 ranks: the ranks outside the subgroup end cleanly too" test_reinit.py 4 5)

@@ -14,10 +14,11 @@ const c10::TypePtr& tensor_list_type() {
 }
 }  // namespace
 
-AxonWork::AxonWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+AxonWork::AxonWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int source_rank)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(tensor_list_type())) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(tensor_list_type())),
+      source_rank_(source_rank) {}
 
 // The future first: DDP's reducer chains its callbacks on it, and wait()
 // callers must find it complete once they return.

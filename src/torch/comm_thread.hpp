@@ -39,7 +39,9 @@ namespace axonml::torch {
 
 class AxonWork final : public c10d::Work {
  public:
-  AxonWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  // `source_rank`: a receive's src, which sourceRank() gives (as Gloo's
+  // does); -1 for any other op, whose sourceRank() throws c10d's error.
+  AxonWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int source_rank = -1);
 
   // Called once, on the communication thread.
   void complete();
@@ -51,11 +53,13 @@ class AxonWork final : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
 
   std::vector<at::Tensor> result() override { return outputs_; }
+  int sourceRank() const override { return source_rank_ >= 0 ? source_rank_ : c10d::Work::sourceRank(); }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  int source_rank_;
 };
 
 class CommThread {

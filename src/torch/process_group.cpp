@@ -696,8 +696,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::point_to_point(CommThread& thread, OpType type, Tensors outputs,
-                                                              std::function<void()> run) {
-  auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
+                                                              std::function<void()> run, int source_rank) {
+  auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs), source_rank);
   thread.push(work, std::move(run));
   return work;
 }
@@ -1193,9 +1193,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src,
   check_all(tensors, where);
   check_root(src, getSize(), where, "src");
   if (src == getRank()) throw ad::InvalidArgument(where + ": cannot receive from itself");
-  return point_to_point(*recv_thread_, OpType::RECV, tensors, [b = backend_, t = tensors[0], src, tag]() mutable {
-    in_place(t, [&](at::Tensor& c) { axonml::torch::recv(*b, c, src, tag); });
-  });
+  return point_to_point(
+      *recv_thread_, OpType::RECV, tensors,
+      [b = backend_, t = tensors[0], src, tag]() mutable {
+        in_place(t, [&](at::Tensor& c) { axonml::torch::recv(*b, c, src, tag); });
+      },
+      src);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recvAnysource(Tensors&, int) {

@@ -1,7 +1,8 @@
 """Point-to-point under "axon" completes where Gloo's does: an irecv posted
 before the matching send (a ring), batch_isend_irecv, and an irecv posted
 before a collective whose peer sends only after it. Each pattern deadlocked
-while receives shared the collectives' thread."""
+while receives shared the collectives' thread. A receive's Work gives its
+source rank."""
 import datetime
 import sys
 
@@ -21,6 +22,15 @@ def body(rank, n):
     rq.wait()
     sq.wait()
     assert torch.equal(got, torch.full((1000,), float(left))), got[:4]
+    # The receive's Work names its source, as Gloo's does (deprecated in
+    # PyTorch, still called); a send's has none, and says so.
+    assert rq.source_rank() == left, rq.source_rank()
+    try:
+        sq.source_rank()
+    except RuntimeError as e:
+        assert "recv" in str(e), e
+    else:
+        raise AssertionError("a send's Work gave a source rank")
     # batch_isend_irecv with the receive listed first.
     got = torch.zeros(7, dtype=torch.int64)
     ops = [dist.P2POp(dist.irecv, got, left), dist.P2POp(dist.isend, torch.arange(7) + rank, right)]

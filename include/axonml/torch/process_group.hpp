@@ -189,9 +189,10 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
                                       std::function<void()> run);
   // A send or receive, always on `thread` (send_thread_ or recv_thread_):
   // run on the caller's thread, a receive whose send comes later would
-  // block the caller that is to post it.
+  // block the caller that is to post it. A receive gives its src, which
+  // the Work's sourceRank() returns.
   c10::intrusive_ptr<Work> point_to_point(CommThread& thread, c10d::OpType type, Tensors outputs,
-                                          std::function<void()> run);
+                                          std::function<void()> run, int source_rank = -1);
 
   // Throws when a process another live group watches has exited (see the
   // constructor); called while this group sets up.
