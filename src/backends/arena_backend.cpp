@@ -135,6 +135,16 @@ std::string ArenaBackend::describe_shared_memory() const {
   return shm::describe(impl_->state->allocator.usage());
 }
 
+std::string ArenaBackend::describe_group() const {
+  const RankNames& names = impl_->state->waits.names();
+  const std::vector<int> job_ranks = names.job_ranks(impl_->channel.world_ranks());
+  bool whole_job = static_cast<int>(job_ranks.size()) == static_cast<int>(impl_->state->header.world_size);
+  for (std::size_t m = 0; whole_job && m < job_ranks.size(); ++m) whole_job = job_ranks[m] == static_cast<int>(m);
+  if (whole_job) return {};
+  return " in group " + bracketed(job_ranks) + " (rank " + std::to_string(job_ranks[static_cast<std::size_t>(rank())]) +
+         " of the job)";
+}
+
 std::size_t ArenaBackend::arena_bytes() const { return impl_->state->header.arena_bytes; }
 
 bool ArenaBackend::contains(const void* p, std::size_t bytes) const {

@@ -8,9 +8,19 @@
 
 namespace axonml::distributed {
 
+std::string Backend::where(std::string_view op) const {
+  return std::string(op) + " on rank " + std::to_string(rank()) + " of " + std::to_string(world_size()) +
+         describe_group();
+}
+
+void Backend::null_data(std::string_view op, std::string_view what, std::size_t count) const {
+  throw InvalidArgument(where(op) + ": " + std::string(what) + " has " + std::to_string(count) +
+                        " elements at a null pointer (a span of no memory)");
+}
+
 void Backend::check_root(std::string_view op, int root, std::string_view role) const {
   if (root < 0 || root >= world_size()) {
-    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + ": invalid " +
+    throw InvalidArgument(where(op) + ": invalid " +
                           std::string(role) + " " + std::to_string(root) + " (" +
                           std::string(role) + " should be in the 0.." +
                           std::to_string(world_size() - 1) + " range)");
@@ -23,16 +33,14 @@ void Backend::check_peer(std::string_view op, int peer, std::string_view role) c
 
 void Backend::check_tag(std::string_view op, int tag) const {
   if (tag < 0) {
-    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) +
-                          ": invalid tag " + std::to_string(tag) + " (tags are >= 0)");
+    throw InvalidArgument(where(op) + ": invalid tag " + std::to_string(tag) + " (tags are >= 0)");
   }
 }
 
 void Backend::check_size(std::string_view op, std::string_view what, std::size_t actual,
                          std::size_t expected, std::string_view why) const {
   if (actual != expected) {
-    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + " of " +
-                          std::to_string(world_size()) + ": " + std::string(what) + " has " +
+    throw InvalidArgument(where(op) + ": " + std::string(what) + " has " +
                           std::to_string(actual) + " elements but must have " +
                           std::to_string(expected) + " (" + std::string(why) + ")");
   }
@@ -40,14 +48,14 @@ void Backend::check_size(std::string_view op, std::string_view what, std::size_t
 
 void Backend::count_overflows(std::string_view op, std::string_view what, std::size_t count,
                               std::size_t element_bytes) const {
-  throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + ": " +
+  throw InvalidArgument(where(op) + ": " +
                         std::string(what) + " has " + std::to_string(count) + " elements of " +
                         std::to_string(element_bytes) +
                         " bytes, more than can exist (the byte count overflows)");
 }
 
 void Backend::reduce_op_invalid(std::string_view op, ReduceOp reduce_op) const {
-  throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + ": invalid reduce op " +
+  throw InvalidArgument(where(op) + ": invalid reduce op " +
                         std::to_string(static_cast<unsigned>(reduce_op)) +
                         " (ReduceOp is Sum, Product, Min, Max or Average)");
 }
@@ -57,8 +65,7 @@ std::size_t Backend::times_world_size(std::string_view op, std::string_view what
   std::size_t total = 0;
   if (__builtin_mul_overflow(count, static_cast<std::size_t>(world_size()), &total) ||
       total > static_cast<std::size_t>(PTRDIFF_MAX) / element_bytes) {
-    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + " of " +
-                          std::to_string(world_size()) + ": " + std::string(what) + " has " +
+    throw InvalidArgument(where(op) + ": " + std::string(what) + " has " +
                           std::to_string(count) + " elements, and " + std::to_string(world_size()) +
                           " times that is more than can exist (the size overflows)");
   }
@@ -67,8 +74,7 @@ std::size_t Backend::times_world_size(std::string_view op, std::string_view what
 
 void Backend::check_blocks(std::string_view op, std::string_view what, std::size_t actual) const {
   if (actual % static_cast<std::size_t>(world_size()) != 0) {
-    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank()) + " of " +
-                          std::to_string(world_size()) + ": " + std::string(what) + " has " +
+    throw InvalidArgument(where(op) + ": " + std::string(what) + " has " +
                           std::to_string(actual) + " elements, which do not split into " +
                           std::to_string(world_size()) + " equal blocks (one per rank)");
   }
@@ -80,12 +86,11 @@ void Backend::barrier() {
 }
 
 void Backend::held_by_another_thread(std::string_view op) const {
-  const std::string where = std::string(op) + " on rank " + std::to_string(rank()) + " of " +
-                            std::to_string(world_size()) + ": ";
+  const std::string prefix = where(op) + ": ";
   if (const char* why = hold_reason_.load(std::memory_order_relaxed)) {
-    throw InvalidArgument(where + "another thread of this rank holds this group's collectives: " + why);
+    throw InvalidArgument(prefix + "another thread of this rank holds this group's collectives: " + why);
   }
-  throw InvalidArgument(where + "another thread of this rank is inside a collective on the same group; "
+  throw InvalidArgument(prefix + "another thread of this rank is inside a collective on the same group; "
                         "a group takes one thread at a time (give each thread a group of its own: new_group)");
 }
 
@@ -111,19 +116,18 @@ void Backend::release_collectives(std::thread::id holder) {
 }
 
 std::shared_ptr<Backend> Backend::new_group(std::span<const int> ranks) {
-  const std::string where = "new_group on rank " + std::to_string(rank()) + " of " +
-                            std::to_string(world_size());
-  if (ranks.empty()) throw InvalidArgument(where + ": the list of ranks is empty");
+  const std::string prefix = where("new_group");
+  if (ranks.empty()) throw InvalidArgument(prefix + ": the list of ranks is empty");
   std::vector<int> seen(ranks.begin(), ranks.end());
   for (int r : ranks) {
     if (r < 0 || r >= world_size()) {
-      throw InvalidArgument(where + ": rank " + std::to_string(r) + " is out of range (ranks are 0.." +
+      throw InvalidArgument(prefix + ": rank " + std::to_string(r) + " is out of range (ranks are 0.." +
                             std::to_string(world_size() - 1) + ")");
     }
   }
   std::sort(seen.begin(), seen.end());
   if (auto dup = std::adjacent_find(seen.begin(), seen.end()); dup != seen.end()) {
-    throw InvalidArgument(where + ": rank " + std::to_string(*dup) + " is listed twice");
+    throw InvalidArgument(prefix + ": rank " + std::to_string(*dup) + " is listed twice");
   }
   const ThreadClaim claim(*this, "new_group");
   return do_new_group(std::vector<int>(ranks.begin(), ranks.end()));

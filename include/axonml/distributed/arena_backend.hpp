@@ -52,6 +52,7 @@ class ArenaBackend : public Backend {
   bool contains(const void* p, std::size_t bytes) const;
   // The whole arena's size, the same on every rank.
   std::size_t arena_bytes() const;
+  std::string describe_group() const override;
   // The peers this rank watches by process (ranks that met through a store:
   // StoreBackend) whose processes have exited, without waiting or touching
   // the arena; empty under axon-launch, which watches the ranks itself. Lets

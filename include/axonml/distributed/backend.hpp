@@ -131,6 +131,10 @@ class Backend {
   // What is left of the memory allocate_shared() draws from, for error
   // messages ("3 MiB free of the 64 MiB arena, ..."); empty when it has none.
   virtual std::string describe_shared_memory() const { return {}; }
+  // Which group this endpoint is of, for messages: empty for the job's
+  // world, else " in group [2, 1] (rank 2 of the job)", since rank() counts
+  // within the group.
+  virtual std::string describe_group() const { return {}; }
 
   // Whether every other rank of this communicator has already entered the
   // collective this endpoint calls next, so that the call will not wait for
@@ -201,6 +205,14 @@ class Backend {
   }
   [[noreturn]] void count_overflows(std::string_view op, std::string_view what, std::size_t count,
                                     std::size_t element_bytes) const;
+  // Throws when a buffer of `count` elements has no memory (a span made from
+  // a null pointer and a size): the op would crash reading or writing it.
+  void check_data(std::string_view op, std::string_view what, const void* data, std::size_t count) const {
+    if (data == nullptr && count != 0) [[unlikely]] null_data(op, what, count);
+  }
+  [[noreturn]] void null_data(std::string_view op, std::string_view what, std::size_t count) const;
+  // "all_reduce on rank 1 of 2", and the group when it is not the world.
+  std::string where(std::string_view op) const;
   // Throws when `reduce_op` is none of ReduceOp's values (a cast from a bad
   // integer): the kernels would fall through to some reduction, and not
   // necessarily the same one on every transport (found by a review: ranks
@@ -263,6 +275,7 @@ template <Element T> void Backend::all_reduce(std::span<T> data, ReduceOp op) {
   const ThreadClaim claim(*this, "all_reduce");
   check_reduce_op("all_reduce", op);
   check_count("all_reduce", "data", data.size(), sizeof(T));
+  check_data("all_reduce", "data", data.data(), data.size());
   do_all_reduce(view(data), op);
 }
 
@@ -270,6 +283,7 @@ template <Element T> void Backend::broadcast(std::span<T> data, int src) {
   const ThreadClaim claim(*this, "broadcast");
   check_root("broadcast", src, "src");
   check_count("broadcast", "data", data.size(), sizeof(T));
+  check_data("broadcast", "data", data.data(), data.size());
   do_broadcast(view(data), src);
 }
 
@@ -277,6 +291,8 @@ template <Element T> void Backend::all_gather(std::span<const std::type_identity
   const ThreadClaim claim(*this, "all_gather");
   const std::size_t expected = times_world_size("all_gather", "send", send.size(), sizeof(T));
   check_size("all_gather", "recv", recv.size(), expected, "send count x world size");
+  check_data("all_gather", "send", send.data(), send.size());
+  check_data("all_gather", "recv", recv.data(), recv.size());
   do_all_gather(view(send), view(recv));
 }
 
@@ -286,6 +302,8 @@ void Backend::reduce_scatter(std::span<const std::type_identity_t<T>> send, std:
   check_reduce_op("reduce_scatter", op);
   const std::size_t expected = times_world_size("reduce_scatter", "recv", recv.size(), sizeof(T));
   check_size("reduce_scatter", "send", send.size(), expected, "recv count x world size");
+  check_data("reduce_scatter", "send", send.data(), send.size());
+  check_data("reduce_scatter", "recv", recv.data(), recv.size());
   do_reduce_scatter(view(send), view(recv), op);
 }
 
@@ -294,6 +312,8 @@ template <Element T> void Backend::gather(std::span<const std::type_identity_t<T
   check_root("gather", dst, "dst");
   const std::size_t expected = times_world_size("gather", "send", send.size(), sizeof(T));
   if (rank() == dst) check_size("gather", "recv", recv.size(), expected, "send count x world size on dst");
+  check_data("gather", "send", send.data(), send.size());
+  if (rank() == dst) check_data("gather", "recv", recv.data(), recv.size());
   do_gather(view(send), view(recv), dst);
 }
 
@@ -302,6 +322,8 @@ template <Element T> void Backend::scatter(std::span<const std::type_identity_t<
   check_root("scatter", src, "src");
   const std::size_t expected = times_world_size("scatter", "recv", recv.size(), sizeof(T));
   if (rank() == src) check_size("scatter", "send", send.size(), expected, "recv count x world size on src");
+  if (rank() == src) check_data("scatter", "send", send.data(), send.size());
+  check_data("scatter", "recv", recv.data(), recv.size());
   do_scatter(view(send), view(recv), src);
 }
 
@@ -312,6 +334,8 @@ void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T>
   check_root("reduce", dst, "dst");
   check_count("reduce", "send", send.size(), sizeof(T));
   if (rank() == dst) check_size("reduce", "recv", recv.size(), send.size(), "send count on dst");
+  check_data("reduce", "send", send.data(), send.size());
+  if (rank() == dst) check_data("reduce", "recv", recv.data(), recv.size());
   do_reduce(view(send), view(recv), dst, op);
 }
 
@@ -321,6 +345,8 @@ void Backend::all_to_all(std::span<const std::type_identity_t<T>> send, std::spa
   check_count("all_to_all", "send", send.size(), sizeof(T));
   check_blocks("all_to_all", "send", send.size());
   check_size("all_to_all", "recv", recv.size(), send.size(), "send count");
+  check_data("all_to_all", "send", send.data(), send.size());
+  check_data("all_to_all", "recv", recv.data(), recv.size());
   do_all_to_all(view(send), view(recv));
 }
 
@@ -328,6 +354,7 @@ template <Element T> void Backend::send(std::span<T> data, int dst, int tag) {
   check_peer("send", dst, "dst");
   check_tag("send", tag);
   check_count("send", "data", data.size(), sizeof(T));
+  check_data("send", "data", data.data(), data.size());
   do_send(view(std::span<const T>(data)), dst, tag);
 }
 
@@ -335,6 +362,7 @@ template <Element T> void Backend::recv(std::span<T> data, int src, int tag) {
   check_peer("recv", src, "src");
   check_tag("recv", tag);
   check_count("recv", "data", data.size(), sizeof(T));
+  check_data("recv", "data", data.data(), data.size());
   do_recv(view(data), src, tag);
 }
 
