@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <string_view>
 
 #include "base/env.hpp"
 #include "base/text.hpp"
@@ -150,6 +151,16 @@ LaunchOptions parse_options(int argc, char** argv) {
     std::exit(0);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
+    // "--timeout= ./train": CLI11 takes the next word as the value, and the
+    // error then quoted the program ("'./train' is not a decimal number";
+    // found by a review). Say what was typed.
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view arg = argv[i];
+      if (arg.size() > 3 && arg.starts_with("--") && arg.back() == '=' &&
+          what.find(arg.substr(0, arg.size() - 1)) != std::string::npos) {
+        bad_arguments(std::string(arg) + " has no value (write " + std::string(arg) + "VALUE)");
+      }
+    }
     // CLI11 names -n by its long spelling, which the docs never use, both
     // as a prefix ("--nproc: ...") and inside ("Could not convert: --nproc = 1x").
     for (std::size_t at = what.find("--nproc"); at != std::string::npos; at = what.find("--nproc", at)) {

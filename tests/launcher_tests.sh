@@ -168,6 +168,11 @@ case "$case_name" in
     run -n 2 --arena-mb -5 "$probe" ok
     expect_status 2
     [[ "$err" == *"--arena-mb -5 is negative"* ]] || fail "--arena-mb -5: unclear message: $err"
+    # An option with '=' and nothing after it is named as typed (CLI11 took
+    # the program for its value: "'/bin/true' is not a decimal number").
+    run -n 2 --timeout= /bin/true
+    expect_status 2
+    [[ "$err" == *"--timeout= has no value (write --timeout=VALUE)"* ]] || fail "--timeout=: unclear message: $err"
     ;;
   success)
     "$launch" -n 3 "$probe" ok >"$work/out" 2>"$work/err" &
@@ -182,6 +187,14 @@ case "$case_name" in
     AXON_KERNEL=sse9 run -n 2 "$probe" ok
     [ "$status" -ne 0 ] || fail "AXON_KERNEL=sse9 was accepted; stderr: $err"
     [[ "$err" == *"AXON_KERNEL=sse9 is not one of: scalar, avx2, avx512"* ]] || fail "unclear message: $err"
+    # So does one in AXON_CHECK_COLLECTIVES: it was read at the first
+    # collective, on the first rank there, and the others saw only "job aborted".
+    AXON_CHECK_COLLECTIVES=maybe run -n 2 "$probe" ok
+    [ "$status" -ne 0 ] || fail "AXON_CHECK_COLLECTIVES=maybe was accepted; stderr: $err"
+    for r in 0 1; do
+      grep -q "^\[rank $r\] .*AXON_CHECK_COLLECTIVES=maybe is not 0 or 1" "$work/err" ||
+        fail "rank $r did not name AXON_CHECK_COLLECTIVES=maybe: $err"
+    done
     ;;
   master-port)
     # Every rank gets one free MASTER_PORT for PyTorch's env://; a user's own wins.

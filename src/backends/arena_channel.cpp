@@ -76,6 +76,10 @@ ArenaChannel::ArenaChannel(std::byte* arena_base, shm::GroupHeader* group, std::
       waits_(waits),
       p2p_(p2p) {
   check::equal(std::size_t{group_->size}, world_ranks_.size(), "ArenaChannel: group size");
+  // Read now, so that a bad AXON_CHECK_COLLECTIVES fails every rank as it
+  // joins, not only the first to call a collective (its peers then saw
+  // nothing but "job aborted"; found by a review).
+  (void)collective_checks_enabled();
   controls_ = shm::member_controls(*group_, slot_bytes_);
   data_ = shm::group_slots(*group_, slot_bytes_);
   // Our two slots are written only by us: keep them on our NUMA node.

@@ -451,10 +451,16 @@ std::shared_ptr<void> map_published_arena(SetupWait& setup, int rank, int owner,
   Fd opened;
   opened.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (opened.fd < 0) {
+    const int error = errno;
     const std::string reason = errno_text();
     setup.throw_if_a_peer_failed([&] { return "rank 0's arena (" + path + ", gone)"; });  // rank 0 gave up, closed it
-    throw Error(who + "cannot open rank 0's arena " + path + ": " + reason +
-                " (every rank must run as the same user in one PID namespace)");
+    // The hint fits a refusal, not a full descriptor table (found by a
+    // review: "Too many open files" with 100 groups under ulimit -n 60).
+    const std::string hint = error == EMFILE || error == ENFILE
+                                 ? " (this process has no descriptor left: each live group holds a few; raise "
+                                   "ulimit -n, or destroy groups no longer used)"
+                                 : " (every rank must run as the same user in one PID namespace)";
+    throw Error(who + "cannot open rank 0's arena " + path + ": " + reason + hint);
   }
   // Rank 0 may have given up since (and its descriptor's number may already
   // be another arena's): touch nothing then.

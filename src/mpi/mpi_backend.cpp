@@ -218,6 +218,7 @@ MpiBackend::MpiBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MpiBackend::~MpiBackend() = default;
 
 std::shared_ptr<MpiBackend> MpiBackend::create(MpiOptions options) {
+  (void)calls_checked();  // a bad AXON_CHECK_COLLECTIVES fails every rank here, not at its first call
   mpi::ensure_initialized();
   int world_rank = 0, world_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

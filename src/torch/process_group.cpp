@@ -301,6 +301,15 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
                                 std::to_string(global_ranks_.size()) + " global ranks given " +
                                 describe_global_ranks() + ", but there must be one per rank");
     }
+    // new_group([0, 0, 1]) reaches here (PyTorch does not check): one
+    // process would be two members, and the others waited out the timeout
+    // for a host entry it never wrote (found by a review).
+    std::vector<int> sorted = global_ranks_;
+    std::sort(sorted.begin(), sorted.end());
+    if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end()) {
+      throw ad::InvalidArgument("axon process group of global ranks " + describe_global_ranks() + ": rank " +
+                                std::to_string(*twice) + " is listed twice (each process is one member)");
+    }
     // The logging variables were read leniently by the first log line, and
     // AXON_KERNEL is read at the first reduction, on the communication thread.
     ad::log::reload_from_environment();

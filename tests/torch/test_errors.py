@@ -319,6 +319,25 @@ def different_rank_lists(rank, n):
     return text
 
 
+def repeated_rank(rank, n):
+    """new_group([0, 0, 1]): PyTorch passes the list on unchecked, and the
+    members waited out the group's timeout, then named "rank 0's host
+    (axon/host/1)" (found by a review). The members get the error at once,
+    naming the rank listed twice; rank 2, not a member, waits in PyTorch's
+    own barrier at the end of new_group until its timeout, as under Gloo."""
+    dist.init_process_group("axon")
+    make = lambda: dist.new_group([0, 0, 1], timeout=datetime.timedelta(seconds=3))
+    if rank == 2:
+        text = raises(make)
+    else:
+        # Refused before the set-up waits for anyone: the timeout's message
+        # would not name the repeated rank.
+        text = raises(make, "global ranks [0, 0, 1]: rank 0 is listed twice")
+    dist.barrier()
+    dist.destroy_process_group()
+    return text
+
+
 def split_disagreement(rank, n):
     """Uneven all_to_all_single whose split sizes disagree between two ranks:
     every rank raises at once, the one not involved too, naming the pair;
@@ -537,6 +556,8 @@ if __name__ == "__main__":
     print("test_errors: reductions without a runtime kernel that differ between ranks raise a mismatch on every rank")
     texts = run_ranks(3, different_rank_lists)
     print(f"test_errors: new_group given different rank lists named both groups: {texts[2].splitlines()[0][:160]}")
+    texts = run_ranks(3, repeated_rank)
+    print(f"test_errors: new_group with a repeated rank failed at once: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(3, split_disagreement)
     print(f"test_errors: disagreeing all_to_all splits raised on every rank: {texts[2].splitlines()[0]}")
     for name in ("AXON_TORCH_INLINE_BYTES", "AXON_SPIN_POLLS"):
