@@ -216,7 +216,7 @@ void WaitContext::mark_left() const {
   // No bell: a sleeping peer looks between sleep slices (50 ms), soon
   // enough, and ringing would mean knowing which bell each one sleeps on.
   control(rank_).left.store(1, std::memory_order_release);
-  left_here_.store(true, std::memory_order_relaxed);
+  ops_generation_.store(kLeft, std::memory_order_relaxed);
 }
 
 bool WaitContext::all_joined() const {

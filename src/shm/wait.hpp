@@ -117,9 +117,11 @@ class WaitContext {
   // point-to-point): it called mark_left(), and its peers may have gone; or
   // this process is a child forked after the rank joined, and the rank's
   // own process still runs its part. why_refused() says which.
+  // One comparison on every op's path: mark_left() sets the generation
+  // expected to one no process reaches.
   bool refuses_ops() const {
-    return left_here_.load(std::memory_order_relaxed) ||
-           fork_generation_ != current_fork_generation.load(std::memory_order_relaxed);
+    return ops_generation_.load(std::memory_order_relaxed) !=
+           current_fork_generation.load(std::memory_order_relaxed);
   }
   std::string why_refused() const;
   // Counts the fork()s of this process's ancestry since the program started
@@ -182,10 +184,13 @@ class WaitContext {
   // Once every rank has joined, always (no flag resets): all_joined() then
   // costs one load, not a scan of the world's flags (1024 ranks at start-up).
   mutable std::atomic<bool> everyone_joined_{false};
-  mutable std::atomic<bool> left_here_{false};
   // current_fork_generation when made, and the process that made it.
   std::uint64_t fork_generation_ = current_fork_generation.load(std::memory_order_relaxed);
   int owner_pid_ = ::getpid();
+  // fork_generation_, or kLeft once mark_left() ran: refuses_ops() compares
+  // it with the process's generation.
+  static constexpr std::uint64_t kLeft = ~std::uint64_t{0};
+  mutable std::atomic<std::uint64_t> ops_generation_{fork_generation_};
   int spin_polls_;
   std::chrono::microseconds yield_phase_;
   std::chrono::milliseconds sleep_slice_;
