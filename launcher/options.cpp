@@ -154,10 +154,13 @@ LaunchOptions parse_options(int argc, char** argv) {
     // "--timeout= ./train": CLI11 takes the next word as the value, and the
     // error then quoted the program ("'./train' is not a decimal number";
     // found by a review). Say what was typed.
-    for (int i = 1; i < argc; ++i) {
+    // Only where the error quotes the next word as that option's value: a
+    // program's own "--timeout=" further on is the program's.
+    for (int i = 1; i + 1 < argc; ++i) {
       const std::string_view arg = argv[i];
       if (arg.size() > 3 && arg.starts_with("--") && arg.back() == '=' &&
-          what.find(arg.substr(0, arg.size() - 1)) != std::string::npos) {
+          what.find(arg.substr(0, arg.size() - 1)) != std::string::npos &&
+          what.find("'" + std::string(argv[i + 1]) + "'") != std::string::npos) {
         bad_arguments(std::string(arg) + " has no value (write " + std::string(arg) + "VALUE)");
       }
     }

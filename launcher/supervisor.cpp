@@ -151,6 +151,8 @@ void Supervisor::reap() {
     const bool joined = arena_.joined(it->rank);
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       failed.push_back(it->rank);
+    } else if (abort_reason()) {
+      clean_exit_after_abort_ = true;  // a rank that caught the abort's error and ended
     } else if (!joined && !unjoined_exit_ && ranks_.size() > 1) {
       unjoined_exit_ = Failure{it->rank, status, false, Blame::ExitedUnjoined};
     }
@@ -191,6 +193,12 @@ std::optional<Supervisor::Failure> Supervisor::left_while_needed() const {
 // aborted the job itself, if any did, or the rank a waiter blamed for
 // leaving, else the first reaped.
 void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
+  // A rank that fails by itself within the grace after a rank's abort (not
+  // from the launcher's signals) gives the job its status, as it would have
+  // had it failed first.
+  if (first_failure_ && first_failure_->blame == Blame::AbortedByRank && phase_ == Phase::Aborting) {
+    first_failure_.reset();
+  }
   if (first_failure_) return;
   if (auto culprit = left_while_needed()) {
     first_failure_ = culprit;
@@ -221,15 +229,15 @@ void Supervisor::check_unjoined_exit() {
 }
 
 // A rank aborted the job, and a rank has ended since with status 0 (a
-// failed one is a first failure already), while others still run. Nothing
+// failed one is a first failure already; one that ended before the abort,
+// its work done, says nothing of it), while others still run. Nothing
 // but the launcher would end those: one asleep outside any collective (the
 // rank the others timed out waiting for) never learns of the abort, and the
 // job hung until it woke (found by a review). The arena is aborted already:
 // only the grace and the signals follow.
 void Supervisor::check_abort_by_rank() {
   if (first_failure_ || forwarded_count_ != 0 || phase_ != Phase::Running) return;
-  const int running = running_count();
-  if (running == 0 || running == static_cast<int>(ranks_.size()) || !abort_reason()) return;
+  if (!clean_exit_after_abort_ || running_count() == 0) return;
   if (auto culprit = left_while_needed()) {
     first_failure_ = culprit;  // as record_failures() would blame it once the waiter fails
   } else {

@@ -22,11 +22,14 @@
 //     Ranks that all run without attaching (programs that do not use the
 //     library) are left alone;
 //   - once a rank has aborted the job (a timeout, a peer it saw die) and
-//     some rank has ended with status 0 (one that caught the error), treats
-//     the ranks still running as after a failure: they may never enter a
-//     collective again to learn of the abort (the rank the others timed out
-//     waiting for, asleep outside any), so they get the grace, then SIGTERM;
-//     the summary gives the abort's reason, exit status 1;
+//     then some rank has ended with status 0 (one that caught the error),
+//     treats the ranks still running as after a failure: they may never
+//     enter a collective again to learn of the abort (the rank the others
+//     timed out waiting for, asleep outside any), so they get the grace, then
+//     SIGTERM; the summary gives the abort's reason, exit status 1, unless a
+//     rank fails by itself within the grace (then its status, as usual).
+//     Only the job's arena counts: a PyTorch program's groups have arenas of
+//     their own, and their failures end nobody;
 //   - forwards SIGINT/SIGTERM/SIGHUP to every rank; a second one kills them;
 //   - once every rank of a failed or interrupted job has ended, stops what
 //     they left behind (the launcher is their subreaper): SIGTERM, then
@@ -127,6 +130,7 @@ class Supervisor {
   int forwarded_count_ = 0;
   std::optional<Clock::time_point> all_exited_at_;
   bool leftovers_stopped_ = false;
+  bool clean_exit_after_abort_ = false;  // a rank exited 0 once a rank had aborted the job
 };
 
 }  // namespace axon_launch

@@ -408,13 +408,22 @@ RANK_SH
     # A rank that timed out (and aborted the job), caught its Timeout and
     # exited 0 waited for the late rank; it left nobody waiting. The summary
     # used to say "rank 0 exited (status 0) while other ranks still waited
-    # for it" (found by a review); it gives the abort, which names the late
-    # rank (still asleep when rank 0 ended, so stopped or failing by itself).
-    run -n 2 --timeout 1 "$probe" late 1 3
+    # for it" (found by a review). Rank 0's end starts the grace for rank 1
+    # (2 s, then SIGTERM); rank 1 wakes about 1 s before that, fails by itself
+    # and is blamed with the abort's reason. Had the launcher had to stop it,
+    # the summary would give the abort's reason alone: both name rank 1.
+    run -n 2 --timeout 1 "$probe" late 1 2
     expect_status 1
-    [[ "$err" == *"axon-launch: the job was aborted: rank 0: timed out after 1.0 s (AXON_TIMEOUT): barrier() call #"*"waiting for rank(s) 1"* ]] ||
+    [[ "$err" == *"axon-launch: rank 1 exited with code 1"*"axon-launch: the job had been aborted: rank 0: timed out after 1.0 s (AXON_TIMEOUT): barrier() call #"*"waiting for rank(s) 1"* ||
+       "$err" == *"axon-launch: the job was aborted: rank 0: timed out after 1.0 s (AXON_TIMEOUT): barrier() call #"*"waiting for rank(s) 1"* ]] ||
       fail "the summary does not say who aborted the job, waiting for whom: $err"
     [[ "$err" != *"rank 0 exited (status 0) while other ranks still waited"* ]] || fail "the summary blames rank 0: $err"
+    # A rank that ended its work before another's abort is no sign the rest
+    # caught it: rank 1, which aborted, may take its time handling the error
+    # (found by a review: it was stopped 2 s into saving a checkpoint).
+    PROBE_CATCH_SECONDS=3 run -n 3 --timeout 1 "$probe" done-then-abort
+    expect_status 1  # every rank exited 0, but the job was aborted
+    grep -q "probe rank 1 handled its error" "$work/out" || fail "rank 1 was stopped while handling its error: $out $err"
     ;;
   leave-early)
     # A rank that exits 0 after its last collective while the others still

@@ -630,12 +630,19 @@ TEST_CASE("a rank that left for good is refused its own later ops, on its group 
   });
 }
 
-TEST_CASE("a child forked after its rank joined is refused collectives and point-to-point, and the rank goes on",
+TEST_CASE("a child forked after its rank joined is refused collectives and point-to-point, and its end leaves the "
+          "rank's part alone",
           "[errors][p2p]") {
   // The child used to run as rank 0 for rank 1, and rank 0 itself then got
   // a CollectiveMismatch whose two sides read the same (found by a review).
+  // Its end (dropping a subgroup, leaving for good, as a program's end does)
+  // gave the subgroup's area back under the parent and told rank 1 that
+  // rank 0 had left (found by the next review).
   run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    const std::vector<int> both{0, 1};
+    auto pair = b->new_group(both);
     b->barrier();
+    const std::string free_before = b->describe_shared_memory();
     std::vector<float> data(4, static_cast<float>(r + 1));
     if (r == 0) {
       const pid_t child = ::fork();
@@ -647,6 +654,9 @@ TEST_CASE("a child forked after its rank joined is refused collectives and point
                         collective.find("was forked from rank 0's process (pid ") != std::string::npos &&
                         collective.find("nothing was done") != std::string::npos &&
                         send.find("send of 16 bytes to rank 1 on rank 0: this process") == 0;
+        pair.reset();
+        dynamic_cast<ArenaBackend&>(*b).leave_for_good();
+        b->abort("a forked child's abort");
         ::_exit(ok ? 0 : 1);
       }
       int status = -1;
@@ -654,8 +664,15 @@ TEST_CASE("a child forked after its rank joined is refused collectives and point
       RANK_REQUIRE(WIFEXITED(status));
       RANK_REQUIRE(WEXITSTATUS(status) == 0);
     }
+    // Rank 1 waits here for rank 0 while the child ends.
     b->all_reduce<float>(data, ReduceOp::Sum);
     RANK_REQUIRE(data == std::vector<float>(4, 3.0f));
+    pair->all_reduce<float>(data, ReduceOp::Sum);
+    RANK_REQUIRE(data == std::vector<float>(4, 6.0f));
+    if (r == 1) pair.reset();
+    b->barrier();
+    // Rank 0 still holds the subgroup: its area is not free.
+    if (r == 0) RANK_REQUIRE(b->describe_shared_memory() == free_before);
   });
 }
 

@@ -34,7 +34,10 @@ RankState::RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, 
 // dropped its endpoint, and each one's last access to the area happened
 // before its decrement (acq_rel), so the area is nobody's any more.
 GroupAreaHold::~GroupAreaHold() {
-  if (offset_ == 0) return;
+  // A forked child's copy holds nothing: the parent's hold is the rank's
+  // (found by a review: a child dropping a subgroup gave its area back while
+  // the parent still used it).
+  if (offset_ == 0 || state_->waits.in_forked_child()) return;
   shm::GroupHeader& group = shm::ArenaView(state_->base).group_at(offset_);
   const std::size_t bytes = shm::group_layout(group.size, state_->header.slot_bytes).total_bytes;
   if (group.holders.fetch_sub(1, std::memory_order_acq_rel) == 1) {

@@ -72,22 +72,23 @@ std::uint64_t hash_of_ranks(std::span<const int> world_ranks) {
   return list.value();
 }
 
-std::size_t default_arena_bytes(int world_size, std::size_t slot_bytes) {
+std::size_t default_arena_bytes(int world_size, std::size_t slot_bytes, int subgroups_alive) {
   const auto n = static_cast<std::size_t>(world_size);
   // As format_arena() lays it out (each part on whole pages).
   const std::size_t fixed = kPage + round_up(n * sizeof(RankControl), kPage) +
                             round_up(n * n * mailbox_stride(default_cell_bytes(world_size)), kPage);
-  // The world group, and room for three subgroups as large alive at once
+  // The world group, and room for k subgroups as large alive at once
   // whatever their sizes and the order they come and go in (with slots set
   // larger through AXON_SLOT_BYTES too: the first new_group failed there,
-  // found by a review). Three areas' worth was not enough: while a fourth is
-  // made (new_group's second try waits until every member has dropped what
-  // it meant to), the two others alive may cut the free space into three
-  // pieces, and only five areas' worth guarantees one piece a whole area.
-  // With three, subgroups of random members made and dropped in turn, two
-  // alive, found no room within 30-650 cycles at n=8 (a review).
+  // found by a review). While the k-th is made (new_group's second try waits
+  // until every member has dropped what it meant to), the k - 1 others alive
+  // may cut the free space into k pieces, and only 2k - 1 areas' worth
+  // guarantees one of them a whole area. With k areas' worth (k = 3),
+  // subgroups of random members made and dropped in turn, two alive, found
+  // no room within 30-650 cycles at n=8 (a review).
   const std::size_t slots = slot_bytes ? round_up(slot_bytes, kCacheLine) : default_slot_bytes(world_size);
-  const std::size_t groups = 6 * group_layout(n, slots).total_bytes;
+  const auto k = static_cast<std::size_t>(std::max(subgroups_alive, 0));
+  const std::size_t groups = (1 + (k == 0 ? 0 : 2 * k - 1)) * group_layout(n, slots).total_bytes;
   return round_up(fixed + groups, std::size_t{1} << 20);
 }
 

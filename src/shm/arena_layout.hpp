@@ -328,9 +328,11 @@ struct ArenaSpec {
   std::optional<bool> flat_barrier;
 };
 
-// Room for the world group and three subgroups as large, with slots of
-// `slot_bytes` (0: the default for the world size).
-std::size_t default_arena_bytes(int world_size, std::size_t slot_bytes = 0);
+// Room for the world group and `subgroups_alive` subgroups as large alive at
+// once, made and dropped in any order, with slots of `slot_bytes` (0: the
+// default for the world size). 0 subgroups: the world's group only (a
+// PyTorch group's arena: its subgroups make arenas of their own).
+std::size_t default_arena_bytes(int world_size, std::size_t slot_bytes = 0, int subgroups_alive = 3);
 
 // Writes the header and zeroes the control areas of a fresh arena of
 // spec.arena_bytes at `base`, places the world group and makes the rest

@@ -202,7 +202,7 @@ int WaitContext::first_ended(const std::vector<int>& ranks) const {
 }
 
 std::string WaitContext::why_refused() const {
-  if (fork_generation_ != current_fork_generation.load(std::memory_order_relaxed)) {
+  if (in_forked_child()) {
     (void)fork_handler_installed;
     return "this process (pid " + std::to_string(::getpid()) + ") was forked from " + names_.rank(rank_) +
            "'s process (pid " + std::to_string(owner_pid_) +
@@ -213,6 +213,7 @@ std::string WaitContext::why_refused() const {
 }
 
 void WaitContext::mark_left() const {
+  if (in_forked_child()) return;  // the rank's own process has not left
   // No bell: a sleeping peer looks between sleep slices (50 ms), soon
   // enough, and ringing would mean knowing which bell each one sleeps on.
   control(rank_).left.store(1, std::memory_order_release);
@@ -245,6 +246,7 @@ void WaitContext::peer_ended(int peer, const std::string& what) const {
 }
 
 void WaitContext::abort(int rank, const std::string& reason) const {
+  if (in_forked_child()) return;  // not the rank: the job is its parent's to abort
   abort_job(header_, rank, reason);
   // An arena no launcher watches (a PyTorch group's) in a process axon-launch
   // started: the launcher's summary should say why, too.

@@ -102,7 +102,8 @@ class WaitContext {
   // The watched peers (world ranks) whose processes have exited, and their
   // pids; touches nothing shared.
   std::vector<std::pair<int, int>> exited_peers() const;
-  // Marks the job aborted (first caller wins) and wakes everyone.
+  // Marks the job aborted (first caller wins) and wakes everyone; does
+  // nothing in a forked child (in_forked_child()).
   void abort(int rank, const std::string& reason) const;
   bool aborted() const;
 
@@ -124,6 +125,14 @@ class WaitContext {
            current_fork_generation.load(std::memory_order_relaxed);
   }
   std::string why_refused() const;
+  // Whether this process is a child forked after this WaitContext was made:
+  // it must change nothing the rank shares with its peers (mark_left, abort,
+  // giving group areas back), as its own end would otherwise end the rank's
+  // part for its parent (found by a review: a Python child's sys.exit left
+  // the rank's groups under the parent).
+  bool in_forked_child() const {
+    return fork_generation_ != current_fork_generation.load(std::memory_order_relaxed);
+  }
   // Counts the fork()s of this process's ancestry since the program started
   // (a pthread_atfork handler bumps it in each child).
   static std::atomic<std::uint64_t> current_fork_generation;

@@ -279,7 +279,7 @@ std::set<ProcessGroupAxon*>& live_groups() {
 ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout, std::vector<int> global_ranks,
                                    std::optional<std::size_t> shared_bytes)
-    : c10d::ProcessGroup(rank, size), global_ranks_(std::move(global_ranks)), timeout_(timeout) {
+    : c10d::ProcessGroup(rank, size), owner_pid_(::getpid()), global_ranks_(std::move(global_ranks)), timeout_(timeout) {
   if (global_ranks_.empty()) {
     for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
     default_group_store_ = store;
@@ -352,6 +352,10 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   options.setup_timeout_name = "the group's timeout";
   options.group = "global ranks " + describe_global_ranks();
   options.rank_names = global_ranks_;
+  // No room for subgroups: a PyTorch subgroup makes an arena of its own. (A
+  // C++ arena's room for three, five world areas, cost 160 MiB a group at
+  // 64 ranks here.)
+  options.arena_bytes = ad::shm::default_arena_bytes(size, 0, /*subgroups_alive=*/0);
   options.shared_bytes = room;
   if (room > 0) {
     options.size_remedy = "ask for less room for placed tensors than the " + ad::format_bytes(room) +
@@ -368,7 +372,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     throw;
   }
   // Rank 0 sized the arena every rank maps, so every rank reads the same.
-  shared_room_ = backend_->arena_bytes() > ad::shm::default_arena_bytes(size);
+  shared_room_ = backend_->arena_bytes() > options.arena_bytes;
   thread_ = std::make_unique<CommThread>();
   send_thread_ = std::make_unique<CommThread>();
   recv_thread_ = std::make_unique<CommThread>();
@@ -397,7 +401,9 @@ void ProcessGroupAxon::finish_pending() {
 
 void ProcessGroupAxon::finish_all_pending() {
   std::lock_guard<std::mutex> lock(live_groups_mutex());  // no group goes away meanwhile
-  for (ProcessGroupAxon* group : live_groups()) group->finish_pending();
+  for (ProcessGroupAxon* group : live_groups()) {
+    if (!group->in_forked_child()) group->finish_pending();
+  }
 }
 
 namespace {
@@ -415,7 +421,7 @@ void ProcessGroupAxon::program_ends() {
   // under load), losing the collective it waits for and who else waits.
   release_ranks_left_waiting_everywhere();
   std::lock_guard<std::mutex> lock(live_groups_mutex());
-  for (ProcessGroupAxon* group : live_groups()) group->leave_for_good();
+  for (ProcessGroupAxon* group : live_groups()) group->leave_for_good();  // nothing in a forked child
 }
 
 // Why: rank 0 stays up to 5 s at the end of its program, keeping its store
@@ -423,6 +429,7 @@ void ProcessGroupAxon::program_ends() {
 // message rank 0 never sent used to wait all that time, watching a process
 // that was still alive.
 void ProcessGroupAxon::leave_for_good() noexcept {
+  if (in_forked_child()) return;
   try {
     backend_->leave_for_good();
   } catch (const std::exception&) {
@@ -436,10 +443,20 @@ void ProcessGroupAxon::release_ranks_left_waiting_everywhere() noexcept {
 
 // Joining the threads may take as long as the pending ops, and their tensors
 // may need Python's GIL (torch/without_gil.hpp).
+bool ProcessGroupAxon::in_forked_child() const { return ::getpid() != owner_pid_; }
+
 ProcessGroupAxon::~ProcessGroupAxon() {
   {
     std::lock_guard<std::mutex> lock(live_groups_mutex());
     live_groups().erase(this);
+  }
+  if (in_forked_child()) {
+    // The threads were not forked: joining them would wait for nothing that
+    // exists. Left as they are; the rank's part stays with its parent.
+    (void)thread_.release();
+    (void)send_thread_.release();
+    (void)recv_thread_.release();
+    return;
   }
   wait_without_gil([this] {
     finish_pending();
@@ -457,6 +474,7 @@ ProcessGroupAxon::~ProcessGroupAxon() {
 // process exited, after close_store_together()'s wait for them to count in,
 // which they never do from inside that collective: 5.2 s every time.
 void ProcessGroupAxon::release_ranks_left_waiting() noexcept {
+  if (in_forked_child()) return;
   try {
     const std::vector<int> waiting = backend_->ranks_waiting_for_this_rank();
     if (waiting.empty()) return;

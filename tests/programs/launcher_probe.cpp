@@ -37,6 +37,10 @@
 //   launcher_probe late RANK SECONDS      rank RANK comes SECONDS late to a barrier
 //                                         the others time out in; all catch their
 //                                         error, RANK exits 1, the others 0
+//   launcher_probe done-then-abort        rank 0 exits 0 after a barrier; rank 1
+//                                         times out in a recv from rank 2 (asleep
+//                                         5 s), handles it PROBE_CATCH_SECONDS,
+//                                         and exits 0; rank 2 exits 0
 //   launcher_probe hang RANK              after a first barrier rank RANK stays
 //                                         alive 60 s without calling the second,
 //                                         in which the others time out
@@ -231,6 +235,29 @@ int main(int argc, char** argv) {
       }
       world.barrier();
       std::printf("attempt %s restart-env=%s\n", attempt ? attempt : "unset", torch ? torch : "unset");
+      return 0;
+    }
+    if (args[0] == "done-then-abort") {
+      // Rank 0 ends its work at once; rank 1 then times out in a recv from
+      // rank 2 (asleep 5 s outside any collective), which aborts the job,
+      // and handles its error for PROBE_CATCH_SECONDS before exiting 0;
+      // rank 2 wakes and exits 0.
+      world.barrier();
+      if (rank == 0) return 0;
+      if (rank == 2) {
+        ::sleep(5);
+        return 0;
+      }
+      float value = 0;
+      try {
+        world.backend().recv(std::span<float>(&value, 1), 2, 7);
+      } catch (const Timeout& e) {
+        std::printf("probe rank %d caught: %s\n", rank, e.what());  // output wakes the launcher
+        std::fflush(stdout);
+        const char* seconds = std::getenv("PROBE_CATCH_SECONDS");
+        ::sleep(static_cast<unsigned>(seconds ? std::atoi(seconds) : 0));
+        std::printf("probe rank %d handled its error\n", rank);
+      }
       return 0;
     }
     if (args[0] == "late" && args.size() == 3) {

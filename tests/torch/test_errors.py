@@ -338,6 +338,55 @@ def repeated_rank(rank, n):
     return text
 
 
+def forked_child(rank, n):
+    """A child forked from a rank (os.fork) shares the group's memory but is
+    not the rank: its collectives are refused, and its destroying the group
+    (or any end that runs the group's destructor) leaves the rank's part
+    alone. Found by reviews: the child ran as the rank for its peers, and
+    its end told them the rank had left. (It ends with os._exit: a child of
+    rank 0 that ran Python's normal exit would stop PyTorch's TCPStore under
+    its parent, under Gloo too.)"""
+    dist.init_process_group("axon")
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    text = ""
+    if rank == 1:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            try:
+                dist.all_reduce(torch.ones(4))
+                message = "ran"
+            except RuntimeError as e:
+                message = str(e)
+            dist.destroy_process_group()
+            os.write(write, message.encode())
+            os._exit(0)
+        os.close(write)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child did not end (destroying the group there waited)")
+        text = os.read(read, 4096).decode()
+        os.close(read)
+        assert status == 0, status
+        assert "was forked from rank 1's process" in text and "nothing was done" in text, text
+    dist.barrier()
+    for _ in range(3):
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((4,), float(n))), t
+    dist.destroy_process_group()
+    return text
+
+
 def split_disagreement(rank, n):
     """Uneven all_to_all_single whose split sizes disagree between two ranks:
     every rank raises at once, the one not involved too, naming the pair;
@@ -556,6 +605,8 @@ if __name__ == "__main__":
     print("test_errors: reductions without a runtime kernel that differ between ranks raise a mismatch on every rank")
     texts = run_ranks(3, different_rank_lists)
     print(f"test_errors: new_group given different rank lists named both groups: {texts[2].splitlines()[0][:160]}")
+    texts = run_ranks(2, forked_child)
+    print(f"test_errors: a forked child's all_reduce was refused, and its destroy left the rank's group working: {texts[1][:120]}")
     texts = run_ranks(3, repeated_rank)
     print(f"test_errors: new_group with a repeated rank failed at once: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(3, split_disagreement)

@@ -71,8 +71,9 @@ class ArenaBackend : public Backend {
   // never sent) fails within 50 ms with PeerFailure naming it as having left,
   // instead of when its process exits or at the timeout. What it sent or
   // published before stays readable. REQUIRES: every op of this rank on the
-  // arena has returned. Its later ops, on this group or one made from it,
-  // throw InvalidArgument.
+  // arena has returned. Its later ops on any group of the arena (this one,
+  // its parent, siblings, subgroups) throw InvalidArgument. Does nothing in
+  // a child forked after the rank joined.
   void leave_for_good();
 
  protected:
