@@ -59,8 +59,11 @@ def main():
             caller = what
             if "ArenaBackend::do_all_reduce(" in what:
                 total = cost
-        elif "ArenaBackend::do_all_reduce(" in what and caller and "AxonTransport::all_reduce" in caller:
-            calls = int(re.search(r"\(([\d,]+)x\)", what).group(1).replace(",", ""))
+        elif "ArenaBackend::do_all_reduce(" in what and caller and (
+                "AxonTransport::all_reduce" in caller or "Backend::all_reduce<" in caller):
+            # Called from the typed entry point, inlined into the transport or
+            # not (it is not once the entry's checks grew): every call counts.
+            calls = (calls or 0) + int(re.search(r"\(([\d,]+)x\)", what).group(1).replace(",", ""))
     if not total or not calls:
         sys.exit("call_instructions: no ArenaBackend::do_all_reduce calls in the profile")
     print(f"all_reduce {args.bytes} B {args.op} at n={args.ranks}: {total / calls:.0f} instructions per call "
