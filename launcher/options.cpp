@@ -153,9 +153,8 @@ LaunchOptions parse_options(int argc, char** argv) {
     std::string what = e.what();
     // "--timeout= ./train": CLI11 takes the next word as the value, and the
     // error then quoted the program ("'./train' is not a decimal number";
-    // found by a review). Say what was typed.
-    // Only where the error quotes the next word as that option's value: a
-    // program's own "--timeout=" further on is the program's.
+    // found by a review). Say what was typed, but only where the error quotes
+    // the word after it: a program's own "--timeout=" further on is its own.
     for (int i = 1; i + 1 < argc; ++i) {
       const std::string_view arg = argv[i];
       if (arg.size() > 3 && arg.starts_with("--") && arg.back() == '=' &&

@@ -173,6 +173,11 @@ case "$case_name" in
     run -n 2 --timeout= /bin/true
     expect_status 2
     [[ "$err" == *"--timeout= has no value (write --timeout=VALUE)"* ]] || fail "--timeout=: unclear message: $err"
+    # A program's own "--timeout=" is not the launcher's.
+    run -n 2 --timeout abc /bin/echo --timeout=
+    expect_status 2
+    [[ "$err" == *"'abc' is not a decimal number"* && "$err" != *"has no value"* ]] ||
+      fail "--timeout abc with a program's --timeout=: $err"
     ;;
   success)
     "$launch" -n 3 "$probe" ok >"$work/out" 2>"$work/err" &
@@ -424,6 +429,12 @@ RANK_SH
     PROBE_CATCH_SECONDS=3 run -n 3 --timeout 1 "$probe" done-then-abort
     expect_status 1  # every rank exited 0, but the job was aborted
     grep -q "probe rank 1 handled its error" "$work/out" || fail "rank 1 was stopped while handling its error: $out $err"
+    # Rank 1's clean exit (4 s) starts rank 2's grace (SIGTERM at 6 s); rank 2
+    # fails by itself at 5 s, and its status is the job's, as for any first
+    # failure (not the 1 of "the job was aborted").
+    PROBE_CATCH_SECONDS=3 PROBE_LAST_EXIT=5 run -n 3 --timeout 1 "$probe" done-then-abort
+    expect_status 5
+    [[ "$err" == *"axon-launch: rank 2 exited with code 5"* ]] || fail "rank 2's own failure is not the summary: $err"
     ;;
   leave-early)
     # A rank that exits 0 after its last collective while the others still

@@ -32,6 +32,12 @@ std::byte* PointToPoint::payload(shm::CellHeader& c) const { return shm::ArenaVi
 
 shm::Doorbell& PointToPoint::doorbell(int rank) const { return arena_.rank_control(rank).doorbell; }
 
+// A rank that left for good (WaitContext::mark_left) sends and receives
+// nothing more: its peers already count it as ended. Nor does a forked child.
+void PointToPoint::refuse(const std::string& what) const {
+  throw InvalidArgument(what + " on " + waits_.names().rank(me_) + ": " + waits_.why_refused() + "; nothing was done");
+}
+
 // Step by step:
 //   1. Claim the producer end of mailbox (me, dst) for the whole message
 //      (another thread of this rank may be sending to dst on another group).
@@ -39,12 +45,6 @@ shm::Doorbell& PointToPoint::doorbell(int rank) const { return arena_.rank_contr
 //   3. Give the mailbox back and wake local threads waiting to claim it.
 // Every wait drains this rank's inbound mailboxes, so two ranks that send to
 // each other at once both make progress.
-// A rank that left for good (WaitContext::mark_left) sends and receives
-// nothing more: its peers already count it as ended. Nor does a forked child.
-void PointToPoint::refuse(const std::string& what) const {
-  throw InvalidArgument(what + " on " + waits_.names().rank(me_) + ": " + waits_.why_refused() + "; nothing was done");
-}
-
 void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* data,
                         std::size_t bytes, DataType type) {
   if (waits_.refuses_ops()) refuse("send of " + std::to_string(bytes) + " bytes to " + waits_.names().rank(dst));

@@ -279,7 +279,10 @@ std::set<ProcessGroupAxon*>& live_groups() {
 ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout, std::vector<int> global_ranks,
                                    std::optional<std::size_t> shared_bytes)
-    : c10d::ProcessGroup(rank, size), owner_pid_(::getpid()), global_ranks_(std::move(global_ranks)), timeout_(timeout) {
+    : c10d::ProcessGroup(rank, size),
+      fork_generation_(ad::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed)),
+      global_ranks_(std::move(global_ranks)),
+      timeout_(timeout) {
   if (global_ranks_.empty()) {
     for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
     default_group_store_ = store;
@@ -441,10 +444,14 @@ void ProcessGroupAxon::release_ranks_left_waiting_everywhere() noexcept {
   for (ProcessGroupAxon* group : live_groups()) group->release_ranks_left_waiting();
 }
 
+// The runtime's count of forks (shm::WaitContext), as the group's own
+// shared memory tells a forked child from the rank.
+bool ProcessGroupAxon::in_forked_child() const {
+  return fork_generation_ != ad::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed);
+}
+
 // Joining the threads may take as long as the pending ops, and their tensors
 // may need Python's GIL (torch/without_gil.hpp).
-bool ProcessGroupAxon::in_forked_child() const { return ::getpid() != owner_pid_; }
-
 ProcessGroupAxon::~ProcessGroupAxon() {
   {
     std::lock_guard<std::mutex> lock(live_groups_mutex());

@@ -40,7 +40,8 @@
 //   launcher_probe done-then-abort        rank 0 exits 0 after a barrier; rank 1
 //                                         times out in a recv from rank 2 (asleep
 //                                         5 s), handles it PROBE_CATCH_SECONDS,
-//                                         and exits 0; rank 2 exits 0
+//                                         and exits 0; rank 2 exits PROBE_LAST_EXIT
+//                                         (default 0)
 //   launcher_probe hang RANK              after a first barrier rank RANK stays
 //                                         alive 60 s without calling the second,
 //                                         in which the others time out
@@ -241,12 +242,13 @@ int main(int argc, char** argv) {
       // Rank 0 ends its work at once; rank 1 then times out in a recv from
       // rank 2 (asleep 5 s outside any collective), which aborts the job,
       // and handles its error for PROBE_CATCH_SECONDS before exiting 0;
-      // rank 2 wakes and exits 0.
+      // rank 2 wakes and exits PROBE_LAST_EXIT.
       world.barrier();
       if (rank == 0) return 0;
       if (rank == 2) {
         ::sleep(5);
-        return 0;
+        const char* code = std::getenv("PROBE_LAST_EXIT");
+        return code ? std::atoi(code) : 0;
       }
       float value = 0;
       try {

@@ -220,11 +220,12 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   static void release_ranks_left_waiting_everywhere() noexcept;
 
   std::shared_ptr<distributed::StoreBackend> backend_;
-  // The process that made this group. A child forked from it (os.fork, a
-  // DataLoader worker) inherits the object but neither its threads nor the
-  // rank's part: its destructor and the program's end there touch nothing
-  // shared (a child's sys.exit aborted the parent's group; a review).
-  int owner_pid_;
+  // The runtime's fork count when this group was made. A child forked from
+  // this process (os.fork, a DataLoader worker) inherits the object but
+  // neither its threads nor the rank's part: its destructor and the
+  // program's end there touch nothing shared (a child's sys.exit aborted the
+  // parent's group; a review).
+  std::uint64_t fork_generation_;
   bool in_forked_child() const;
   std::vector<int> global_ranks_;  // by group rank
   // Kept by the default group only (made without global_ranks): see
