@@ -112,3 +112,11 @@ if(TARGET train AND TARGET axon-launch)
     PROPERTIES PASS_REGULAR_EXPRESSION "rank 1 published no description of its call, as a rank with AXON_CHECK_COLLECTIVES=0 does.*AXON_CHECK_COLLECTIVES must be the same on every rank"
                FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
 endif()
+
+if(TARGET train AND TARGET axon-launch)
+  # A node the rank cannot use moved nothing, silently (a review's finding).
+  add_test(NAME "messages: AXON_NUMA_NODE naming a node the rank cannot use is refused, naming the nodes it can"
+           COMMAND axon-launch -n 2 /usr/bin/env AXON_NUMA_NODE=1023 $<TARGET_FILE:train> --epochs 1 --samples 512 --hidden 8)
+  set_tests_properties("messages: AXON_NUMA_NODE naming a node the rank cannot use is refused, naming the nodes it can"
+    PROPERTIES PASS_REGULAR_EXPRESSION "AXON_NUMA_NODE=1023 names a NUMA node this process cannot place memory on \\(its nodes: [0-9]")
+endif()

@@ -41,6 +41,8 @@ expand() {
 }
 # The CPUs this shell may use, expanded.
 own_cpus() { expand "$(taskset -cp $$ | sed 's/.*: //')"; }
+# The NUMA nodes this shell may place memory on, as "0 1 ...".
+allowed_nodes() { expand "$(sed -n 's/^Mems_allowed_list:[[:space:]]*//p' /proc/self/status)"; }
 cpu_count() { nproc; }
 
 case "$case_name" in
@@ -110,10 +112,21 @@ case "$case_name" in
       want_node=$((r / 2))
       [ "$(planned_node $r)" = "$want_node" ] || fail "rank $r planned on node $(planned_node $r), expected $want_node: $err"
       [ "$(probe_cpus $r)" = "$want_node" ] || fail "rank $r runs on cpus $(probe_cpus $r), expected $want_node"
-      # Its arena pages go to that node; two ranks share each one-core node.
-      [ "$(probe_field $r node)" = "$want_node" ] || fail "rank $r: AXON_NUMA_NODE=$(probe_field $r node), expected $want_node"
+      # Its arena pages would go to that node, but a made-up node is not
+      # one this machine lets a process place memory on (the rank would
+      # refuse it): nothing is exported. Two ranks share each one-core node.
+      want_export=unset
+      case " $(allowed_nodes) " in *" $want_node "*) want_export=$want_node ;; esac
+      [ "$(probe_field $r node)" = "$want_export" ] || fail "rank $r: AXON_NUMA_NODE=$(probe_field $r node), expected $want_export"
       [ "$(probe_field $r over)" = 1 ] || fail "rank $r: AXON_OVERSUBSCRIBED=$(probe_field $r over), expected 1"
     done
+    # On the real machine, a rank bound within one node has that node exported.
+    first_node=$(allowed_nodes | cut -d' ' -f1)
+    run "$launch" -n 1 --bind numa --verbose "$probe"
+    expect_status 0
+    if [ "$(planned_node 0)" = "$first_node" ]; then
+      [ "$(probe_field 0 node)" = "$first_node" ] || fail "rank 0 bound to node $first_node: AXON_NUMA_NODE=$(probe_field 0 node)"
+    fi
     ;;
   threads-share)
     # Each rank's thread share is the cores it is bound to, and fair_share() follows it.

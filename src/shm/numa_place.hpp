@@ -17,10 +17,17 @@
 
 #include <cstddef>
 #include <optional>
+#include <vector>
 
 namespace axonml::distributed::shm {
 
+// The NUMA nodes this process may place memory on (its cpuset's), in
+// order; {0} when the kernel has no NUMA support.
+std::vector<int> allowed_numa_nodes();
+
 // AXON_NUMA_NODE, read once: the node this rank is bound to, or nullopt.
+// Throws InvalidArgument, naming the nodes it may use, when the process
+// cannot place memory on that node.
 std::optional<int> bound_numa_node();
 
 // Faults in and migrates the whole pages within [begin, begin + bytes) to
