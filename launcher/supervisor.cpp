@@ -251,9 +251,10 @@ void Supervisor::check_abort_by_rank() {
 // Start-up has its own deadline (--start-timeout): a rank may take long to
 // reach World::init(), and its peers wait for it without counting that
 // against --timeout. When the deadline passes with some ranks attached and
-// a running one not, that one is blamed.
+// a running one not, that one is blamed; also after a SIGINT the ranks
+// caught or ignored, which would otherwise leave them waiting (a review).
 void Supervisor::check_start_deadline(Clock::time_point now) {
-  if (first_failure_ || forwarded_count_ != 0 || now - started_ < times_.start_deadline) return;
+  if (first_failure_ || now - started_ < times_.start_deadline) return;
   if (arena_.attached() == 0 || arena_.attached() >= ranks_.size()) return;
   for (const auto& r : ranks_) {
     if (r.running && !arena_.joined(r.rank)) {
@@ -410,10 +411,14 @@ void Supervisor::print_summary() const {
   if (forwarded_signal_ != 0) {
     line += " after the launcher forwarded SIG" + std::string(::sigabbrev_np(forwarded_signal_));
   }
+  // "Stopped" only when the launcher signalled them: the others may have
+  // ended by themselves once the abort woke them, or failed on their own.
+  const bool signalled = phase_ == Phase::Terminating || phase_ == Phase::Killing;
   if (f.blame == Blame::AbortedByRank) {
-    if (phase_ == Phase::Terminating || phase_ == Phase::Killing) line += "; the ranks still running were stopped";
+    if (signalled) line += "; the ranks still running were stopped";
   } else if (phase_ != Phase::Running) {
-    line += "; the job was aborted and the other ranks stopped";
+    line += signalled ? "; the job was aborted and the ranks still running were stopped"
+                      : "; the job was aborted and the other ranks ended";
   }
   line += " (exit status " + std::to_string(exit_code(f)) + ")";
   std::cerr << line << std::endl;

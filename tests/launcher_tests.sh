@@ -521,6 +521,23 @@ RANK_SH
       grep -q "^\[rank $r\] probe rank $r caught PeerFailure: .*rank 2 did not join" "$work/err" ||
         fail "rank $r did not report rank 2: $err"
     done
+    # ... also after a Ctrl-C that the ranks ignore (it turned the deadline
+    # off, and the job waited for the late rank's 30 s).
+    started=$SECONDS
+    "$launch" -n 3 --timeout 60 --start-timeout 3 /bin/sh -c "trap '' INT; exec \"\$0\" \"\$@\"" \
+      "$probe" slow-start 2 30 >"$work/out" 2>"$work/err" &
+    pid=$!
+    sleep 1
+    kill -INT "$pid"
+    limit=25 wait_for launcher_done "$pid" || { kill -9 "$pid"; fail "the start deadline did not end the job after SIGINT"; }
+    wait "$pid"
+    status=$?
+    err=$(cat "$work/err")
+    expect_status 1
+    [[ "$err" == *"axon-launch: rank 2 did not join the job within --start-timeout 3 s (did it call World::init()?) after the launcher forwarded SIGINT"* ]] ||
+      fail "no summary naming rank 2 after SIGINT: $err"
+    [ $((SECONDS - started)) -lt 25 ] || fail "the job took $((SECONDS - started)) s"
+    expect_no_arena_of "$pid"
     ;;
   init-twice)
     # A second World::init() in one process is an error on the caller.
