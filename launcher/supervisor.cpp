@@ -199,9 +199,16 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
   if (first_failure_ && first_failure_->blame == Blame::AbortedByRank && phase_ == Phase::Aborting) {
     first_failure_.reset();
   }
-  if (first_failure_) return;
+  if (first_failure_) {
+    if (const auto culprit = group_culprit(failed_ranks); culprit && first_failure_->blame == Blame::Failed) {
+      first_failure_ = Failure{*culprit, ranks_[static_cast<std::size_t>(*culprit)].status, arena_.joined(*culprit)};
+    }
+    return;
+  }
   if (auto culprit = left_while_needed()) {
     first_failure_ = culprit;
+  } else if (const auto blamed = group_culprit(failed_ranks)) {
+    first_failure_ = Failure{*blamed, ranks_[static_cast<std::size_t>(*blamed)].status, arena_.joined(*blamed)};
   } else {
     int chosen = failed_ranks.front();
     auto& header = arena_.header();
@@ -216,6 +223,24 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
                              arena_.joined(chosen)};
   }
   if (running_count() > 0 && forwarded_count_ == 0) start_abort(*first_failure_);
+}
+
+// The rank a PyTorch group's failure blamed (one that left while its peers
+// waited, say at sys.exit(3)), when it is among `failed_ranks` and failed by
+// itself, not from the launcher's signals. The peers that group released
+// often end before it does: it, not they, should give the job its status
+// (a review saw exit status 1 for a rank's sys.exit(3)).
+std::optional<int> Supervisor::group_culprit(const std::vector<int>& failed_ranks) const {
+  const auto& header = arena_.header();
+  if (header.group_failure_state.load(std::memory_order_acquire) !=
+      static_cast<std::uint32_t>(shm::AbortState::Set)) {
+    return std::nullopt;
+  }
+  const int blamed = header.group_failure_rank;
+  if (std::find(failed_ranks.begin(), failed_ranks.end(), blamed) == failed_ranks.end()) return std::nullopt;
+  const bool launcher_signalled = forwarded_count_ != 0 || phase_ == Phase::Terminating || phase_ == Phase::Killing;
+  if (WIFSIGNALED(ranks_[static_cast<std::size_t>(blamed)].status) && launcher_signalled) return std::nullopt;
+  return blamed;
 }
 
 // A rank that exited 0 without attaching is only an error once another rank
@@ -297,6 +322,7 @@ int Supervisor::exit_code(const Failure& failure) const {
 
 void Supervisor::start_abort(const Failure& failure) {
   const std::string reason = describe(failure);
+  launcher_abort_reason_ = reason;
   shm::abort_job(arena_.header(), failure.rank, reason);
   arena_.wake_sleepers();
   phase_ = Phase::Aborting;
@@ -426,10 +452,10 @@ void Supervisor::print_summary() const {
   // The rank that exited first is often not where the job went wrong: a
   // rank that timed out waiting for a hung peer aborted the job, and it or a
   // survivor that caught the PeerFailure exited. The abort's reason names
-  // the rank(s) that never arrived. (Not repeated when the launcher itself
-  // aborted the job with the line above.)
+  // the rank(s) that never arrived. (Not when the launcher itself aborted
+  // the job: its reason is the line above, or a rank blamed since.)
   const int aborter = arena_.header().abort_rank;
-  if (const auto reason = abort_reason(); reason && aborter >= 0 && *reason != describe(f)) {
+  if (const auto reason = abort_reason(); reason && aborter >= 0 && *reason != launcher_abort_reason_) {
     std::cerr << "axon-launch: the job had been aborted: " << *reason << std::endl;
   } else if (const auto failure = shm::published_reason(arena_.header().group_failure_state,
                                                          arena_.header().group_failure_reason)) {

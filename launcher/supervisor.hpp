@@ -34,6 +34,9 @@
 //   - once every rank of a failed or interrupted job has ended, stops what
 //     they left behind (the launcher is their subreaper): SIGTERM, then
 //     SIGKILL.
+//   - lets the rank a PyTorch group's failure blamed (one that left while
+//     its peers waited) give the job its status when it then fails by
+//     itself, though the peers it released ended first;
 // run() returns the attempt's outcome: exit status 0 when every rank exited
 // 0, else the status of the first failed rank (its code, or 128 + signal; 1
 // for a rank blamed with status 0).
@@ -106,6 +109,7 @@ class Supervisor {
   void check_start_deadline(Clock::time_point now);
   void check_abort_by_rank();
   std::optional<Failure> left_while_needed() const;
+  std::optional<int> group_culprit(const std::vector<int>& failed_ranks) const;
   std::string describe(const Failure& failure) const;
   int exit_code(const Failure& failure) const;
   void signal_running(int sig);
@@ -131,6 +135,7 @@ class Supervisor {
   std::optional<Clock::time_point> all_exited_at_;
   bool leftovers_stopped_ = false;
   bool clean_exit_after_abort_ = false;  // a rank exited 0 once a rank had aborted the job
+  std::string launcher_abort_reason_;    // what start_abort() published, if it did
 };
 
 }  // namespace axon_launch

@@ -155,6 +155,9 @@ struct ArenaHeader {
   // fails. Claimed and filled as abort_state and abort_reason are.
   alignas(kCacheLine) std::atomic<std::uint32_t> group_failure_state;
   char group_failure_reason[240];
+  // The job's rank that group blamed, -1 for none: when it then fails by
+  // itself, after the survivors it released, the job takes its status.
+  std::int32_t group_failure_rank;
 };
 static_assert(sizeof(ArenaHeader) <= kPageBytes);
 // The offsets docs/arena.md gives.
@@ -165,6 +168,7 @@ static_assert(offsetof(ArenaHeader, abort_reason) == 328);
 static_assert(offsetof(ArenaHeader, abort_bell) == 576);
 static_assert(offsetof(ArenaHeader, group_failure_state) == 640);
 static_assert(offsetof(ArenaHeader, group_failure_reason) == 644);
+static_assert(offsetof(ArenaHeader, group_failure_rank) == 884);
 static_assert(sizeof(ArenaHeader) == 896);
 
 // Per rank: the doorbell rung whenever point-to-point traffic that this rank

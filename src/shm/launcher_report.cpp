@@ -60,10 +60,13 @@ std::optional<int> launcher_saw_end_of(int rank) noexcept {
   return control.end_status;
 }
 
-void report_group_failure_to_launcher(const std::string& reason) noexcept {
+void report_group_failure_to_launcher(int job_rank, const std::string& reason) noexcept {
   ArenaHeader* header = launcher_header();
   if (header == nullptr) return;
-  publish_once(header->group_failure_state, [&] { copy_reason(header->group_failure_reason, reason); });
+  publish_once(header->group_failure_state, [&] {
+    header->group_failure_rank = job_rank;
+    copy_reason(header->group_failure_reason, reason);
+  });
 }
 
 }  // namespace axonml::distributed::shm

@@ -18,10 +18,10 @@
 namespace axonml::distributed::shm {
 
 // Records, first caller wins, that a group failed for `reason` (its abort's
-// words, ranks as the job numbers them), in the launcher's arena
-// (ArenaHeader::group_failure_*). Never throws; does nothing outside
-// axon-launch or when the arena cannot be mapped.
-void report_group_failure_to_launcher(const std::string& reason) noexcept;
+// words, ranks as the job numbers them), blaming the job's rank `job_rank`
+// (-1: none), in the launcher's arena (ArenaHeader::group_failure_*). Never
+// throws; does nothing outside axon-launch or when the arena cannot be mapped.
+void report_group_failure_to_launcher(int job_rank, const std::string& reason) noexcept;
 
 // Whether axon-launch started this process itself (it is the parent) as the
 // job's rank `self` (RANK): only then are the job's ranks the ranks the

@@ -250,7 +250,7 @@ void WaitContext::abort(int rank, const std::string& reason) const {
   abort_job(header_, rank, reason);
   // An arena no launcher watches (a PyTorch group's) in a process axon-launch
   // started: the launcher's summary should say why, too.
-  if (header_.launcher_pid == 0) report_group_failure_to_launcher(reason);
+  if (header_.launcher_pid == 0) report_group_failure_to_launcher(names_.job_rank(rank), reason);
 }
 
 bool abort_blames_clean_exit_of(const ArenaHeader& header, int rank) {

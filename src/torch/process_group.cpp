@@ -371,7 +371,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     // later (it named only the first rank to exit, a survivor; a review).
     // Not for this rank's own bad input, which its own error names (and a
     // program may catch, trying another backend).
-    ad::shm::report_group_failure_to_launcher(e.what());
+    ad::shm::report_group_failure_to_launcher(-1, e.what());
     throw;
   }
   // Rank 0 sized the arena every rank maps, so every rank reads the same.

@@ -1,7 +1,8 @@
 """axon-launch's summary of a failed PyTorch job says why, as it does for a
 program on the launcher's own arena: the second line gives the reason of the
 first group that failed (a PyTorch group keeps an arena of its own). Found by
-a review: the line never came for PyTorch programs (17 of 17 runs).
+a review: the line never came for PyTorch programs (17 of 17 runs). The rank
+that group blamed gives the job its exit status.
 
     test_launcher_summary.py AXON_LAUNCH   (runs itself under axon-launch -n 3)
 """
@@ -25,38 +26,51 @@ def rank_body(case):
             time.sleep(8)  # never in time for the all_reduce the others wait in
             sys.exit(0)
         dist.all_reduce(torch.ones(4))
+    elif case == "exit-3":
+        if rank == 1:
+            dist.destroy_process_group()  # leaves while the others wait in the all_reduce ...
+            time.sleep(1)  # ... and ends after them, as a slow exit would
+            sys.exit(3)
+        dist.all_reduce(torch.ones(4))
     else:  # "raise": rank 1 fails in its program while the others wait for it
         if rank == 1:
             raise RuntimeError("rank 1 fails on purpose")
         dist.all_reduce(torch.ones(4))
 
 
-def run(launcher, case, timeout="2"):
+def run(launcher, case, timeout="2", status=None):
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
     out = subprocess.run([launcher, "-n", "3", "--timeout", timeout, sys.executable, __file__, "--rank", case],
                          env=env, capture_output=True, text=True, timeout=300)
     lines = [line for line in out.stderr.splitlines() if line.startswith("axon-launch: the job had been aborted: ")]
-    if out.returncode == 0 or len(lines) != 1:
+    if out.returncode == 0 or len(lines) != 1 or status not in (None, out.returncode):
         raise SystemExit(f"{case}: axon-launch exited {out.returncode} with {len(lines)} reason lines:\n{out.stderr}")
-    return lines[0]
+    return lines[0], out.stderr
 
 
 def main():
     launcher = sys.argv[1]
-    line = run(launcher, "timeout")
+    line, _ = run(launcher, "timeout")
     if "timed out after 2.0 s" not in line or "waiting for rank(s) 1" not in line:
         raise SystemExit(f"timeout: the reason line does not name the op's wait for rank 1: {line}")
     print(f"test_launcher_summary: a timeout: {line}")
-    line = run(launcher, "raise")
+    line, _ = run(launcher, "raise")
     if "rank 1" not in line:
         raise SystemExit(f"raise: the reason line does not name rank 1: {line}")
     print(f"test_launcher_summary: a rank that raised: {line}")
     started = time.monotonic()
-    line = run(launcher, "exit-before-init", timeout="100")
+    line, _ = run(launcher, "exit-before-init", timeout="100")
     took = time.monotonic() - started
     if "global rank 1 exited (status 0) before the group was set up, as axon-launch saw" not in line or took > 60:
         raise SystemExit(f"exit-before-init: after {took:.1f} s, the reason line does not name rank 1's exit: {line}")
     print(f"test_launcher_summary: a rank that exited 0 before init_process_group ({took:.1f} s): {line}")
+    # The rank the group blamed gives the job its status, though the peers
+    # it released exited (status 1) before it (a review saw status 1 for a
+    # rank's sys.exit(3)).
+    line, err = run(launcher, "exit-3", timeout="100", status=3)
+    if "axon-launch: rank 1 exited with code 3" not in err or "rank 1" not in line:
+        raise SystemExit(f"exit-3: the summary does not blame rank 1's exit:\n{err}")
+    print(f"test_launcher_summary: a rank that left and exited 3 after its peers: {line}")
 
 
 if __name__ == "__main__":
