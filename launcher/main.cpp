@@ -60,7 +60,7 @@ bool signal_pending(int signal_fd) {
   signalfd_siginfo info{};
   bool pending = false;
   while (::read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
-    if (info.ssi_signo != SIGCHLD) pending = true;
+    if (info.ssi_signo != SIGCHLD && info.ssi_signo != SIGTSTP && info.ssi_signo != SIGCONT) pending = true;
   }
   return pending;
 }
@@ -110,7 +110,9 @@ int launch(const LaunchOptions& options) {
   ::signal(SIGTERM, SIG_DFL);
   sigset_t handled;
   sigemptyset(&handled);
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, sig);
+  // SIGTSTP (Ctrl-Z) and SIGCONT too: the launcher stops and resumes the
+  // ranks with itself (Supervisor::suspend).
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGCONT}) sigaddset(&handled, sig);
   sigset_t original;
   sigprocmask(SIG_BLOCK, &handled, &original);
   const int signal_fd = ::signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);

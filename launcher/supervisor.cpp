@@ -120,6 +120,14 @@ void Supervisor::handle_signals() {
   while (::read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
     const int sig = static_cast<int>(info.ssi_signo);
     if (sig == SIGCHLD) continue;  // reap() below runs after every wake-up
+    if (sig == SIGTSTP) {
+      suspend();
+      continue;
+    }
+    if (sig == SIGCONT) {
+      resume();
+      continue;
+    }
     ++forwarded_count_;
     if (forwarded_count_ == 1) {
       forwarded_signal_ = sig;
@@ -133,6 +141,29 @@ void Supervisor::handle_signals() {
       phase_ = Phase::Killing;
     }
   }
+}
+
+// Ctrl-Z: the ranks lead process groups of their own (Ctrl-C must reach only
+// the launcher), so the terminal stops only the launcher, and the ranks ran
+// on, blocking once their output pipes filled. Stop them with it (SIGSTOP,
+// which no rank can ignore), then stop the launcher itself, so that the shell
+// sees the job stopped; fg or bg continues the launcher, and resume() them.
+void Supervisor::suspend() {
+  signal_running(SIGSTOP);
+  suspended_ = true;
+  ::raise(SIGSTOP);  // returns once continued; the SIGCONT waits in the signalfd
+}
+
+void Supervisor::resume() {
+  if (suspended_) {
+    // Before the ranks run again, so that every wait that spanned the pause
+    // sees it (shm::launcher_resumed_at()).
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    arena_.header().resumed_at_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(),
+                                        std::memory_order_release);
+    suspended_ = false;
+  }
+  signal_running(SIGCONT);  // also after a SIGSTOP someone else sent them
 }
 
 void Supervisor::reap() {

@@ -31,6 +31,9 @@
 //     Only the job's arena counts: a PyTorch program's groups have arenas of
 //     their own, and their failures end nobody;
 //   - forwards SIGINT/SIGTERM/SIGHUP to every rank; a second one kills them;
+//   - on SIGTSTP (Ctrl-Z) stops every rank and then itself; on SIGCONT (fg,
+//     bg) continues them, and the time stopped does not count towards any
+//     wait's timeout;
 //   - once every rank of a failed or interrupted job has ended, stops what
 //     they left behind (the launcher is their subreaper): SIGTERM, then
 //     SIGKILL.
@@ -102,6 +105,8 @@ class Supervisor {
   // The reason a rank gave when it aborted the job, if one did.
   std::optional<std::string> abort_reason() const;
   void handle_signals();
+  void suspend();
+  void resume();
   void reap();
   void record_failures(const std::vector<int>& failed_ranks);
   void start_abort(const Failure& failure);
@@ -136,6 +141,7 @@ class Supervisor {
   bool leftovers_stopped_ = false;
   bool clean_exit_after_abort_ = false;  // a rank exited 0 once a rank had aborted the job
   std::string launcher_abort_reason_;    // what start_abort() published, if it did
+  bool suspended_ = false;               // the ranks were stopped with the launcher (Ctrl-Z)
 };
 
 }  // namespace axon_launch

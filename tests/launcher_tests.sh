@@ -61,6 +61,9 @@ arena_holders() {
 no_arena_holders() { [ -z "$(arena_holders "$1")" ]; }
 launcher_done() { ! kill -0 "$1" 2>/dev/null; }
 rank_pids() { sed -n 's/.*ready pid=\([0-9]*\).*/\1/p' "$work/out"; }
+stopped() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]; }
+all_stopped() { local p; for p in "$@"; do stopped "$p" || return 1; done; }
+none_stopped() { local p; for p in "$@"; do ! stopped "$p" || return 1; done; }
 
 case "$case_name" in
   bad-arguments)
@@ -538,6 +541,32 @@ RANK_SH
       fail "no summary naming rank 2 after SIGINT: $err"
     [ $((SECONDS - started)) -lt 25 ] || fail "the job took $((SECONDS - started)) s"
     expect_no_arena_of "$pid"
+    ;;
+  suspend)
+    # Ctrl-Z (SIGTSTP) stops the ranks with the launcher: they lead process
+    # groups of their own, and ran on while the launcher alone stopped. fg
+    # (SIGCONT) continues them, and the pause, longer than --timeout, does
+    # not time out the barrier it interrupted.
+    go="$work/go"
+    "$launch" -n 3 --timeout 3 "$probe" wait-for-file "$go" >"$work/out" 2>"$work/err" &
+    pid=$!
+    wait_for have_ready 3 || fail "ranks never became ready: $(cat "$work/out" "$work/err")"
+    pids=$(rank_pids)
+    kill -TSTP "$pid"
+    limit=10 wait_for all_stopped "$pid" $pids || fail "SIGTSTP did not stop the launcher and every rank"
+    sleep 5
+    all_stopped "$pid" $pids || fail "a process ran on while the job was stopped"
+    kill -CONT "$pid"
+    limit=10 wait_for none_stopped "$pid" $pids || fail "SIGCONT did not continue every rank"
+    sleep 1
+    touch "$go"
+    limit=60 wait_for launcher_done "$pid" || { kill -9 "$pid"; fail "the job did not end after it was continued"; }
+    wait "$pid"
+    status=$?
+    out=$(cat "$work/out")
+    err=$(cat "$work/err")
+    expect_status 0
+    [ "$(grep -c 'met rank=' "$work/out")" -eq 3 ] || fail "not every rank met after the pause: $out $err"
     ;;
   init-twice)
     # A second World::init() in one process is an error on the caller.

@@ -158,6 +158,11 @@ struct ArenaHeader {
   // The job's rank that group blamed, -1 for none: when it then fails by
   // itself, after the survivors it released, the job takes its status.
   std::int32_t group_failure_rank;
+
+  // When the launcher last resumed the ranks it had stopped (Ctrl-Z, then
+  // fg or bg), in steady_clock nanoseconds; 0 never. A wait that spanned the
+  // pause counts its timeout from here: the time stopped was nobody's fault.
+  std::atomic<std::int64_t> resumed_at_ns;
 };
 static_assert(sizeof(ArenaHeader) <= kPageBytes);
 // The offsets docs/arena.md gives.
@@ -169,6 +174,7 @@ static_assert(offsetof(ArenaHeader, abort_bell) == 576);
 static_assert(offsetof(ArenaHeader, group_failure_state) == 640);
 static_assert(offsetof(ArenaHeader, group_failure_reason) == 644);
 static_assert(offsetof(ArenaHeader, group_failure_rank) == 884);
+static_assert(offsetof(ArenaHeader, resumed_at_ns) == 888);
 static_assert(sizeof(ArenaHeader) == 896);
 
 // Per rank: the doorbell rung whenever point-to-point traffic that this rank

@@ -60,6 +60,13 @@ std::optional<int> launcher_saw_end_of(int rank) noexcept {
   return control.end_status;
 }
 
+std::chrono::steady_clock::time_point launcher_resumed_at() noexcept {
+  const ArenaHeader* header = launcher_header();
+  if (header == nullptr) return {};
+  return std::chrono::steady_clock::time_point(
+      std::chrono::nanoseconds(header->resumed_at_ns.load(std::memory_order_acquire)));
+}
+
 void report_group_failure_to_launcher(int job_rank, const std::string& reason) noexcept {
   ArenaHeader* header = launcher_header();
   if (header == nullptr) return;

@@ -12,6 +12,7 @@
 // Thread safety: any thread.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,10 @@ void report_group_failure_to_launcher(int job_rank, const std::string& reason) n
 // caller means (a PyTorch world made by axon-launch's env://), not those of
 // a world of the process's own children.
 bool started_by_launcher_as(int self) noexcept;
+
+// When axon-launch last resumed the job's ranks after stopping them (Ctrl-Z);
+// the clock's epoch when it never did, and outside axon-launch.
+std::chrono::steady_clock::time_point launcher_resumed_at() noexcept;
 
 // The waitpid status with which axon-launch saw the job's rank `rank` end,
 // if it has; nullopt while it runs, and outside axon-launch. Ask

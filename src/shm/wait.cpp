@@ -288,7 +288,9 @@ namespace detail {
 void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point started,
                 const std::function<std::string()>& describe) {
   waits.check_alive();
-  const auto waited = std::chrono::steady_clock::now() - started;
+  // The time the launcher held the job stopped (Ctrl-Z) is not waited: a
+  // wait that spanned it counts from the resume.
+  const auto waited = std::chrono::steady_clock::now() - std::max(started, launcher_resumed_at());
   if (waited >= waits.timeout()) {
     const double seconds = std::chrono::duration<double>(waits.timeout()).count();
     const std::string what = waits.names().rank(waits.rank()) + ": timed out after " +

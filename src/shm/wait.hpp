@@ -14,7 +14,8 @@
 // the wait aborts the job naming it and throws PeerFailure, whatever the
 // rank's exit status; and while a needed rank has not yet joined, the wait
 // does not count towards the timeout (the launcher's start deadline bounds
-// start-up), so a slow start is not mistaken for a hung peer.
+// start-up), so a slow start is not mistaken for a hung peer; nor does the
+// time the launcher held the job stopped (Ctrl-Z).
 //
 // Thread safety: any number of waiters and wakers, in threads or processes.
 #pragma once

@@ -274,6 +274,19 @@ int main(int argc, char** argv) {
       }
       return rank == late ? 1 : 0;
     }
+    if (args[0] == "wait-for-file" && args.size() == 2) {
+      // Every rank waits in the second barrier until rank 0 comes, once the
+      // file exists (the test stops and resumes the job first).
+      world.barrier();
+      std::printf("ready pid=%d\n", static_cast<int>(::getpid()));
+      std::fflush(stdout);
+      if (rank == 0) {
+        while (::access(args[1].c_str(), F_OK) != 0) ::usleep(10 * 1000);
+      }
+      world.barrier();
+      std::printf("met rank=%d\n", rank);
+      return 0;
+    }
     if (args[0] == "hang" && args.size() == 2) {
       if (rank == std::atoi(args[1].c_str())) {
         ::sleep(60);  // until the launcher stops it after the abort
