@@ -150,18 +150,23 @@ void Supervisor::handle_signals() {
 // sees the job stopped; fg or bg continues the launcher, and resume() them.
 void Supervisor::suspend() {
   signal_running(SIGSTOP);
-  suspended_ = true;
+  suspended_at_ = Clock::now();
   ::raise(SIGSTOP);  // returns once continued; the SIGCONT waits in the signalfd
 }
 
 void Supervisor::resume() {
-  if (suspended_) {
+  if (suspended_at_) {
     // Before the ranks run again, so that every wait that spanned the pause
     // sees it (shm::launcher_resumed_at()).
-    const auto now = std::chrono::steady_clock::now().time_since_epoch();
-    arena_.header().resumed_at_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(),
-                                        std::memory_order_release);
-    suspended_ = false;
+    const auto now = Clock::now();
+    arena_.header().resumed_at_ns.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+        std::memory_order_release);
+    // Nor does the launcher's own clock count the pause: the start deadline
+    // and a grace in progress.
+    started_ += now - *suspended_at_;
+    if (phase_ == Phase::Aborting || phase_ == Phase::Terminating) phase_deadline_ += now - *suspended_at_;
+    suspended_at_.reset();
   }
   signal_running(SIGCONT);  // also after a SIGSTOP someone else sent them
 }

@@ -141,7 +141,7 @@ class Supervisor {
   bool leftovers_stopped_ = false;
   bool clean_exit_after_abort_ = false;  // a rank exited 0 once a rank had aborted the job
   std::string launcher_abort_reason_;    // what start_abort() published, if it did
-  bool suspended_ = false;               // the ranks were stopped with the launcher (Ctrl-Z)
+  std::optional<Clock::time_point> suspended_at_;  // when the ranks were stopped with the launcher (Ctrl-Z)
 };
 
 }  // namespace axon_launch

@@ -567,6 +567,21 @@ RANK_SH
     err=$(cat "$work/err")
     expect_status 0
     [ "$(grep -c 'met rank=' "$work/out")" -eq 3 ] || fail "not every rank met after the pause: $out $err"
+    # Nor does a pause during start-up count towards --start-timeout.
+    "$launch" -n 2 --start-timeout 3 "$probe" slow-start 1 2 >"$work/out" 2>"$work/err" &
+    pid=$!
+    sleep 0.5
+    kill -TSTP "$pid"
+    limit=10 wait_for stopped "$pid" || fail "SIGTSTP did not stop the launcher during start-up"
+    sleep 4
+    kill -CONT "$pid"
+    limit=60 wait_for launcher_done "$pid" || { kill -9 "$pid"; fail "the job did not end after it was continued"; }
+    wait "$pid"
+    status=$?
+    out=$(cat "$work/out")
+    err=$(cat "$work/err")
+    expect_status 0
+    [ "$(grep -c 'met rank=' "$work/out")" -eq 2 ] || fail "not every rank met after a pause in start-up: $out $err"
     ;;
   init-twice)
     # A second World::init() in one process is an error on the caller.
