@@ -151,6 +151,11 @@ void Supervisor::handle_signals() {
 void Supervisor::suspend() {
   signal_running(SIGSTOP);
   suspended_at_ = Clock::now();
+  // A SIGCONT that came after the SIGTSTP has been spent already (it
+  // continues a process when sent): stopping now, nothing would continue us.
+  sigset_t pending;
+  ::sigpending(&pending);
+  if (sigismember(&pending, SIGCONT)) return;  // resume() follows when it is read
   ::raise(SIGSTOP);  // returns once continued; the SIGCONT waits in the signalfd
 }
 

@@ -71,7 +71,9 @@ void report_group_failure_to_launcher(int job_rank, const std::string& reason) n
   ArenaHeader* header = launcher_header();
   if (header == nullptr) return;
   publish_once(header->group_failure_state, [&] {
-    header->group_failure_rank = job_rank;
+    // A rank's own child (a world of its own, under spawn) numbers ranks
+    // as its world does, not as the job's: it blames none.
+    header->group_failure_rank = ::getppid() == header->launcher_pid ? job_rank : -1;
     copy_reason(header->group_failure_reason, reason);
   });
 }
