@@ -553,7 +553,12 @@ bool closed_store_gone(const std::string& host, std::uint16_t port) {
     options.port = port;
     options.isServer = false;
     options.waitWorkers = false;  // a probe, not one of the new store's workers
-    options.timeout = std::chrono::milliseconds(500);
+    // Whole seconds: 1.13's client counts its connect timeout in them, and
+    // 500 ms became 0 s, which failed every probe at once with a c10d ERROR
+    // line, so a rank whose rank 0 listened again already (spawn, re-init
+    // without a barrier) waited all of kCloseWait, logging thousands of them
+    // (found by a review).
+    options.timeout = std::chrono::seconds(1);
     c10d::TCPStore probe(host, options);
     return !probe.check({kClosedStoreMarker});
   } catch (const std::exception&) {
