@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -281,6 +282,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
                                    std::optional<std::size_t> shared_bytes)
     : c10d::ProcessGroup(rank, size),
       fork_generation_(ad::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed)),
+      owner_pid_(::getpid()),
       global_ranks_(std::move(global_ranks)),
       timeout_(timeout) {
   if (global_ranks_.empty()) {
@@ -450,6 +452,22 @@ bool ProcessGroupAxon::in_forked_child() const {
   return fork_generation_ != ad::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed);
 }
 
+// Why: a DataLoader worker's send waited forever for the group's send
+// thread, which a forked child does not have; an all_reduce did too, unless
+// it ran on the caller's thread and the shared memory refused it (a review).
+void ProcessGroupAxon::refuse_in_forked_child(c10d::OpType type) const {
+  if (!in_forked_child()) return;
+  std::string op = type == c10d::OpType::UNKNOWN ? "op" : c10d::opTypeToString(type);
+  for (char& c : op) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  throw ad::InvalidArgument(where_of(op.c_str()) + ": this process (pid " + std::to_string(::getpid()) +
+                            ") was forked from global rank " +
+                            std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
+                            "'s process (pid " + std::to_string(owner_pid_) +
+                            ") after the group was made; only that process takes part in the group's ops (a "
+                            "forked child may read shared tensors, and must not call collectives, sends or "
+                            "receives); nothing was done");
+}
+
 // Joining the threads may take as long as the pending ops, and their tensors
 // may need Python's GIL (torch/without_gil.hpp).
 ProcessGroupAxon::~ProcessGroupAxon() {
@@ -463,6 +481,11 @@ ProcessGroupAxon::~ProcessGroupAxon() {
     (void)thread_.release();
     (void)send_thread_.release();
     (void)recv_thread_.release();
+    // Nor the store: rank 0's TCPStore, destroyed here, stopped the server
+    // thread its parent runs for every rank (their shared control pipe), and
+    // crashed the child; every rank then hung in the store (a review: a
+    // DataLoader worker's destroy_process_group). Kept, it is never destroyed here.
+    (void)default_group_store_.release();
     return;
   }
   wait_without_gil([this] {
@@ -721,6 +744,7 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors outputs, std::int64_t bytes,
                                                           std::function<void()> run) {
+  refuse_in_forked_child(type);
   auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
   // From a callback of this group's op, push() and run_here_or_push() run
   // the op at once, nested (comm_thread.hpp).
@@ -736,6 +760,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::point_to_point(CommThread& thread, OpType type, Tensors outputs,
                                                               std::function<void()> run, int source_rank) {
+  refuse_in_forked_child(type);
   auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs), source_rank);
   thread.push(work, std::move(run));
   return work;

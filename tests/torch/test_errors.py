@@ -343,25 +343,35 @@ def forked_child(rank, n):
     not the rank: its collectives are refused, and its destroying the group
     (or any end that runs the group's destructor) leaves the rank's part
     alone. Found by reviews: the child ran as the rank for its peers, and
-    its end told them the rank had left. (It ends with os._exit: a child of
-    rank 0 that ran Python's normal exit would stop PyTorch's TCPStore under
-    its parent, under Gloo too.)"""
+    its end told them the rank had left; a send, or an all_reduce too large
+    to run on the caller's thread, waited forever for the group's threads,
+    which a child does not have; and rank 0's child, destroying the group,
+    crashed and stopped the TCPStore server its parent hosts, so that every
+    rank hung in its own destroy. (It ends with os._exit: a child of rank 0
+    that ran Python's normal exit would stop PyTorch's TCPStore under its
+    parent, under Gloo too.)"""
     dist.init_process_group("axon")
     t = torch.ones(4)
     dist.all_reduce(t)
     text = ""
-    if rank == 1:
+    if rank in (0, 1):
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(read)
-            try:
-                dist.all_reduce(torch.ones(4))
-                message = "ran"
-            except RuntimeError as e:
-                message = str(e)
+            signal.alarm(20)  # a hang ends the child, and the parent sees its status
+            messages = []
+            for name, op in (("all_reduce", lambda: dist.all_reduce(torch.ones(4))),
+                             ("large all_reduce", lambda: dist.all_reduce(torch.ones(1 << 20))),
+                             ("send", lambda: dist.send(torch.ones(2), dst=1 - rank)),
+                             ("irecv", lambda: dist.irecv(torch.ones(2), src=1 - rank).wait())):
+                try:
+                    op()
+                    messages.append(f"{name} ran")
+                except RuntimeError as e:
+                    messages.append(str(e))
             dist.destroy_process_group()
-            os.write(write, message.encode())
+            os.write(write, "\n".join(messages).encode())
             os._exit(0)
         os.close(write)
         deadline = time.monotonic() + 30
@@ -374,10 +384,12 @@ def forked_child(rank, n):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             raise AssertionError("the forked child did not end (destroying the group there waited)")
-        text = os.read(read, 4096).decode()
+        text = os.read(read, 65536).decode()
         os.close(read)
-        assert status == 0, status
-        assert "was forked from rank 1's process" in text and "nothing was done" in text, text
+        assert status == 0, f"rank {rank}'s child ended with status {status}: {text}"
+        lines = text.split("\n")
+        assert len(lines) == 4 and all(f"was forked from global rank {rank}'s process" in line and
+                                       "nothing was done" in line for line in lines), text
     dist.barrier()
     for _ in range(3):
         t = torch.ones(4)
@@ -606,7 +618,8 @@ if __name__ == "__main__":
     texts = run_ranks(3, different_rank_lists)
     print(f"test_errors: new_group given different rank lists named both groups: {texts[2].splitlines()[0][:160]}")
     texts = run_ranks(2, forked_child)
-    print(f"test_errors: a forked child's all_reduce was refused, and its destroy left the rank's group working: {texts[1][:120]}")
+    print(f"test_errors: a forked child's all_reduce, send and recv were refused (rank 0's child too), and its destroy "
+          f"left the rank's group and store working: {texts[1][:120]}")
     texts = run_ranks(3, repeated_rank)
     print(f"test_errors: new_group with a repeated rank failed at once: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(3, split_disagreement)

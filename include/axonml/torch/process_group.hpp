@@ -35,6 +35,8 @@
 // thread; they run in the order they were called).
 #pragma once
 
+#include <sys/types.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -226,7 +228,12 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // program's end there touch nothing shared (a child's sys.exit aborted the
   // parent's group; a review).
   std::uint64_t fork_generation_;
+  pid_t owner_pid_;  // the process that made the group (the rank)
   bool in_forked_child() const;
+  // Throws InvalidArgument in a forked child, naming `type`, both processes
+  // and what the child may do: an op queued there would wait forever for a
+  // group thread the child does not have.
+  void refuse_in_forked_child(c10d::OpType type) const;
   std::vector<int> global_ranks_;  // by group rank
   // Kept by the default group only (made without global_ranks): see
   // close_store_together().
