@@ -664,8 +664,12 @@ void ProcessGroupAxon::close_store_together() {
     store_broke = true;
   }
   // A store still answering after kServerGoneWait is held by the program
-  // (rank 0's listener stays with it): nothing will close.
-  if (!all_in || getRank() == 0 || !store_broke) return;
+  // (rank 0's listener stays with it): nothing will close. A store that broke
+  // before this rank saw every rank in was most often closed by rank 0, who
+  // saw them all first: its listener may be open still (a rank that returned
+  // at once met it in its next init_process_group: "Connection reset by
+  // peer", 3 runs in 15 of a review's spawn re-init loop).
+  if (getRank() == 0 || !store_broke) return;
   // Our connection has broken (or the wait ran out): wait until rank 0's
   // listening socket is gone too, or a new store listens in its place.
   // Most often it closes within milliseconds of the connection, which plain
