@@ -64,6 +64,15 @@ rank_pids() { sed -n 's/.*ready pid=\([0-9]*\).*/\1/p' "$work/out"; }
 stopped() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]; }
 all_stopped() { local p; for p in "$@"; do stopped "$p" || return 1; done; }
 none_stopped() { local p; for p in "$@"; do ! stopped "$p" || return 1; done; }
+# Waits for the launcher $pid started in the background to end (failing with
+# $1 after 60 s), then sets status, out and err as run() does.
+await_launcher() {
+  limit=60 wait_for launcher_done "$pid" || { kill -9 "$pid"; fail "$1"; }
+  wait "$pid"
+  status=$?
+  out=$(cat "$work/out")
+  err=$(cat "$work/err")
+}
 
 case "$case_name" in
   bad-arguments)
@@ -560,11 +569,7 @@ RANK_SH
     limit=10 wait_for none_stopped "$pid" $pids || fail "SIGCONT did not continue every rank"
     sleep 1
     touch "$go"
-    limit=60 wait_for launcher_done "$pid" || { kill -9 "$pid"; fail "the job did not end after it was continued"; }
-    wait "$pid"
-    status=$?
-    out=$(cat "$work/out")
-    err=$(cat "$work/err")
+    await_launcher "the job did not end after it was continued"
     expect_status 0
     [ "$(grep -c 'met rank=' "$work/out")" -eq 3 ] || fail "not every rank met after the pause: $out $err"
     # Nor does a pause during start-up count towards --start-timeout.
@@ -575,11 +580,7 @@ RANK_SH
     limit=10 wait_for stopped "$pid" || fail "SIGTSTP did not stop the launcher during start-up"
     sleep 4
     kill -CONT "$pid"
-    limit=60 wait_for launcher_done "$pid" || { kill -9 "$pid"; fail "the job did not end after it was continued"; }
-    wait "$pid"
-    status=$?
-    out=$(cat "$work/out")
-    err=$(cat "$work/err")
+    await_launcher "the job did not end after it was continued"
     expect_status 0
     [ "$(grep -c 'met rank=' "$work/out")" -eq 2 ] || fail "not every rank met after a pause in start-up: $out $err"
     ;;
