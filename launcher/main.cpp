@@ -55,13 +55,22 @@ void check_inherited_timeout(const LaunchOptions& options) {
 }
 
 // Whether a SIGINT/SIGTERM/SIGHUP waits in the signalfd (it arrived after
-// the last attempt's supervisor stopped reading). SIGCHLDs are dropped.
+// the last attempt's supervisor stopped reading). SIGCHLDs are dropped; a
+// Ctrl-Z (SIGTSTP not followed by a SIGCONT) stops the launcher here, where
+// no rank runs, as the shell expects (it was dropped, and the next attempt
+// started; a review).
 bool signal_pending(int signal_fd) {
   signalfd_siginfo info{};
   bool pending = false;
+  bool stop = false;
   while (::read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
-    if (info.ssi_signo != SIGCHLD && info.ssi_signo != SIGTSTP && info.ssi_signo != SIGCONT) pending = true;
+    if (info.ssi_signo == SIGTSTP || info.ssi_signo == SIGCONT) {
+      stop = info.ssi_signo == SIGTSTP;
+    } else if (info.ssi_signo != SIGCHLD) {
+      pending = true;
+    }
   }
+  if (stop) ::raise(SIGSTOP);  // a SIGCONT continues it; the next attempt reads that one
   return pending;
 }
 

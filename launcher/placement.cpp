@@ -230,15 +230,6 @@ std::string describe(const Placement& plan) {
   return s;
 }
 
-namespace {
-
-bool memory_may_go_to(int node) {
-  const auto allowed = axonml::distributed::shm::allowed_numa_nodes();
-  return std::find(allowed.begin(), allowed.end(), node) != allowed.end();
-}
-
-}  // namespace
-
 bool apply_placement(const RankPlacement& rank) {
   const std::string threads = std::to_string(rank.threads);
   // A value the user set wins (overwrite = 0).
@@ -249,7 +240,7 @@ bool apply_placement(const RankPlacement& rank) {
   // (shm/numa_place.hpp). Not a node the rank may not place memory on (a
   // topology from HWLOC_SYNTHETIC or HWLOC_XMLFILE): the rank would refuse it.
   if (rank.bound && rank.numa_nodes.find_first_not_of("0123456789") == std::string::npos &&
-      memory_may_go_to(std::stoi(rank.numa_nodes))) {
+      axonml::distributed::shm::numa_node_allowed(std::stoi(rank.numa_nodes))) {
     ::setenv("AXON_NUMA_NODE", rank.numa_nodes.c_str(), 0);
   }
   if (rank.bound) return ::sched_setaffinity(0, sizeof(rank.cpus), &rank.cpus) == 0;

@@ -153,6 +153,8 @@ void Supervisor::suspend() {
   suspended_at_ = Clock::now();
   // A SIGCONT that came after the SIGTSTP has been spent already (it
   // continues a process when sent): stopping now, nothing would continue us.
+  // (One that comes between this check and the raise is still lost with the
+  // stop signal, as the kernel discards it: a second SIGCONT continues us.)
   sigset_t pending;
   ::sigpending(&pending);
   if (sigismember(&pending, SIGCONT)) return;  // resume() follows when it is read
@@ -169,8 +171,10 @@ void Supervisor::resume() {
         std::memory_order_release);
     // Nor does the launcher's own clock count the pause: the start deadline
     // and a grace in progress.
-    started_ += now - *suspended_at_;
-    if (phase_ == Phase::Aborting || phase_ == Phase::Terminating) phase_deadline_ += now - *suspended_at_;
+    const auto pause = now - *suspended_at_;
+    started_ += pause;
+    if (phase_ == Phase::Aborting || phase_ == Phase::Terminating) phase_deadline_ += pause;
+    if (all_exited_at_) *all_exited_at_ += pause;  // the drain's grace
     suspended_at_.reset();
   }
   signal_running(SIGCONT);  // also after a SIGSTOP someone else sent them
@@ -242,14 +246,14 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
   }
   if (first_failure_) {
     if (const auto culprit = group_culprit(failed_ranks); culprit && first_failure_->blame == Blame::Failed) {
-      first_failure_ = Failure{*culprit, ranks_[static_cast<std::size_t>(*culprit)].status, arena_.joined(*culprit)};
+      first_failure_ = failure_of(*culprit);
     }
     return;
   }
   if (auto culprit = left_while_needed()) {
     first_failure_ = culprit;
   } else if (const auto blamed = group_culprit(failed_ranks)) {
-    first_failure_ = Failure{*blamed, ranks_[static_cast<std::size_t>(*blamed)].status, arena_.joined(*blamed)};
+    first_failure_ = failure_of(*blamed);
   } else {
     int chosen = failed_ranks.front();
     auto& header = arena_.header();
@@ -260,10 +264,14 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
         chosen = aborter;
       }
     }
-    first_failure_ = Failure{chosen, ranks_[static_cast<std::size_t>(chosen)].status,
-                             arena_.joined(chosen)};
+    first_failure_ = failure_of(chosen);
   }
   if (running_count() > 0 && forwarded_count_ == 0) start_abort(*first_failure_);
+}
+
+// `rank`, which has ended, as a failure of its own (Blame::Failed).
+Supervisor::Failure Supervisor::failure_of(int rank) const {
+  return Failure{rank, ranks_[static_cast<std::size_t>(rank)].status, arena_.joined(rank)};
 }
 
 // The rank a PyTorch group's failure blamed (one that left while its peers

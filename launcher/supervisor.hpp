@@ -115,6 +115,7 @@ class Supervisor {
   void check_abort_by_rank();
   std::optional<Failure> left_while_needed() const;
   std::optional<int> group_culprit(const std::vector<int>& failed_ranks) const;
+  Failure failure_of(int rank) const;
   std::string describe(const Failure& failure) const;
   int exit_code(const Failure& failure) const;
   void signal_running(int sig);

@@ -69,6 +69,11 @@ add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_launcher_summary.py $<
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
 
+set(name "torch: Ctrl-Z (SIGTSTP to axon-launch) stops a PyTorch job and SIGCONT continues it; two 6 s pauses, in a group's set-up and in an all_reduce, time out nothing under 4 s timeouts")
+add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_pause.py $<TARGET_FILE:axon-launch>
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 300 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
+
 # A subset of PyTorch's own suite in `make test` (each test spawns its ranks:
 # ~5-15 s a test on a loaded 2-core machine); `make test-torch-suite` runs all
 # of it. The subset: every op family the backend implements.

@@ -104,10 +104,11 @@ CollectiveCall reducing(CollectiveCall call, ReduceOp op) {
 // A collective that fails instead of returning sets keep_shared_buffers.
 std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
   const std::shared_ptr<RankState>& state = impl_->state;
+  const std::optional<int> node = shm::bound_numa_node();  // may throw: before the block is taken
   const std::uint64_t start = state->allocator.allocate(bytes);
   if (start == 0) return nullptr;
   std::byte* memory = state->base + start;
-  shm::place_on_bound_node(memory, bytes);  // this rank writes it first: keep it on our node
+  if (node) shm::move_to_numa_node(memory, bytes, *node);  // this rank writes it first: keep it on our node
   // Zeroed, as a fresh arena's pages are: freed space comes back dirty.
   std::memset(memory, 0, bytes);
   // Only this process gives it back: a child forked from it (a DataLoader

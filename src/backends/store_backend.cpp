@@ -29,6 +29,7 @@
 #include "base/text.hpp"
 #include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
+#include "shm/launcher_report.hpp"
 #include "shm/wait.hpp"
 #include "shm/arena_view.hpp"
 
@@ -128,7 +129,7 @@ class SetupWait {
         names_(names),
         timeout_(timeout),
         timeout_name_(std::move(timeout_name)),
-        deadline_(std::chrono::steady_clock::now() + timeout),
+        started_(std::chrono::steady_clock::now()),
         peers_(static_cast<std::size_t>(world_size)),
         can_check_(store.has(kFailedKey).has_value()) {}
 
@@ -214,7 +215,7 @@ class SetupWait {
       // because that death failed it.
       if (options_.while_waiting) options_.while_waiting();
       throw_if_a_watched_peer_exited(waiting_for);
-      if (std::chrono::steady_clock::now() >= deadline_) {
+      if (shm::waited_since(started_) >= timeout_) {  // not a pause (Ctrl-Z): a review
         throw Timeout(who_ + "timed out after " + format_seconds(std::chrono::duration<double>(timeout_).count()) +
                       " s (" + timeout_name_ + ") waiting in the store for " + describe(missing) +
                       " to set up the shared memory");
@@ -233,7 +234,7 @@ class SetupWait {
   const RankNames& names_;
   std::chrono::milliseconds timeout_;
   std::string timeout_name_;
-  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::steady_clock::time_point started_;
   std::vector<ProcessWatch> peers_;
   bool can_check_;
 };

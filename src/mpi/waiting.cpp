@@ -10,6 +10,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "base/text.hpp"
+#include "shm/launcher_report.hpp"
 
 namespace axonml::distributed::mpi {
 
@@ -31,7 +32,7 @@ void poll(Test&& test, const WaitContext& context, Describe&& describe) {
       throw PeerFailure("rank " + std::to_string(context.rank) + ": " + describe() +
                         ": the job was aborted: " + *context.abort_reason);
     }
-    const auto waited = std::chrono::steady_clock::now() - started;
+    const auto waited = distributed::shm::waited_since(started);
     if (waited >= context.timeout) {
       note_gave_up_waiting();
       throw Timeout("rank " + std::to_string(context.rank) + ": timed out after " +

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <mutex>
 
@@ -65,6 +66,13 @@ std::chrono::steady_clock::time_point launcher_resumed_at() noexcept {
   if (header == nullptr) return {};
   return std::chrono::steady_clock::time_point(
       std::chrono::nanoseconds(header->resumed_at_ns.load(std::memory_order_acquire)));
+}
+
+std::chrono::steady_clock::duration waited_since(std::chrono::steady_clock::time_point started) noexcept {
+  // The clock first: the launcher may stop this process between the two
+  // reads, and a resume read after it could not then be missed.
+  const auto now = std::chrono::steady_clock::now();
+  return now - std::max(started, launcher_resumed_at());
 }
 
 void report_group_failure_to_launcher(int job_rank, const std::string& reason) noexcept {

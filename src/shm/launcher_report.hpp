@@ -34,6 +34,11 @@ bool started_by_launcher_as(int self) noexcept;
 // the clock's epoch when it never did, and outside axon-launch.
 std::chrono::steady_clock::time_point launcher_resumed_at() noexcept;
 
+// How long a wait that began at `started` has waited, counted from the
+// launcher's last resume when that came later: the time the job was held
+// stopped was nobody's fault. Every wait with a timeout measures with this.
+std::chrono::steady_clock::duration waited_since(std::chrono::steady_clock::time_point started) noexcept;
+
 // The waitpid status with which axon-launch saw the job's rank `rank` end,
 // if it has; nullopt while it runs, and outside axon-launch. Ask
 // started_by_launcher_as() first.

@@ -12,6 +12,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "base/env.hpp"
+#include "base/text.hpp"
 
 namespace axonml::distributed::shm {
 namespace {
@@ -32,6 +33,11 @@ std::vector<int> allowed_numa_nodes() {
   return nodes;
 }
 
+bool numa_node_allowed(int node) {
+  const auto allowed = allowed_numa_nodes();
+  return std::find(allowed.begin(), allowed.end(), node) != allowed.end();
+}
+
 std::optional<int> bound_numa_node() {
   // A node the process cannot use would make every move fail silently (a
   // review set AXON_NUMA_NODE=99 on a one-node machine, and nothing said so).
@@ -39,10 +45,8 @@ std::optional<int> bound_numa_node() {
   static const std::optional<int> node = []() -> std::optional<int> {
     const auto value = env::integer("AXON_NUMA_NODE", 0, static_cast<long long>(kMaxNodes) - 1);
     if (!value) return std::nullopt;
-    const auto allowed = allowed_numa_nodes();
-    if (std::find(allowed.begin(), allowed.end(), *value) == allowed.end()) {
-      std::string list;
-      for (int n : allowed) list += (list.empty() ? "" : ", ") + std::to_string(n);
+    if (!numa_node_allowed(static_cast<int>(*value))) {
+      const std::string list = joined(allowed_numa_nodes());
       throw InvalidArgument("AXON_NUMA_NODE=" + std::to_string(*value) +
                             " names a NUMA node this process cannot place memory on (its nodes: " + list +
                             "); axon-launch sets it when it binds a rank within one node: unset it or name one of those");

@@ -24,6 +24,8 @@ namespace axonml::distributed::shm {
 // The NUMA nodes this process may place memory on (its cpuset's), in
 // order; {0} when the kernel has no NUMA support.
 std::vector<int> allowed_numa_nodes();
+// Whether `node` is one of them.
+bool numa_node_allowed(int node);
 
 // AXON_NUMA_NODE, read once: the node this rank is bound to, or nullopt.
 // Throws InvalidArgument, naming the nodes it may use, when the process

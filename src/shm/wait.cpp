@@ -288,9 +288,7 @@ namespace detail {
 void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point started,
                 const std::function<std::string()>& describe) {
   waits.check_alive();
-  // The time the launcher held the job stopped (Ctrl-Z) is not waited: a
-  // wait that spanned it counts from the resume.
-  const auto waited = std::chrono::steady_clock::now() - std::max(started, launcher_resumed_at());
+  const auto waited = waited_since(started);  // not the time the job was held stopped (Ctrl-Z)
   if (waited >= waits.timeout()) {
     const double seconds = std::chrono::duration<double>(waits.timeout()).count();
     const std::string what = waits.names().rank(waits.rank()) + ": timed out after " +

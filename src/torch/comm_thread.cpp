@@ -1,8 +1,10 @@
 #include "torch/comm_thread.hpp"
 
 #include <ATen/core/ivalue.h>
+#include <unistd.h>
 
 #include "base/text.hpp"
+#include "shm/wait.hpp"
 
 namespace axonml::torch {
 
@@ -17,6 +19,7 @@ const c10::TypePtr& tensor_list_type() {
 AxonWork::AxonWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int source_rank)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
+      fork_generation_(distributed::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed)),
       future_(c10::make_intrusive<c10::ivalue::Future>(tensor_list_type())),
       source_rank_(source_rank) {}
 
@@ -33,6 +36,11 @@ void AxonWork::fail(std::exception_ptr error) {
 }
 
 bool AxonWork::wait(std::chrono::milliseconds timeout) {
+  const bool forked_since =
+      fork_generation_ != distributed::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed);
+  TORCH_CHECK(!forked_since || isCompleted(), "axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
+              ": this process (pid ", ::getpid(), ") was forked after the op was made, and the op completes only in "
+              "the rank's process (a forked child's wait() waited forever; a review)");
   if (timeout != kNoTimeout) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -49,7 +50,9 @@ class AxonWork final : public c10d::Work {
 
   // With a timeout, a wait that ends first says which op on which rank
   // (c10d's own says only "Operation timed out!"; found by a review). The op
-  // goes on: a later wait() can still see it complete.
+  // goes on: a later wait() can still see it complete. In a process forked
+  // after the op was made, an op not yet complete never completes (its
+  // thread stayed with the rank): the wait raises instead.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
 
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -58,6 +61,7 @@ class AxonWork final : public c10d::Work {
 
  private:
   std::vector<at::Tensor> outputs_;
+  std::uint64_t fork_generation_;  // shm::WaitContext's count of forks when made
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_;
 };

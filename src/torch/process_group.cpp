@@ -457,8 +457,13 @@ bool ProcessGroupAxon::in_forked_child() const {
 // it ran on the caller's thread and the shared memory refused it (a review).
 void ProcessGroupAxon::refuse_in_forked_child(c10d::OpType type) const {
   if (!in_forked_child()) return;
-  std::string op = type == c10d::OpType::UNKNOWN ? "op" : c10d::opTypeToString(type);
+  std::string op = c10d::opTypeToString(type);
   for (char& c : op) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  refuse_in_forked_child(op);
+}
+
+void ProcessGroupAxon::refuse_in_forked_child(const std::string& op) const {
+  if (!in_forked_child()) return;
   throw ad::InvalidArgument(where_of(op.c_str()) + ": this process (pid " + std::to_string(::getpid()) +
                             ") was forked from global rank " +
                             std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
@@ -851,6 +856,7 @@ void all_reduce_one(ad::StoreBackend& b, at::Tensor& t, const c10d::ReduceOp& op
 }  // namespace
 
 bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
+  refuse_in_forked_child("place_in_arena");  // by its name: its collective's type is UNKNOWN
   const std::string where = where_of("place_in_arena");
   check_tensor(tensor, where);
   auto placed = std::make_shared<bool>(false);

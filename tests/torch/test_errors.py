@@ -354,6 +354,10 @@ def forked_child(rank, n):
     t = torch.ones(4)
     dist.all_reduce(t)
     text = ""
+    # An op the rank made before the fork, still pending then: a child's wait
+    # for it waited forever too (it completes only in the rank's process).
+    inbox = torch.zeros(2)
+    pending = dist.irecv(inbox, src=1) if rank == 0 else None
     if rank in (0, 1):
         read, write = os.pipe()
         pid = os.fork()
@@ -370,6 +374,12 @@ def forked_child(rank, n):
                     messages.append(f"{name} ran")
                 except RuntimeError as e:
                     messages.append(str(e))
+            if pending is not None:
+                try:
+                    pending.wait()
+                    messages.append("the pending irecv's wait returned")
+                except RuntimeError as e:
+                    messages.append(str(e).splitlines()[0])
             dist.destroy_process_group()
             os.write(write, "\n".join(messages).encode())
             os._exit(0)
@@ -388,8 +398,15 @@ def forked_child(rank, n):
         os.close(read)
         assert status == 0, f"rank {rank}'s child ended with status {status}: {text}"
         lines = text.split("\n")
-        assert len(lines) == 4 and all(f"was forked from global rank {rank}'s process" in line and
-                                       "nothing was done" in line for line in lines), text
+        assert len(lines) == (5 if rank == 0 else 4), text
+        assert all(f"was forked from global rank {rank}'s process" in line and "nothing was done" in line
+                   for line in lines[:4]), text
+        assert rank != 0 or "was forked after the op was made" in lines[4], text
+    if rank == 1:
+        dist.send(torch.full((2,), 7.0), dst=0)
+    if pending is not None:
+        pending.wait()
+        assert inbox.tolist() == [7.0, 7.0], inbox
     dist.barrier()
     for _ in range(3):
         t = torch.ones(4)

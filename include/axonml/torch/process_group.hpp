@@ -230,10 +230,11 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   std::uint64_t fork_generation_;
   pid_t owner_pid_;  // the process that made the group (the rank)
   bool in_forked_child() const;
-  // Throws InvalidArgument in a forked child, naming `type`, both processes
+  // Throws InvalidArgument in a forked child, naming the op, both processes
   // and what the child may do: an op queued there would wait forever for a
-  // group thread the child does not have.
+  // group thread the child does not have. The op's name is c10d's for `type`.
   void refuse_in_forked_child(c10d::OpType type) const;
+  void refuse_in_forked_child(const std::string& op) const;
   std::vector<int> global_ranks_;  // by group rank
   // Kept by the default group only (made without global_ranks): see
   // close_store_together().
