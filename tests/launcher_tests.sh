@@ -639,6 +639,29 @@ RANK_SH
     expect_status $((128 + 2))
     [[ "$err" == *"attempt 1 of 6:"*"interrupted, so no restart"* ]] || fail "no line saying why: $err"
     [ "$(ready_count)" -eq 3 ] || fail "a second attempt started: $(cat "$work/out")"
+    # A Ctrl-Z while a failed attempt's leftovers are stopped (a child that
+    # ignores SIGTERM keeps the launcher there 2-3 s) stops the launcher:
+    # it was dropped, and the next attempt started (a review).
+    cat >"$work/rank.sh" <<RANK
+#!/bin/sh
+if [ "\$AXON_RESTART_COUNT" = 0 ]; then
+  (trap '' TERM; exec sleep 100) >/dev/null 2>&1 &
+  exec "$probe" exit 1 3
+fi
+exec "$probe" wait-for-file "$work/go"
+RANK
+    chmod +x "$work/rank.sh"
+    "$launch" -n 2 --timeout 60 --max-restarts 1 "$work/rank.sh" >"$work/out" 2>"$work/err" &
+    pid=$!
+    limit=60 wait_for grep -q "rank 1 exited with code 3" "$work/err" || fail "attempt 0 did not fail: $(cat "$work/err")"
+    sleep 0.5
+    kill -TSTP "$pid"
+    limit=10 wait_for stopped "$pid" || fail "a Ctrl-Z between attempts did not stop the launcher: $(cat "$work/err")"
+    touch "$work/go"
+    kill -CONT "$pid"
+    await_launcher "the job did not end after it was continued"
+    expect_status 0
+    [ "$(grep -c 'met rank=' "$work/out")" -eq 2 ] || fail "attempt 1 did not run to its end: $out $err"
     ;;
   *)
     fail "unknown case"
