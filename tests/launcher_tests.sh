@@ -9,7 +9,12 @@ case_name=$1
 launch=$2
 probe=$3
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# A case that fails while a launcher it started in the background ($pid)
+# still runs stops it (its ranks go with it: PR_SET_PDEATHSIG).
+stop_background_launcher() {
+  if [ -n "${pid:-}" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = axon-launch ]; then kill -9 "$pid"; fi
+}
+trap 'stop_background_launcher; rm -rf "$work"' EXIT
 
 fail() { echo "FAIL [$case_name]: $*" >&2; exit 1; }
 
