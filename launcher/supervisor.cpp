@@ -150,7 +150,7 @@ void Supervisor::handle_signals() {
 // sees the job stopped; fg or bg continues the launcher, and resume() them.
 void Supervisor::suspend() {
   signal_running(SIGSTOP);
-  suspended_at_ = Clock::now();
+  if (!suspended_at_) suspended_at_ = Clock::now();  // a second Ctrl-Z before the resume: the pause began at the first
   // A SIGCONT that came after the SIGTSTP has been spent already (it
   // continues a process when sent): stopping now, nothing would continue us.
   // (One that comes between this check and the raise is still lost with the
@@ -287,7 +287,7 @@ std::optional<int> Supervisor::group_culprit(const std::vector<int>& failed_rank
   }
   const int blamed = header.group_failure_rank;
   if (std::find(failed_ranks.begin(), failed_ranks.end(), blamed) == failed_ranks.end()) return std::nullopt;
-  const bool launcher_signalled = forwarded_count_ != 0 || phase_ == Phase::Terminating || phase_ == Phase::Killing;
+  const bool launcher_signalled = forwarded_count_ != 0 || signalled_ranks();
   if (WIFSIGNALED(ranks_[static_cast<std::size_t>(blamed)].status) && launcher_signalled) return std::nullopt;
   return blamed;
 }
@@ -488,7 +488,7 @@ void Supervisor::print_summary() const {
   }
   // "Stopped" only when the launcher signalled them: the others may have
   // ended by themselves once the abort woke them, or failed on their own.
-  const bool signalled = phase_ == Phase::Terminating || phase_ == Phase::Killing;
+  const bool signalled = signalled_ranks();
   if (f.blame == Blame::AbortedByRank) {
     if (signalled) line += "; the ranks still running were stopped";
   } else if (phase_ != Phase::Running) {

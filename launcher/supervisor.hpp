@@ -34,12 +34,12 @@
 //   - on SIGTSTP (Ctrl-Z) stops every rank and then itself; on SIGCONT (fg,
 //     bg) continues them, and the time stopped does not count towards any
 //     wait's timeout;
-//   - once every rank of a failed or interrupted job has ended, stops what
-//     they left behind (the launcher is their subreaper): SIGTERM, then
-//     SIGKILL.
 //   - lets the rank a PyTorch group's failure blamed (one that left while
 //     its peers waited) give the job its status when it then fails by
 //     itself, though the peers it released ended first;
+//   - once every rank of a failed or interrupted job has ended, stops what
+//     they left behind (the launcher is their subreaper): SIGTERM, then
+//     SIGKILL.
 // run() returns the attempt's outcome: exit status 0 when every rank exited
 // 0, else the status of the first failed rank (its code, or 128 + signal; 1
 // for a rank blamed with status 0).
@@ -116,6 +116,9 @@ class Supervisor {
   std::optional<Failure> left_while_needed() const;
   std::optional<int> group_culprit(const std::vector<int>& failed_ranks) const;
   Failure failure_of(int rank) const;
+  // Whether the launcher has sent the running ranks SIGTERM or SIGKILL (after
+  // an abort's grace, or a second interrupt).
+  bool signalled_ranks() const { return phase_ == Phase::Terminating || phase_ == Phase::Killing; }
   std::string describe(const Failure& failure) const;
   int exit_code(const Failure& failure) const;
   void signal_running(int sig);

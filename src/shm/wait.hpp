@@ -131,8 +131,12 @@ class WaitContext {
   // giving group areas back), as its own end would otherwise end the rank's
   // part for its parent (found by a review: a Python child's sys.exit left
   // the rank's groups under the parent).
-  bool in_forked_child() const {
-    return fork_generation_ != current_fork_generation.load(std::memory_order_relaxed);
+  bool in_forked_child() const { return forked_since(fork_generation_); }
+  // Whether this process is a child forked after current_fork_generation
+  // was `generation` (what every object a child inherits and must not use
+  // as its own compares: groups, their ops).
+  static bool forked_since(std::uint64_t generation) {
+    return generation != current_fork_generation.load(std::memory_order_relaxed);
   }
   // Counts the fork()s of this process's ancestry since the program started
   // (a pthread_atfork handler bumps it in each child).

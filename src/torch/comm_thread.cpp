@@ -36,9 +36,7 @@ void AxonWork::fail(std::exception_ptr error) {
 }
 
 bool AxonWork::wait(std::chrono::milliseconds timeout) {
-  const bool forked_since =
-      fork_generation_ != distributed::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed);
-  TORCH_CHECK(!forked_since || isCompleted(), "axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
+  TORCH_CHECK(!distributed::shm::WaitContext::forked_since(fork_generation_) || isCompleted(), "axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
               ": this process (pid ", ::getpid(), ") was forked after the op was made, and the op completes only in "
               "the rank's process (a forked child's wait() waited forever; a review)");
   if (timeout != kNoTimeout) {

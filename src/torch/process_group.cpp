@@ -448,9 +448,7 @@ void ProcessGroupAxon::release_ranks_left_waiting_everywhere() noexcept {
 
 // The runtime's count of forks (shm::WaitContext), as the group's own
 // shared memory tells a forked child from the rank.
-bool ProcessGroupAxon::in_forked_child() const {
-  return fork_generation_ != ad::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed);
-}
+bool ProcessGroupAxon::in_forked_child() const { return ad::shm::WaitContext::forked_since(fork_generation_); }
 
 // Why: a DataLoader worker's send waited forever for the group's send
 // thread, which a forked child does not have; an all_reduce did too, unless

@@ -364,11 +364,13 @@ def forked_child(rank, n):
         if pid == 0:
             os.close(read)
             signal.alarm(20)  # a hang ends the child, and the parent sees its status
+            import axonml_torch
             messages = []
             for name, op in (("all_reduce", lambda: dist.all_reduce(torch.ones(4))),
                              ("large all_reduce", lambda: dist.all_reduce(torch.ones(1 << 20))),
                              ("send", lambda: dist.send(torch.ones(2), dst=1 - rank)),
-                             ("irecv", lambda: dist.irecv(torch.ones(2), src=1 - rank).wait())):
+                             ("irecv", lambda: dist.irecv(torch.ones(2), src=1 - rank).wait()),
+                             ("place_in_arena", lambda: axonml_torch.place_in_arena(torch.ones(4)))):
                 try:
                     op()
                     messages.append(f"{name} ran")
@@ -398,10 +400,11 @@ def forked_child(rank, n):
         os.close(read)
         assert status == 0, f"rank {rank}'s child ended with status {status}: {text}"
         lines = text.split("\n")
-        assert len(lines) == (5 if rank == 0 else 4), text
+        assert len(lines) == (6 if rank == 0 else 5), text
         assert all(f"was forked from global rank {rank}'s process" in line and "nothing was done" in line
-                   for line in lines[:4]), text
-        assert rank != 0 or "was forked after the op was made" in lines[4], text
+                   for line in lines[:5]), text
+        assert lines[4].startswith("axon place_in_arena on rank"), text
+        assert rank != 0 or "was forked after the op was made" in lines[5], text
     if rank == 1:
         dist.send(torch.full((2,), 7.0), dst=0)
     if pending is not None:
