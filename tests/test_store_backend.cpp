@@ -20,6 +20,7 @@
 
 using namespace axonml::distributed;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 
 namespace {
 
@@ -160,6 +161,38 @@ TEST_CASE("a store world given its ranks' names in the job names them in its err
   REQUIRE_THROWS_AS(StoreBackend::create(other, 0, 2, options), InvalidArgument);
   REQUIRE_THROWS_WITH(StoreBackend::create(other, 0, 2, options),
                       Contains("1 rank names (StoreOptions::rank_names) for a world of 2"));
+}
+
+TEST_CASE("a store world named as the job's ranks 0 and 1 is still a group: a bad argument names it",
+          "[store][errors]") {
+  // A PyTorch new_group([0, 1]) of a larger job: its members' numbers agree
+  // with the job's, but an error that named no group read as the whole job's.
+  MemoryStore store;
+  StoreOptions options;
+  options.rank_names = {0, 1};
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto backend = StoreBackend::create(store, r, 2, options);
+      std::vector<float> data(3, 1.0f);
+      try {
+        backend->broadcast(data, 5);
+      } catch (const InvalidArgument& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+      backend->barrier();
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK_THAT(errors[0], StartsWith("broadcast on rank 0 of 2 in group [0, 1] (rank 0 of the job): invalid src 5"));
+  CHECK_THAT(errors[1], StartsWith("broadcast on rank 1 of 2 in group [0, 1] (rank 1 of the job): invalid src 5"));
+
+  // Without names the world is the job, and its messages name no group.
+  MemoryStore job;
+  auto alone = StoreBackend::create(job, 0, 1);
+  std::vector<float> data(3, 1.0f);
+  REQUIRE_THROWS_WITH(alone->broadcast(data, 5), StartsWith("broadcast on rank 0 of 1: invalid src 5"));
 }
 
 TEST_CASE("an arena larger than the available memory fails at set-up naming the sizes, not with SIGBUS later",

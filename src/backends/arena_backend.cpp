@@ -142,7 +142,10 @@ std::string ArenaBackend::describe_shared_memory() const {
 std::string ArenaBackend::describe_group() const {
   const RankNames& names = impl_->state->waits.names();
   const std::vector<int> job_ranks = names.job_ranks(impl_->channel.world_ranks());
-  bool whole_job = static_cast<int>(job_ranks.size()) == static_cast<int>(impl_->state->header.world_size);
+  // A PyTorch subgroup's arena is its own, so its world size is not the
+  // job's: new_group([0, 1]) of four ranks is still a group to name.
+  bool whole_job = !names.part_of_a_job() &&
+                   static_cast<int>(job_ranks.size()) == static_cast<int>(impl_->state->header.world_size);
   for (std::size_t m = 0; whole_job && m < job_ranks.size(); ++m) whole_job = job_ranks[m] == static_cast<int>(m);
   if (whole_job) return {};
   return " in group " + bracketed(job_ranks) + " (rank " + std::to_string(job_ranks[static_cast<std::size_t>(rank())]) +

@@ -36,6 +36,10 @@ class RankNames {
     for (const auto r : ranks) named.push_back(job_rank(static_cast<int>(r)));
     return named;
   }
+  // Whether the world is part of a larger job that numbers its members
+  // (a PyTorch subgroup): then even members 0..k-1 are a group of their own,
+  // and a message names it.
+  bool part_of_a_job() const { return !job_ranks_.empty(); }
 
  private:
   std::vector<int> job_ranks_;

@@ -288,6 +288,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   if (global_ranks_.empty()) {
     for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
     default_group_store_ = store;
+    subgroup_ = false;
   }
   // The checks of this rank's own arguments and environment come before
   // the rendezvous, so that a bad value fails here; the peers, who will
@@ -356,7 +357,9 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   options.setup_timeout = group_timeout;
   options.setup_timeout_name = "the group's timeout";
   options.group = "global ranks " + describe_global_ranks();
-  options.rank_names = global_ranks_;
+  // The default group is the job: its ranks are named by themselves, and
+  // messages name no group. A subgroup's members by their ranks in the job.
+  if (subgroup_) options.rank_names = global_ranks_;
   // No room for subgroups: a PyTorch subgroup makes an arena of its own. (A
   // C++ arena's room for three, five world areas, cost 160 MiB a group at
   // 64 ranks here.)
@@ -702,15 +705,17 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intru
   return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout, std::move(global_ranks), shared_bytes);
 }
 
-// "axon allreduce on rank 1 of 2", and in a subgroup "(global rank 2)" too:
-// roots and peers are given as ranks in the group, but the user knows the
-// process by its rank in the job.
+// "axon allreduce on rank 1 of 2"; in a subgroup "(global rank 2)" and the
+// group too: roots and peers are given as ranks in the group, but the user
+// knows the process by its rank in the job, and new_group([0, 1]) of four
+// ranks is not the job even where the two numberings agree.
 std::string ProcessGroupAxon::where_of(const char* op) const {
   std::string where = std::string("axon ") + op + " on rank " + std::to_string(getRank()) + " of " +
                       std::to_string(getSize());
+  if (!subgroup_) return where;
   const int global = global_ranks_[static_cast<std::size_t>(getRank())];
   if (global != getRank()) where += " (global rank " + std::to_string(global) + ")";
-  return where;
+  return where + " in the group of global ranks " + describe_global_ranks();
 }
 
 std::string ProcessGroupAxon::describe_global_ranks() const { return ad::bracketed(global_ranks_); }

@@ -101,6 +101,24 @@ def killed_rank(rank, n):
     return text
 
 
+def subgroup_errors_name_the_group(rank, n):
+    """new_group([0, 1]) of three ranks numbers its members as the job does,
+    but it is not the job: its errors name the group (they read "axon
+    allgather on rank 0 of 2", as if it were the whole job). The default
+    group's name none."""
+    dist.init_process_group("axon")
+    low = dist.new_group([0, 1], backend="axon")
+    wrong_list = lambda group: dist.all_gather([torch.ones(2)], torch.ones(2), group=group)
+    text = raises(lambda: wrong_list(None), f"axon allgather on rank {rank} of {n}:", "the output list")
+    assert "group" not in text.split(":")[0], f"the default group's error names a group: {text}"
+    if rank < 2:
+        text = raises(lambda: wrong_list(low), f"axon allgather on rank {rank} of 2 in the group of global ranks [0, 1]:",
+                      "the output list")
+        dist.all_reduce(torch.ones(2), group=low)  # the group still works
+    dist.destroy_process_group()
+    return text
+
+
 def killed_subgroup_member(rank, n):
     """A subgroup has shared memory of its own, whose members are numbered
     from 0; its errors still name the job's ranks. With new_group([1, 2]) and
@@ -116,7 +134,8 @@ def killed_subgroup_member(rank, n):
         # A bad argument in the subgroup names the job's rank beside the group's.
         member = rank - (n - 2)
         raises(lambda: dist.all_gather([torch.ones(2)], torch.ones(2), group=pair),
-               f"axon allgather on rank {member} of 2 (global rank {rank})", "the output list")
+               f"axon allgather on rank {member} of 2 (global rank {rank}) in the group of global ranks "
+               f"[{n - 2}, {n - 1}]:", "the output list")
         dist.all_reduce(torch.ones(2), group=pair)  # every member is past the first, large one
         if rank == n - 1:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -659,6 +678,8 @@ if __name__ == "__main__":
           f"(waits {', '.join(f'{w:.1f}' for w in waits)} s)")
     texts = run_ranks(3, killed_rank, dead={2})
     print(f"test_errors: kill -9 of rank 2 raised on the others: {texts[0].splitlines()[0]}")
+    texts = run_ranks(3, subgroup_errors_name_the_group)
+    print(f"test_errors: new_group([0, 1])'s errors name the group: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(4, killed_subgroup_member, dead={3})
     print(f"test_errors: kill -9 of rank 3 in new_group([2, 3]) named the job's rank 3: {texts[2].splitlines()[0]}")
     texts = run_ranks(3, left_while_peer_waits)

@@ -236,6 +236,7 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   void refuse_in_forked_child(c10d::OpType type) const;
   void refuse_in_forked_child(const std::string& op) const;
   std::vector<int> global_ranks_;  // by group rank
+  bool subgroup_ = true;           // made with global_ranks (new_group), not the default group
   // Kept by the default group only (made without global_ranks): see
   // close_store_together().
   c10::intrusive_ptr<c10d::Store> default_group_store_;
