@@ -4,8 +4,10 @@
 //   mpirun -np 8 build/release/benchmarks/axon-bench-mpi -c all_reduce -b 4 -e 256M
 //   axon-bench --memcpy -e 256M     # one core's memcpy bandwidth, the roof
 //
-// Built twice from these sources: axon-bench over axonml::distributed, and
-// with -DAXON_BENCH_MPI axon-bench-mpi over Open MPI (see transport.cpp).
+// Built three times from these sources: axon-bench over axonml::distributed,
+// with -DAXON_BENCH_MPI axon-bench-mpi over Open MPI (see transport.cpp), and
+// with -DAXON_BENCH_DEEPSPEED_SHM axon-bench-deepspeed-shm over DeepSpeed's
+// CPU shared-memory all-reduce, rebuilt (see axon_bench/deepspeed_shm.cpp).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -30,6 +32,10 @@ int run(int argc, char** argv) {
 #ifdef AXON_BENCH_MPI
   CLI::App app{"axon-bench-mpi: time and check collectives over a sweep of sizes (nccl-tests style), over Open MPI.\n"
                "Run it under mpirun: mpirun -np N axon-bench-mpi [OPTIONS]."};
+#elif defined(AXON_BENCH_DEEPSPEED_SHM)
+  CLI::App app{"axon-bench-deepspeed-shm: time and check all_reduce (f32 sum) over a sweep of sizes through\n"
+               "DeepSpeed's CPU shared-memory all-reduce, rebuilt from its description (DeepSpeed is not packaged\n"
+               "for Debian 12). Run it under the launcher: axon-launch -n N axon-bench-deepspeed-shm [OPTIONS]."};
 #else
   CLI::App app{"axon-bench: time and check collectives over a sweep of sizes (nccl-tests style).\n"
                "Run it under the launcher: axon-launch -n N axon-bench [OPTIONS]; alone it is a world of one."};

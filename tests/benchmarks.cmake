@@ -35,6 +35,18 @@ if(TARGET axon-bench AND TARGET axon-launch AND Python3_Interpreter_FOUND)
     set_tests_properties("${name}" PROPERTIES TIMEOUT 120
       PASS_REGULAR_EXPRESSION "all_reduce +6291456 .*# wrong elements in total: 0")
   endforeach()
+  # DeepSpeed's CPU shm all-reduce, rebuilt (axon-bench-deepspeed-shm): both
+  # of its paths (under and over 1 MiB) on 3 ranks with uneven slices, and a
+  # message of 32 MiB + 512 KiB (a full chunk, then a small one) on 2.
+  if(TARGET axon-bench-deepspeed-shm)
+    set(name "axon-bench-deepspeed-shm: DeepSpeed's shm all-reduce, rebuilt, verifies under axon-launch -n 3 and -n 2 across its chunk and path boundaries")
+    add_test(NAME "${name}"
+      COMMAND sh -c "\"$0\" -n 3 -- \"$1\" -b 20 -e 20M -f 8 -n 3 -w 1 --no-floor &&
+                     \"$0\" -n 2 -- \"$1\" -b 34078720 -e 34078720 -n 3 -w 1 --no-floor"
+              $<TARGET_FILE:axon-launch> $<TARGET_FILE:axon-bench-deepspeed-shm>)
+    set_tests_properties("${name}" PROPERTIES TIMEOUT 120
+      PASS_REGULAR_EXPRESSION "deepspeed-shm.*ranks: 3.*all_reduce +5242880 .*# wrong elements in total: 0.*ranks: 2.*all_reduce +34078720 .*# wrong elements in total: 0")
+  endif()
   # ab_compare.py: one build against itself, with a setting in B only; its
   # table has a row per size with both medians and the ratio, then the same
   # per phase of the host (a phase neither side saw has rows that say so).
