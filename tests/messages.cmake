@@ -113,6 +113,21 @@ if(TARGET train AND TARGET axon-launch)
                FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
 endif()
 
+# AXON_ALLREDUCE_ONE_ROUND_BYTES on one rank only: ranks that chose different
+# all-reduce algorithms returned different, wrong sums at call #0 and failed
+# only at the next call, blaming AXON_CHECK_COLLECTIVES (a review). Now the
+# first call fails on every rank, naming the setting; axon-bench checks every
+# result, so a wrong sum would also fail it, without the message.
+if(TARGET axon-bench AND TARGET axon-launch)
+  set(name "messages: AXON_ALLREDUCE_ONE_ROUND_BYTES on one rank only fails the first all_reduce, naming it, before any sum")
+  add_test(NAME "${name}"
+           COMMAND axon-launch -n 3 /bin/sh -c "if [ \"$RANK\" = 0 ]; then export AXON_ALLREDUCE_ONE_ROUND_BYTES=0; fi; exec \"$0\" -b 1K -e 1K --no-floor"
+                   $<TARGET_FILE:axon-bench>)
+  set_tests_properties("${name}"
+    PROPERTIES PASS_REGULAR_EXPRESSION "collective mismatch in group \\[0, 1, 2\\] at call #0: rank [12]: all_reduce\\(f32, 256, sum\\) vs rank 0: all_reduce\\(f32, 256, sum, pipelined\\) \\(which algorithm a size takes follows AXON_ALLREDUCE_ONE_ROUND_BYTES, which must be the same on every rank\\)"
+               FAIL_REGULAR_EXPRESSION "all_reduce +1024 " TIMEOUT 120)
+endif()
+
 if(TARGET train AND TARGET axon-launch)
   # A node the rank cannot use moved nothing, silently (a review's finding).
   add_test(NAME "messages: AXON_NUMA_NODE naming a node the rank cannot use is refused, naming the nodes it can"

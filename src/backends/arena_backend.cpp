@@ -177,7 +177,9 @@ void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
     return;
   }
   const bool shared = channel.size() > 1 && bytes > impl_->zero_copy_limit && impl_->in_arena(data.data, bytes);
-  call.detail = shared ? kSharedBuffer : 0;
+  call.detail = shared                                                                  ? kSharedBuffer
+                : collectives::all_reduce_is_pipelined(channel, bytes, data.type, impl_->one_round_limit) ? kPipelined
+                                                                                                          : 0;
   channel.begin(call);
   if (shared) {
     std::optional<std::pair<int, int>> overlap;

@@ -292,8 +292,12 @@ std::string ArenaChannel::group_name() const { return bracketed(waits_.names().j
 
 std::string ArenaChannel::describe(const shm::Descriptor& d) const {
   // new_group's detail is its list's hash, which call_text shows as such.
+  const bool all_reduce = static_cast<CollectiveOp>(d.op) == CollectiveOp::AllReduce;
   return call_text(d.op, d.dtype, d.count, d.reduce_op, d.root, d.detail,
-                   d.detail == kSharedBuffer ? "shared buffer" : "");
+                   !all_reduce                ? ""
+                   : d.detail == kSharedBuffer ? "shared buffer"
+                   : d.detail == kPipelined    ? "pipelined"
+                                               : "");
 }
 
 void ArenaChannel::check_descriptors(int parity, std::uint64_t round) {
@@ -334,6 +338,18 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
     broken_ = "collective mismatch in group " + group_name() + " " + where + ": " +
               waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " + describe(mine) +
               " vs " + peer + ": " + describe(theirs);
+    // The same all-reduce, by another algorithm or with zero copy on one
+    // side only: the ranks' settings differ, not their calls.
+    const bool same_call_but_path = static_cast<CollectiveOp>(mine.op) == CollectiveOp::AllReduce &&
+                                    theirs.op == mine.op && theirs.dtype == mine.dtype && theirs.count == mine.count &&
+                                    theirs.reduce_op == mine.reduce_op && theirs.detail != mine.detail;
+    if (same_call_but_path && (mine.detail == kPipelined || theirs.detail == kPipelined)) {
+      broken_ += " (which algorithm a size takes follows AXON_ALLREDUCE_ONE_ROUND_BYTES, which must be the same on "
+                 "every rank)";
+    } else if (same_call_but_path) {
+      broken_ += " (every rank must pass a buffer in the shared memory, or none; where zero copy starts follows "
+                 "AXON_ALLREDUCE_ONE_ROUND_BYTES, which must be the same on every rank)";
+    }
   }
   // Members waiting on us in a barrier learn of it from our relay.
   auto& relay = controls_[member_].relay;

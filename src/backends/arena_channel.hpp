@@ -44,6 +44,11 @@ struct CollectiveCall {
 // CollectiveCall::detail of a collective on buffers in the arena (zero copy):
 // every rank must pass one, so it is part of what ranks must agree on.
 inline constexpr std::uint64_t kSharedBuffer = 1;
+// CollectiveCall::detail of an all-reduce that takes the pipelined algorithm:
+// which one a size takes follows AXON_ALLREDUCE_ONE_ROUND_BYTES, read by
+// each rank, so members that chose differently get a mismatch error naming
+// it (they returned different sums; found by a review).
+inline constexpr std::uint64_t kPipelined = 2;
 
 class ArenaChannel final : public collectives::RoundChannel {
  public:

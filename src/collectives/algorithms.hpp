@@ -26,6 +26,14 @@ namespace axonml::distributed::collectives {
 // the number of members); the slot size caps it.
 std::size_t one_round_all_reduce_limit(std::size_t slot_bytes, int members);
 
+// Whether all_reduce() takes reduce-scatter + all-gather (pipelined) for a
+// message of `bytes` larger than the channel's small payload. Every member
+// must choose alike: a transport that checks calls makes the choice part of
+// what members agree on, since `one_round_limit` comes from each member's
+// environment (members that chose differently returned different sums).
+bool all_reduce_is_pipelined(const RoundChannel& channel, std::size_t bytes, DataType type,
+                             std::size_t one_round_limit);
+
 // `one_round_limit`: one_round_all_reduce_limit() of this channel, which its
 // owner computes once (it depends on the channel and the environment only).
 void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,

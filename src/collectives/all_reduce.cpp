@@ -151,6 +151,13 @@ std::size_t one_round_all_reduce_limit(std::size_t slot_bytes, int members) {
   return std::min(limit, slot_bytes);
 }
 
+bool all_reduce_is_pipelined(const RoundChannel& channel, std::size_t bytes, DataType type,
+                             std::size_t one_round_limit) {
+  return channel.size() > 2 &&  // two: see all_reduce_one_round; measured in docs/benchmarks.md
+         bytes > one_round_limit &&
+         pipelined_block_limit(channel.slot_bytes(), size_of(type), static_cast<std::size_t>(channel.size())) != 0;
+}
+
 void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataType type,
                 ReduceOp op, std::size_t one_round_limit) {
   const std::size_t bytes = count * size_of(type);
@@ -165,13 +172,10 @@ void all_reduce(RoundChannel& channel, std::byte* data, std::size_t count, DataT
   }
   if (bytes <= channel.small_bytes()) {
     all_reduce_small<RoundChannel>(channel, data, count, type, op);
-  } else if (channel.size() == 2 ||  // see all_reduce_one_round; measured in docs/benchmarks.md
-             bytes <= one_round_limit ||
-      pipelined_block_limit(channel.slot_bytes(), size_of(type),
-                            static_cast<std::size_t>(channel.size())) == 0) {
-    all_reduce_one_round(channel, data, count, type, op);
-  } else {
+  } else if (all_reduce_is_pipelined(channel, bytes, type, one_round_limit)) {
     all_reduce_pipelined(channel, data, count, type, op);
+  } else {
+    all_reduce_one_round(channel, data, count, type, op);
   }
 }
 
