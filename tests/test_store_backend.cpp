@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -193,6 +194,29 @@ TEST_CASE("a store world named as the job's ranks 0 and 1 is still a group: a ba
   auto alone = StoreBackend::create(job, 0, 1);
   std::vector<float> data(3, 1.0f);
   REQUIRE_THROWS_WITH(alone->broadcast(data, 5), StartsWith("broadcast on rank 0 of 1: invalid src 5"));
+}
+
+TEST_CASE("a store world set up with no file descriptor left names the limit, not the hosts", "[store][errors]") {
+  // Under ulimit -n 16 the boot id went unread, and the set-up said the rank
+  // ran on another machine than itself (a review).
+  MemoryStore store;
+  const int lowest_free = ::dup(0);
+  REQUIRE(lowest_free >= 0);
+  ::close(lowest_free);
+  rlimit before{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &before) == 0);
+  rlimit none = before;
+  none.rlim_cur = static_cast<rlim_t>(lowest_free);  // every new descriptor fails with EMFILE
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &none) == 0);
+  std::string error;
+  try {
+    StoreBackend::create(store, 0, 1);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_NOFILE, &before);
+  CHECK_THAT(error, Contains("rank 0: cannot read /proc/sys/kernel/random/boot_id (Too many open files)") &&
+                        Contains("raise ulimit -n"));
 }
 
 TEST_CASE("an arena larger than the available memory fails at set-up naming the sizes, not with SIGBUS later",

@@ -97,6 +97,18 @@ if(TARGET torch_allreduce)
     PASS_REGULAR_EXPRESSION "rank 1 of 2: allreduce sum of 1048576 floats, 0 wrong.*every rank's result checked: 0 wrong|every rank's result checked: 0 wrong.*rank 1 of 2: allreduce sum of 1048576 floats, 0 wrong")
 endif()
 
+# A libtorch program holding its group in a global: destroyed after main
+# returns, among the static destructors, it corrupted the heap (a review).
+add_executable(torch_global_group programs/torch_global_group.cpp)
+target_link_libraries(torch_global_group PRIVATE axonml::torch axon_warnings)
+foreach(mode idle pending)
+  set(name "torch: a libtorch group held in a global is destroyed after main returns without corrupting the heap (${mode})")
+  add_test(NAME "${name}" COMMAND axon-launch -n 2 $<TARGET_FILE:torch_global_group> ${mode})
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "rank 1: sum 3, leaving the group to the static destructors"
+    FAIL_REGULAR_EXPRESSION "malloc|corrupted|signal|exited with code")
+endforeach()
+
 # benchmarks/torch_compare.py --quick: the gloo-vs-axon benchmark keeps
 # working (n=2, three sizes, two DDP steps); it exits non-zero on any wrong
 # all_reduce element or when the gloo and axon DDP replicas end apart. Once

@@ -292,12 +292,10 @@ std::string ArenaChannel::group_name() const { return bracketed(waits_.names().j
 
 std::string ArenaChannel::describe(const shm::Descriptor& d) const {
   // new_group's detail is its list's hash, which call_text shows as such.
-  const bool all_reduce = static_cast<CollectiveOp>(d.op) == CollectiveOp::AllReduce;
-  return call_text(d.op, d.dtype, d.count, d.reduce_op, d.root, d.detail,
-                   !all_reduce                ? ""
-                   : d.detail == kSharedBuffer ? "shared buffer"
-                   : d.detail == kPipelined    ? "pipelined"
-                                               : "");
+  // The algorithm an all-reduce takes (kPipelined) is not the user's call:
+  // only a mismatch in it is worth words (throw_mismatch).
+  const bool shared = static_cast<CollectiveOp>(d.op) == CollectiveOp::AllReduce && d.detail == kSharedBuffer;
+  return call_text(d.op, d.dtype, d.count, d.reduce_op, d.root, d.detail, shared ? "shared buffer" : "");
 }
 
 void ArenaChannel::check_descriptors(int parity, std::uint64_t round) {
@@ -344,8 +342,10 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
                                     theirs.op == mine.op && theirs.dtype == mine.dtype && theirs.count == mine.count &&
                                     theirs.reduce_op == mine.reduce_op && theirs.detail != mine.detail;
     if (same_call_but_path && (mine.detail == kPipelined || theirs.detail == kPipelined)) {
-      broken_ += " (which algorithm a size takes follows AXON_ALLREDUCE_ONE_ROUND_BYTES, which must be the same on "
-                 "every rank)";
+      auto algorithm = [](const shm::Descriptor& d) { return d.detail == kPipelined ? "pipelined" : "one-round"; };
+      broken_ += ": the same call, but this rank takes the " + std::string(algorithm(mine)) + " all-reduce and " + peer +
+                 " the " + algorithm(theirs) + " one; which a size takes follows AXON_ALLREDUCE_ONE_ROUND_BYTES, "
+                 "which must be the same on every rank";
     } else if (same_call_but_path) {
       broken_ += " (every rank must pass a buffer in the shared memory, or none; where zero copy starts follows "
                  "AXON_ALLREDUCE_ONE_ROUND_BYTES, which must be the same on every rank)";

@@ -41,9 +41,11 @@ struct Attachments {
   std::mutex mutex;
   std::set<std::pair<dev_t, ino_t>> arenas;
 };
+// Never destroyed: a World held in a global goes among the static
+// destructors, possibly after this would have.
 Attachments& attachments() {
-  static Attachments instance;
-  return instance;
+  static auto* instance = new Attachments;
+  return *instance;
 }
 
 // Unmaps unless released (the error paths between mmap and the backend).
@@ -96,6 +98,17 @@ std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
   }
   auto* base = static_cast<std::byte*>(mapping.base);
   auto& header = const_cast<shm::ArenaHeader&>(shm::check_arena(base, bytes, world_size));
+  // From another PID namespace the launcher's pid and the peers' name other
+  // processes or none: a wait took the launcher for gone (a review: a rank
+  // under `unshare -p -f` failed its first all_reduce, "the launcher has gone
+  // away"). Refused before joining, so the launcher names this rank.
+  if (const std::uint64_t own = shm::pid_namespace_id();
+      header.launcher_pid_namespace != 0 && own != 0 && own != header.launcher_pid_namespace) {
+    throw InvalidArgument(who + "this process runs in a PID namespace other than axon-launch's (pid " +
+                          std::to_string(header.launcher_pid) + " there; started under unshare -p or a sandbox?): "
+                          "every rank must run in the launcher's, where the ranks and the launcher can tell "
+                          "whether the others are alive");
+  }
 
   // Register: first this rank's joined flag (the launcher reads it when a
   // rank exits, to tell a rank that never joined from one that finished),

@@ -39,11 +39,21 @@ namespace {
 // "hostname boot-id": equal on two processes exactly when they run under
 // one kernel, which is what sharing memory needs (hostnames alone collide
 // across containers on different machines).
-std::string host_identity() {
+std::string host_identity(const std::string& who) {
   char name[256] = {};
   ::gethostname(name, sizeof(name) - 1);
+  const char* path = "/proc/sys/kernel/random/boot_id";
   std::string boot_id;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  // Unread (no descriptor left: ulimit -n 16), it made this rank's host
+  // differ from everyone's, its own included, and the set-up blamed the hosts
+  // (a review).
+  errno = 0;
+  if (!(std::ifstream(path) >> boot_id) || boot_id.empty()) {
+    const int err = errno;
+    throw Error(who + "cannot read " + path + " (" + (err != 0 ? std::strerror(err) : "empty") +
+                      "), which tells whether the ranks share one machine" +
+                      (err == EMFILE || err == ENFILE ? ": raise ulimit -n, or destroy groups no longer used" : ""));
+  }
   return std::string(name) + " " + boot_id;
 }
 
@@ -242,13 +252,18 @@ class SetupWait {
 // The worlds this process set up through a store and still holds, by the
 // token their host entries carry: an entry of this process's own found in a
 // store is stale (an earlier try that failed) unless its world still lives.
+//
+// Never destroyed (nor the registries of the other layers): a program may
+// hold a world in a global, destroyed among the static destructors after
+// these would have been (a libtorch group in a global corrupted the heap at
+// exit; a review).
 std::mutex& live_worlds_mutex() {
-  static std::mutex mutex;
-  return mutex;
+  static auto* mutex = new std::mutex;
+  return *mutex;
 }
 std::set<std::uint64_t>& live_worlds() {
-  static std::set<std::uint64_t> tokens;
-  return tokens;
+  static auto* tokens = new std::set<std::uint64_t>;
+  return *tokens;
 }
 bool world_lives(std::uint64_t token) {
   std::lock_guard lock(live_worlds_mutex());
@@ -536,7 +551,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
                   own_setup_timeout ? name_of(options.setup_timeout, options.setup_timeout_name,
                                               "StoreOptions::setup_timeout")
                                     : timeout_name);
-  const std::string mine = host_identity();
+  const std::string mine = host_identity(who);
   auto live = std::make_shared<LiveWorld>();
   check_rank_unclaimed(store, rank, mine, who);
   publish_host(store, rank, world_size, mine, options.group, live->token());

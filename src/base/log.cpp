@@ -119,9 +119,11 @@ class Logging {
   std::map<int, std::shared_ptr<spdlog::logger>> loggers_;
 };
 
+// Never destroyed: destructors that run among the static destructors (a
+// group or World held in a global) may still log. Its sink flushes every line.
 Logging& logging() {
-  static Logging instance;
-  return instance;
+  static auto* instance = new Logging;
+  return *instance;
 }
 
 }  // namespace

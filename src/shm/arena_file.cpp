@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include <fstream>
 #include <algorithm>
 #include <random>
+#include <string>
+#include <string_view>
 
 #include "axonml/distributed/error.hpp"
 #include "base/text.hpp"
@@ -30,7 +33,7 @@ std::size_t dev_shm_free_bytes() {
 }
 
 // A number from the first line of `path` ("max" or unreadable: SIZE_MAX).
-std::size_t number_in_file(const char* path) {
+std::size_t number_in_file(const std::string& path) {
   std::ifstream in(path);
   std::string word;
   if (!(in >> word) || word == "max") return SIZE_MAX;
@@ -40,9 +43,41 @@ std::size_t number_in_file(const char* path) {
   return errno == 0 && *end == '\0' ? static_cast<std::size_t>(value) : SIZE_MAX;
 }
 
-// Memory a memfd's pages may still take: the kernel's MemAvailable, and
-// under a cgroup (v2) memory limit what is left below it. SIZE_MAX when
-// neither can be read.
+// The value of `key` in a cgroup's memory.stat (0 when absent).
+std::size_t stat_in_file(const std::string& path, std::string_view key) {
+  std::ifstream in(path);
+  std::string name;
+  for (std::size_t value = 0; in >> name >> value;) {
+    if (name == key) return value;
+  }
+  return 0;
+}
+
+// Room below the memory limits of the cgroup at `dir` and of every cgroup
+// above it (a limit anywhere up the tree applies): limit - (usage - the
+// inactive file cache, which the kernel reclaims before it fails a page).
+// v2 names the files memory.max / memory.current, v1 memory.limit_in_bytes /
+// memory.usage_in_bytes. SIZE_MAX where none is set or readable.
+std::size_t cgroup_room(const std::string& mount, std::string path, bool v2) {
+  std::size_t room = SIZE_MAX;
+  for (;;) {
+    const std::string dir = mount + (path == "/" ? "" : path) + "/";
+    const std::size_t limit = number_in_file(dir + (v2 ? "memory.max" : "memory.limit_in_bytes"));
+    const std::size_t used = number_in_file(dir + (v2 ? "memory.current" : "memory.usage_in_bytes"));
+    if (limit != SIZE_MAX && used != SIZE_MAX) {
+      const std::size_t cache = stat_in_file(dir + "memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+      const std::size_t charged = used > cache ? used - cache : 0;
+      room = std::min(room, limit > charged ? limit - charged : 0);
+    }
+    if (path.empty() || path == "/") return room;
+    path = path.substr(0, std::max<std::size_t>(path.rfind('/'), 1));
+  }
+}
+
+// Memory a memfd's pages may still take: the kernel's MemAvailable, and what
+// is left below this process's cgroup memory limits, v2 or v1 (under v1 only
+// memory.max was read, so axon-launch in a limited cgroup was OOM-killed
+// without a word; a review). SIZE_MAX when none can be read.
 std::size_t available_memory_bytes() {
   std::size_t available = SIZE_MAX;
   std::ifstream meminfo("/proc/meminfo");
@@ -55,9 +90,20 @@ std::size_t available_memory_bytes() {
     }
     meminfo.ignore(256, '\n');
   }
-  const std::size_t limit = number_in_file("/sys/fs/cgroup/memory.max");
-  const std::size_t used = number_in_file("/sys/fs/cgroup/memory.current");
-  if (limit != SIZE_MAX && used != SIZE_MAX) available = std::min(available, limit > used ? limit - used : 0);
+  // Lines of /proc/self/cgroup: "0::/path" (v2), "4:memory:/path" (v1).
+  std::ifstream cgroups("/proc/self/cgroup");
+  for (std::string line; std::getline(cgroups, line);) {
+    const std::size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    if (controllers.empty()) {
+      available = std::min({available, cgroup_room("/sys/fs/cgroup", path, true),
+                            cgroup_room("/sys/fs/cgroup/unified", path, true)});
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      available = std::min(available, cgroup_room("/sys/fs/cgroup/memory", path, false));
+    }
+  }
   return available;
 }
 
@@ -71,9 +117,16 @@ std::size_t available_memory_bytes() {
 
 [[noreturn]] void no_memory(std::size_t bytes, const std::string& why, std::string_view remedy) {
   const std::size_t available = available_memory_bytes();
+  // A mapping refused under an address-space limit is that limit, not the
+  // machine's memory (it advised "free memory" with 22 GiB free; a review).
+  std::string advice = "free memory";
+  if (rlimit as{}; why.starts_with("mmap") && ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+    advice = "this process's address space is limited to " + format_bytes(static_cast<std::size_t>(as.rlim_cur)) +
+             " (ulimit -v): raise that limit";
+  }
   throw Error("cannot reserve " + format_bytes(bytes) + " of shared memory for the arena (" + why + "; " +
               (available == SIZE_MAX ? std::string("unknown") : format_bytes(available)) +
-              " of memory available): free memory, or " + std::string(remedy));
+              " of memory available): " + advice + ", or " + std::string(remedy));
 }
 
 }  // namespace

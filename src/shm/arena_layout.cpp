@@ -1,5 +1,7 @@
 #include "shm/arena_layout.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -64,6 +66,11 @@ GroupHeader& format_group(std::byte* at, std::size_t members, std::size_t slot_b
     new (at + layout.controls_offset + m * sizeof(MemberControl)) MemberControl{};
   }
   return *group;
+}
+
+std::uint64_t pid_namespace_id() {
+  struct stat info {};
+  return ::stat("/proc/self/ns/pid", &info) == 0 ? static_cast<std::uint64_t>(info.st_ino) : 0;
 }
 
 std::uint64_t hash_of_ranks(std::span<const int> world_ranks) {
@@ -132,6 +139,7 @@ void format_arena(void* base, const ArenaSpec& spec) {
   header->mailbox_stride = stride;
   header->groups_offset = groups_offset;
   header->launcher_pid = spec.launcher_pid;
+  header->launcher_pid_namespace = spec.launcher_pid_namespace;
   header->flat_barrier = spec.flat_barrier.value_or(ranks_outnumber_cores(spec.world_size)) ? 1 : 0;
   header->abort_rank = -1;
   for (std::size_t r = 0; r < n; ++r) new (bytes + rank_controls_offset + r * sizeof(RankControl)) RankControl{};

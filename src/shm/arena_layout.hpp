@@ -130,6 +130,10 @@ struct ArenaHeader {
   // switch when ranks share cores. Chosen once, here, so that every rank
   // runs the same algorithm.
   std::uint32_t flat_barrier;
+  // The inode of the launcher's PID namespace (/proc/self/ns/pid), 0 when
+  // unknown: a rank in another namespace (unshare -p, a sandbox) cannot tell
+  // whether the launcher or its peers are alive, and is refused at attach.
+  std::uint64_t launcher_pid_namespace;
 
   // Written by each rank once, when it attaches: more than world_size means
   // a program attached twice.
@@ -166,6 +170,7 @@ struct ArenaHeader {
 };
 static_assert(sizeof(ArenaHeader) <= kPageBytes);
 // The offsets docs/arena.md gives.
+static_assert(offsetof(ArenaHeader, launcher_pid_namespace) == 88);
 static_assert(offsetof(ArenaHeader, attached) == 128);
 static_assert(offsetof(ArenaHeader, allocator) == 192);
 static_assert(offsetof(ArenaHeader, abort_state) == 320);
@@ -327,12 +332,17 @@ GroupHeader& format_group(std::byte* at, std::size_t members, std::size_t slot_b
 // GroupHeader::ranks_hash and new_group's descriptor carry.
 std::uint64_t hash_of_ranks(std::span<const int> world_ranks);
 
+// The inode of this process's PID namespace (/proc/self/ns/pid), 0 when it
+// cannot be read. Processes share a namespace exactly when theirs are equal.
+std::uint64_t pid_namespace_id();
+
 // Sizes chosen when an arena is made.
 struct ArenaSpec {
   int world_size = 1;
   std::size_t arena_bytes = 0;  // 0: default_arena_bytes(world_size)
   std::size_t slot_bytes = 0;   // 0: chosen from arena_bytes
   std::int32_t launcher_pid = 0;
+  std::uint64_t launcher_pid_namespace = 0;  // pid_namespace_id() of the launcher
   // ArenaHeader::flat_barrier; unset: shm::ranks_outnumber_cores(world_size)
   // as the creating process sees it.
   std::optional<bool> flat_barrier;

@@ -6,6 +6,7 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "axonml/distributed/error.hpp"
@@ -267,13 +269,17 @@ void reduce_scatter_tensor(ad::Backend& b, const at::Tensor& send, at::Tensor& c
 
 namespace {
 // Every live ProcessGroupAxon, for finish_all_pending().
+// Never destroyed: a C++ program may hold a group in a global, whose
+// destructor runs among the static destructors, possibly after these would
+// have run (the set's was, and the group's erase corrupted the heap at exit;
+// a review).
 std::mutex& live_groups_mutex() {
-  static std::mutex mutex;
-  return mutex;
+  static auto* mutex = new std::mutex;
+  return *mutex;
 }
 std::set<ProcessGroupAxon*>& live_groups() {
-  static std::set<ProcessGroupAxon*> groups;
-  return groups;
+  static auto* groups = new std::set<ProcessGroupAxon*>;
+  return *groups;
 }
 }  // namespace
 
@@ -337,6 +343,10 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
         timeout_name = "AXON_TIMEOUT, shorter than the group's timeout";
       }
     }
+    // Before the rendezvous, as the checks above: a thread that cannot start
+    // raised a bare "Resource temporarily unavailable" once the peers had
+    // set up the group with this rank (a review, under ulimit -u).
+    start_threads();
   } catch (const std::exception& e) {
     try {
       C10dStore kv(store);
@@ -381,13 +391,28 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   }
   // Rank 0 sized the arena every rank maps, so every rank reads the same.
   shared_room_ = backend_->arena_bytes() > options.arena_bytes;
-  thread_ = std::make_unique<CommThread>();
-  send_thread_ = std::make_unique<CommThread>();
-  recv_thread_ = std::make_unique<CommThread>();
   std::lock_guard<std::mutex> lock(live_groups_mutex());
   live_groups().insert(this);
 }
 
+
+void ProcessGroupAxon::start_threads() {
+  try {
+    thread_ = std::make_unique<CommThread>();
+    send_thread_ = std::make_unique<CommThread>();
+    recv_thread_ = std::make_unique<CommThread>();
+  } catch (const std::system_error& e) {
+    std::string limit;
+    if (rlimit r{}; ::getrlimit(RLIMIT_NPROC, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
+      limit = " (ulimit -u is " + std::to_string(r.rlim_cur) + ")";
+    }
+    throw ad::Error("axon process group of global ranks " + describe_global_ranks() + " on global rank " +
+                    std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
+                    ": cannot start its three communication threads (" + e.what() +
+                    "): the limit on this user's processes and threads" + limit +
+                    " or the memory is spent; raise it, or destroy groups no longer used");
+  }
+}
 
 // Queued collectives and sends run to the end, as Gloo's do. A receive still
 // waiting afterwards may wait for ever (nothing in this rank will send it

@@ -235,6 +235,8 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // group thread the child does not have. The op's name is c10d's for `type`.
   void refuse_in_forked_child(c10d::OpType type) const;
   void refuse_in_forked_child(const std::string& op) const;
+  // The group's three communication threads; throws Error naming the limit.
+  void start_threads();
   std::vector<int> global_ranks_;  // by group rank
   bool subgroup_ = true;           // made with global_ranks (new_group), not the default group
   // Kept by the default group only (made without global_ranks): see
