@@ -3,6 +3,9 @@
 #include <ATen/core/ivalue.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "base/text.hpp"
 #include "shm/wait.hpp"
 
@@ -35,10 +38,24 @@ void AxonWork::fail(std::exception_ptr error) {
   finish(error);
 }
 
+namespace {
+thread_local std::vector<CommThread*> tokens_held;
+}  // namespace
+
+const std::vector<CommThread*>& CommThread::tokens_held_here() { return tokens_held; }
+
 bool AxonWork::wait(std::chrono::milliseconds timeout) {
   TORCH_CHECK(!distributed::shm::WaitContext::forked_since(fork_generation_) || isCompleted(), "axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
               ": this process (pid ", ::getpid(), ") was forked after the op was made, and the op completes only in "
               "the rank's process (a forked child's wait() waited forever; a review)");
+  // From a callback (or an op) running on a group's thread: an op queued
+  // behind it runs here, or it never would.
+  if (!isCompleted()) {
+    const std::vector<CommThread*> held = CommThread::tokens_held_here();  // a copy: running ops nests further
+    for (auto it = held.rbegin(); it != held.rend(); ++it) {
+      if ((*it)->run_queued_through(this)) break;
+    }
+  }
   if (timeout != kNoTimeout) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
@@ -132,6 +149,12 @@ bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std:
 }
 
 void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, const std::function<void()>& run) {
+  // This thread holds the run token while the op and its future's callbacks
+  // run (they run in complete() or fail()).
+  tokens_held.push_back(this);
+  struct Release {
+    ~Release() { tokens_held.pop_back(); }
+  } release;
   std::exception_ptr error;
   try {
     run();
@@ -145,6 +168,22 @@ void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, cons
     work->fail(error);
   } else {
     work->complete();
+  }
+}
+
+bool CommThread::run_queued_through(const AxonWork* work) {
+  for (bool first = true;; first = false) {
+    Task task;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto found = std::find_if(queue_.begin(), queue_.end(), [&](const Task& t) { return t.work.get() == work; });
+      if (found == queue_.end()) return !first;  // run already, by the last task taken here
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const bool last = task.work.get() == work;
+    run_and_complete(task.work, task.run);
+    if (last) return true;
   }
 }
 

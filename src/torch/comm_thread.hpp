@@ -100,6 +100,15 @@ class CommThread {
   bool run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std::function<void()> run,
                         const std::function<void()>& committed, const std::function<bool()>& peers_ready,
                         std::chrono::microseconds patience);
+  // For AxonWork::wait() on a thread that runs one of this thread's ops or
+  // its future's callbacks (and so holds the run token): when `work` is
+  // queued here, runs the queue up to and including it, in order, nested,
+  // and returns true. Queued, it would wait for the very thread that waits
+  // for it (a callback of one all_reduce that waited on the next hung every
+  // rank; a review).
+  bool run_queued_through(const AxonWork* work);
+  // The threads whose run token the calling thread holds, innermost last.
+  static const std::vector<CommThread*>& tokens_held_here();
 
  private:
   struct Task {
