@@ -341,7 +341,8 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
     const bool same_call_but_path = static_cast<CollectiveOp>(mine.op) == CollectiveOp::AllReduce &&
                                     theirs.op == mine.op && theirs.dtype == mine.dtype && theirs.count == mine.count &&
                                     theirs.reduce_op == mine.reduce_op && theirs.detail != mine.detail;
-    if (same_call_but_path && (mine.detail == kPipelined || theirs.detail == kPipelined)) {
+    const bool one_shared = mine.detail == kSharedBuffer || theirs.detail == kSharedBuffer;
+    if (same_call_but_path && !one_shared) {
       auto algorithm = [](const shm::Descriptor& d) { return d.detail == kPipelined ? "pipelined" : "one-round"; };
       broken_ += ": the same call, but this rank takes the " + std::string(algorithm(mine)) + " all-reduce and " + peer +
                  " the " + algorithm(theirs) + " one; which a size takes follows AXON_ALLREDUCE_ONE_ROUND_BYTES, "

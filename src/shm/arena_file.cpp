@@ -55,7 +55,7 @@ std::size_t stat_in_file(const std::string& path, std::string_view key) {
 
 // Room below the memory limits of the cgroup at `dir` and of every cgroup
 // above it (a limit anywhere up the tree applies): limit - (usage - the
-// inactive file cache, which the kernel reclaims before it fails a page).
+// file cache, which the kernel reclaims before it fails a page).
 // v2 names the files memory.max / memory.current, v1 memory.limit_in_bytes /
 // memory.usage_in_bytes. SIZE_MAX where none is set or readable.
 std::size_t cgroup_room(const std::string& mount, std::string path, bool v2) {
@@ -65,7 +65,11 @@ std::size_t cgroup_room(const std::string& mount, std::string path, bool v2) {
     const std::size_t limit = number_in_file(dir + (v2 ? "memory.max" : "memory.limit_in_bytes"));
     const std::size_t used = number_in_file(dir + (v2 ? "memory.current" : "memory.usage_in_bytes"));
     if (limit != SIZE_MAX && used != SIZE_MAX) {
-      const std::size_t cache = stat_in_file(dir + "memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+      // The whole file cache, active too: the kernel reclaims it before it
+      // fails a page (a review: 398 MB of active cache refused a 200 MiB
+      // arena that then fitted).
+      const std::size_t cache = stat_in_file(dir + "memory.stat", v2 ? "inactive_file" : "total_inactive_file") +
+                                stat_in_file(dir + "memory.stat", v2 ? "active_file" : "total_active_file");
       const std::size_t charged = used > cache ? used - cache : 0;
       room = std::min(room, limit > charged ? limit - charged : 0);
     }

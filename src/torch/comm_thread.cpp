@@ -50,7 +50,9 @@ bool AxonWork::wait(std::chrono::milliseconds timeout) {
               "the rank's process (a forked child's wait() waited forever; a review)");
   // From a callback (or an op) running on a group's thread: an op queued
   // behind it runs here, or it never would.
-  if (!isCompleted()) {
+  // Not for a wait with a timeout: the ops run here wait for their peers
+  // as long as the group's timeout, not the caller's.
+  if (!isCompleted() && timeout == kNoTimeout) {
     const std::vector<CommThread*> held = CommThread::tokens_held_here();  // a copy: running ops nests further
     for (auto it = held.rbegin(); it != held.rend(); ++it) {
       if ((*it)->run_queued_through(this)) break;
