@@ -136,6 +136,16 @@ if(TARGET axon-launch)
   set_tests_properties("${name}" PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 PASS_REGULAR_EXPRESSION "^.*PASS\n$")
 endif()
 
+# An arena mapping refused under ulimit -v names that limit, not the
+# machine's memory (a review: it advised "free memory" with 22 GiB free).
+if(TARGET axon-launch)
+  set(name "messages: axon-launch under ulimit -v below its arena names the address-space limit")
+  add_test(NAME "${name}" COMMAND /bin/sh -c "ulimit -v 300000 && exec \"$0\" -n 2 --arena-mb 400 /bin/true"
+                                  $<TARGET_FILE:axon-launch>)
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 60
+    PASS_REGULAR_EXPRESSION "cannot reserve 400 MiB of shared memory for the arena \\(mmap: .*this process's address space is limited to 293.0 MiB \\(ulimit -v\\): raise that limit")
+endif()
+
 # A rank in a PID namespace of its own took the launcher for gone at its
 # first wait (a review); it is refused at World::init instead. Skipped where
 # this machine does not let us make a PID namespace (a container without
