@@ -384,7 +384,8 @@ constexpr const char* kGivenDifferentGroups =
 // a review). Where the store can say, an entry already there from another
 // process is named before this rank publishes its own. (Two processes that
 // publish at the same moment are still told apart later, check_same_group.)
-void check_rank_unclaimed(KeyValueStore& store, int rank, const std::string& mine, const std::string& who) {
+void check_rank_unclaimed(KeyValueStore& store, int rank, const std::string& mine, const std::string& who,
+                          const RankNames& names) {
   const std::string key = "axon/host/" + std::to_string(rank);
   if (store.has(key) != std::optional<bool>(true)) return;
   const HostEntry entry = parse_host_entry(store.get(key));
@@ -395,7 +396,7 @@ void check_rank_unclaimed(KeyValueStore& store, int rank, const std::string& min
     // init_process_group after destroy_process_group(), with a DDP model
     // still holding the old group, met that group's keys: it hung, or
     // failed to open an arena that was long closed.
-    throw InvalidArgument(who + "this store already holds rank " + std::to_string(rank) + "'s entry (" + key +
+    throw InvalidArgument(who + "this store already holds " + names.position(rank) + "'s entry (" + key +
                           ") of a world this process set up before and still holds: one store namespace makes "
                           "one world. Under PyTorch, init_process_group's env:// store is shared by every group "
                           "made in the process while any of them lives: drop what still holds the old groups (a "
@@ -413,11 +414,11 @@ void check_rank_unclaimed(KeyValueStore& store, int rank, const std::string& min
     }
   };
   if (here && exited()) {
-    throw InvalidArgument(who + "this store already holds an entry for rank " + std::to_string(rank) + " (" + key +
+    throw InvalidArgument(who + "this store already holds an entry for " + names.position(rank) + " (" + key +
                           ") from " + process + ", which has exited: a world that ended used this store's keys; "
                           "one store namespace makes one world (give each world a new store or prefix)");
   }
-  throw InvalidArgument(who + "another process (" + process + ") set up as rank " + std::to_string(rank) +
+  throw InvalidArgument(who + "another process (" + process + ") set up as " + names.position(rank) +
                         " through this store too (" + key + "): each rank of a world must be given to one process, "
                         "or the processes" + kGivenDifferentGroups);
 }
@@ -553,7 +554,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
                                     : timeout_name);
   const std::string mine = host_identity(who);
   auto live = std::make_shared<LiveWorld>();
-  check_rank_unclaimed(store, rank, mine, who);
+  check_rank_unclaimed(store, rank, mine, who, names);
   publish_host(store, rank, world_size, mine, options.group, live->token());
 
   // Rank 0's arena descriptor lives until create() returns: a peer still

@@ -31,6 +31,12 @@ class RankNames {
   }
   // "rank 2"
   std::string rank(int rank) const { return "rank " + std::to_string(job_rank(rank)); }
+  // World rank `rank` as the world numbers it, for what is keyed by that
+  // number (a store entry): "rank 1" of a job, "this group's rank 1" of a
+  // subgroup, whose global rank may be another number.
+  std::string position(int rank) const {
+    return (part_of_a_job() ? "this group's rank " : "rank ") + std::to_string(rank);
+  }
   template <class Range> std::vector<int> job_ranks(const Range& ranks) const {
     std::vector<int> named;
     for (const auto r : ranks) named.push_back(job_rank(static_cast<int>(r)));
