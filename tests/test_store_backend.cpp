@@ -199,6 +199,13 @@ TEST_CASE("a store world named as the job's ranks 0 and 1 is still a group: a ba
 TEST_CASE("a store world set up with no file descriptor left names the limit, not the hosts", "[store][errors]") {
   // Under ulimit -n 16 the boot id went unread, and the set-up said the rank
   // ran on another machine than itself (a review).
+#if defined(__SANITIZE_ADDRESS__)
+  // The sanitizer runtime needs descriptors of its own: UBSan's vptr check
+  // probes memory through a pipe, and with none left it reports the store as
+  // an object with an invalid vptr. The release build checks this message.
+  WARN("not run under the sanitizers: they need file descriptors this test takes away");
+  return;
+#endif
   MemoryStore store;
   const int lowest_free = ::dup(0);
   REQUIRE(lowest_free >= 0);
@@ -264,6 +271,13 @@ TEST_CASE("a rank already claimed in the store, by a live process or one of a wo
                         Contains("rank 0: another process (pid " + std::to_string(child) +
                                  ") set up as rank 0 through this store too (axon/host/0): each rank of a world must "
                                  "be given to one process, or the processes were given different groups"));
+    // In a subgroup (new_group([1, 2]) on one rank, [0, 1] on another, in
+    // the same call), the entry's number is the group's, not the job's.
+    StoreOptions subgroup = options;
+    subgroup.rank_names = {1, 2};
+    REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, subgroup),
+                        Contains("rank 1: another process (pid " + std::to_string(child) +
+                                 ") set up as this group's rank 0 through this store too (axon/host/0)"));
     ::kill(child, SIGKILL);
     int status = 0;
     ::waitpid(child, &status, 0);
