@@ -45,6 +45,15 @@ def run(launcher, case, timeout="2", status=None):
     lines = [line for line in out.stderr.splitlines() if line.startswith("axon-launch: the job had been aborted: ")]
     if out.returncode == 0 or len(lines) != 1 or status not in (None, out.returncode):
         raise SystemExit(f"{case}: axon-launch exited {out.returncode} with {len(lines)} reason lines:\n{out.stderr}")
+    # The first line says the others were "stopped" only when the launcher
+    # signalled them (its "sending SIGTERM" line); otherwise they "ended" by
+    # themselves once the abort released them.
+    summary = [line for line in out.stderr.splitlines() if line.endswith(f"(exit status {out.returncode})")]
+    signalled = "sending SIGTERM" in out.stderr
+    wording = "the ranks still running were stopped" if signalled else "the job was aborted and the other ranks ended"
+    if len(summary) != 1 or wording not in summary[0]:
+        raise SystemExit(f"{case}: the summary line should say '{wording}' (launcher signalled the ranks: "
+                         f"{signalled}):\n{out.stderr}")
     return lines[0], out.stderr
 
 
