@@ -274,10 +274,12 @@ TEST_CASE("a rank already claimed in the store, by a live process or one of a wo
     // In a subgroup (new_group([1, 2]) on one rank, [0, 1] on another, in
     // the same call), the entry's number is the group's, not the job's.
     StoreOptions subgroup = options;
+    // The entry also says which rank of the job its process is.
     subgroup.rank_names = {1, 2};
+    store.set("axon/host/0", this_host_entry(child) + " 0 2 0");
     REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, subgroup),
                         Contains("rank 1: another process (pid " + std::to_string(child) +
-                                 ") set up as this group's rank 0 through this store too (axon/host/0)"));
+                                 ", rank 0) set up as this group's rank 0 through this store too (axon/host/0)"));
     ::kill(child, SIGKILL);
     int status = 0;
     ::waitpid(child, &status, 0);
@@ -373,7 +375,7 @@ TEST_CASE("ranks given different groups under the same store keys fail at set-up
   StoreOptions options;
   options.timeout = std::chrono::seconds(60);
   options.group = "global ranks [0, 1]";
-  store.set("axon/host/1", this_host_entry(::getpid()) + " 0 3 global ranks [0, 1, 2]");
+  store.set("axon/host/1", this_host_entry(::getpid()) + " 0 3 1 global ranks [0, 1, 2]");
   REQUIRE_THROWS_MATCHES(StoreBackend::create(store, 0, 2, options), InvalidArgument,
                          Catch::Matchers::Predicate<InvalidArgument>([](const InvalidArgument& e) {
                            const std::string what = e.what();
@@ -382,6 +384,23 @@ TEST_CASE("ranks given different groups under the same store keys fail at set-up
                                             "this rank as one of 2 ranks (global ranks [0, 1])") != std::string::npos &&
                                   what.find("different rank lists") != std::string::npos;
                          }, "names both groups"));
+}
+
+TEST_CASE("ranks given different subgroups name each other by their job ranks, not by their places in the lists",
+          "[store][errors]") {
+  // new_group([0, 1]) on global rank 0, new_group([0, 2]) on global rank 2:
+  // rank 2 takes place 1, which rank 0's list gives to global rank 1 (a
+  // claims audit saw rank 2 called "rank 1").
+  MemoryStore store(true);
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.group = "global ranks [0, 1]";
+  options.rank_names = {0, 1};
+  store.set("axon/host/1", this_host_entry(::getpid()) + " 0 2 2 global ranks [0, 2]");
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 2, options),
+                      Contains("rank 0: rank 2 (pid " + std::to_string(::getpid()) +
+                               ") sets up this group as one of 2 ranks (global ranks [0, 2]), this rank as one of 2 "
+                               "ranks (global ranks [0, 1])"));
 }
 
 TEST_CASE("a rank whose set-up fails makes the peers waiting for it fail at once with its reason",

@@ -292,11 +292,12 @@ class LiveWorld {
 };
 
 // What every rank publishes at "axon/host/<rank>": "hostname boot-id pid
-// token world-size group", read back by every rank.
+// token world-size job-rank group", read back by every rank.
 struct HostEntries {
   std::vector<std::string> hosts;  // "hostname boot-id"
   std::vector<int> pids;
   std::vector<int> sizes;          // 0 where an entry has none
+  std::vector<int> job_ranks;      // -1 where an entry has none
   std::vector<std::string> groups;
 };
 
@@ -306,6 +307,10 @@ struct HostEntry {
   int pid = 0;
   std::uint64_t token = 0;  // the world's, in its process (LiveWorld)
   int size = 0;      // 0 where the entry has none
+  // The job's number of the process that wrote the entry, as it was told
+  // (-1 where the entry has none). Ranks given different groups number
+  // one another differently: only the writer knows its own.
+  int job_rank = -1;
   std::string group;
 };
 
@@ -313,24 +318,31 @@ HostEntry parse_host_entry(const std::string& value) {
   HostEntry e;
   std::istringstream entry(value);
   std::string name, boot_id;
-  entry >> name >> boot_id >> e.pid >> e.token >> e.size;
+  entry >> name >> boot_id >> e.pid >> e.token >> e.size >> e.job_rank;
+  if (!entry) e.job_rank = -1;
   std::getline(entry >> std::ws, e.group);
   e.host = name + " " + boot_id;
   return e;
 }
 
 void publish_host(KeyValueStore& store, int rank, int world_size, const std::string& mine, const std::string& group,
-                  std::uint64_t token) {
+                  std::uint64_t token, const RankNames& names) {
   store.set("axon/host/" + std::to_string(rank), mine + " " + std::to_string(::getpid()) + " " +
                                                      std::to_string(token) + " " + std::to_string(world_size) +
-                                                     " " + group);
+                                                     " " + std::to_string(names.job_rank(rank)) + " " + group);
+}
+
+// "pid 3232, rank 2": the process behind an entry, by its own account.
+std::string process_of(const HostEntry& entry, const std::string& process) {
+  return process + (entry.job_rank >= 0 ? ", rank " + std::to_string(entry.job_rank) : "");
 }
 
 // Every rank's entry; from each one's arrival on, its process (on this
 // host) is watched by `setup`.
 HostEntries read_hosts(SetupWait& setup, int rank, int world_size, const std::string& mine) {
   const auto n = static_cast<std::size_t>(world_size);
-  HostEntries e{std::vector<std::string>(n), std::vector<int>(n), std::vector<int>(n), std::vector<std::string>(n)};
+  HostEntries e{std::vector<std::string>(n), std::vector<int>(n), std::vector<int>(n), std::vector<int>(n),
+                std::vector<std::string>(n)};
   std::vector<std::string> keys;
   for (int r = 0; r < world_size; ++r) keys.push_back("axon/host/" + std::to_string(r));
   setup.get_all(
@@ -347,6 +359,7 @@ HostEntries read_hosts(SetupWait& setup, int rank, int world_size, const std::st
         e.hosts[r] = std::move(entry.host);
         e.pids[r] = entry.pid;
         e.sizes[r] = entry.size;
+        e.job_ranks[r] = entry.job_rank;
         e.groups[r] = std::move(entry.group);
         if (e.hosts[r] == mine && static_cast<int>(r) != rank && e.pids[r] > 0) {
           setup.watch(static_cast<int>(r), e.pids[r]);
@@ -418,7 +431,8 @@ void check_rank_unclaimed(KeyValueStore& store, int rank, const std::string& min
                           ") from " + process + ", which has exited: a world that ended used this store's keys; "
                           "one store namespace makes one world (give each world a new store or prefix)");
   }
-  throw InvalidArgument(who + "another process (" + process + ") set up as " + names.position(rank) +
+  throw InvalidArgument(who + "another process (" + process_of(entry, process) + ") set up as " +
+                        names.position(rank) +
                         " through this store too (" + key + "): each rank of a world must be given to one process, "
                         "or the processes" + kGivenDifferentGroups);
 }
@@ -435,7 +449,11 @@ void check_same_group(const HostEntries& e, int rank, int world_size, const std:
   };
   for (std::size_t r = 0; r < e.pids.size(); ++r) {
     if (e.sizes[r] > 0 && (e.sizes[r] != world_size || e.groups[r] != group)) {
-      throw InvalidArgument(who + names.rank(static_cast<int>(r)) + " (pid " + std::to_string(e.pids[r]) +
+      // Named by its own account of its rank: this rank's list may give
+      // that place to another process of the job.
+      const std::string other =
+          e.job_ranks[r] >= 0 ? "rank " + std::to_string(e.job_ranks[r]) : names.position(static_cast<int>(r));
+      throw InvalidArgument(who + other + " (pid " + std::to_string(e.pids[r]) +
                             ") sets up this group as " + as_given(e.sizes[r], e.groups[r]) + ", this rank as " +
                             as_given(world_size, group) + ": the ranks" + kGivenDifferentGroups);
     }
@@ -555,7 +573,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   const std::string mine = host_identity(who);
   auto live = std::make_shared<LiveWorld>();
   check_rank_unclaimed(store, rank, mine, who, names);
-  publish_host(store, rank, world_size, mine, options.group, live->token());
+  publish_host(store, rank, world_size, mine, options.group, live->token(), names);
 
   // Rank 0's arena descriptor lives until create() returns: a peer still
   // opening it after rank 0 gave up finds the reason in the store first.

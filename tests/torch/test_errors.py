@@ -8,6 +8,7 @@ within about a second, and their next new_group too; nothing is left in
 """
 import datetime
 import os
+import re
 import signal
 import sys
 import time
@@ -324,6 +325,8 @@ def different_rank_lists(rank, n):
     it too unless their own set-up finished first, and then PyTorch's store
     barrier at the end of new_group waits for rank 2 until the timeout."""
     dist.init_process_group("axon")
+    pids = [None] * n
+    dist.all_gather_object(pids, os.getpid())
     ranks = [0, 2] if rank == 2 else [0, 1]
     try:
         dist.new_group(ranks, timeout=datetime.timedelta(seconds=5))
@@ -333,6 +336,13 @@ def different_rank_lists(rank, n):
         raise AssertionError("new_group with different rank lists did not fail")
     if rank == 2 or "store based barrier" not in text:
         assert "were given different groups" in text, text
+    # Every process the message names is named by its global rank, though
+    # the lists give it different places (a claims audit saw global rank 2
+    # called "rank 1", its place in [0, 2]).
+    named = re.findall(r"rank (\d+) \(pid (\d+)", text) + \
+        [(r, pid) for pid, r in re.findall(r"\(pid (\d+), rank (\d+)\)", text)]
+    for r, pid in named:
+        assert pids[int(r)] == int(pid), (pids, text)
     dist.barrier()  # rank 0 hosts the store: it stays until every rank is done with it
     dist.destroy_process_group()
     return text
