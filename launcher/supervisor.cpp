@@ -421,7 +421,8 @@ Outcome Supervisor::run() {
     advance_phase(now);
     if (running_count() == 0) {
       // Before the drain: leftovers may hold the output pipes open.
-      if (!leftovers_stopped_ && (first_failure_ || forwarded_count_ != 0 || abort_reason())) {
+      if (!leftovers_stopped_ &&
+          (first_failure_ || forwarded_count_ != 0 || abort_reason() || group_failure_reason())) {
         stop_leftover_processes();
         leftovers_stopped_ = true;
       }
@@ -463,6 +464,13 @@ Outcome Supervisor::run() {
     outcome.exit_code = 1;
     outcome.summary = "every rank exited 0, but the job was aborted: " + *reason;
     std::cerr << "axon-launch: " << outcome.summary << " (exit status 1)" << std::endl;
+  } else if (const auto failure = group_failure_reason()) {
+    // The same for a PyTorch program, whose groups keep arenas of their
+    // own: the first to fail (a timeout its ranks caught, a peer that left
+    // while they waited) said why here (a claims audit saw exit 0).
+    outcome.exit_code = 1;
+    outcome.summary = "every rank exited 0, but a group of the job had failed: " + *failure;
+    std::cerr << "axon-launch: " << outcome.summary << " (exit status 1)" << std::endl;
   } else {
     outcome.summary = "every rank exited 0";
   }
@@ -471,6 +479,10 @@ Outcome Supervisor::run() {
 
 std::optional<std::string> Supervisor::abort_reason() const {
   return shm::published_reason(arena_.header().abort_state, arena_.header().abort_reason);
+}
+
+std::optional<std::string> Supervisor::group_failure_reason() const {
+  return shm::published_reason(arena_.header().group_failure_state, arena_.header().group_failure_reason);
 }
 
 void Supervisor::print_summary() const {
@@ -506,8 +518,7 @@ void Supervisor::print_summary() const {
   const int aborter = arena_.header().abort_rank;
   if (const auto reason = abort_reason(); reason && aborter >= 0 && *reason != launcher_abort_reason_) {
     std::cerr << "axon-launch: the job had been aborted: " << *reason << std::endl;
-  } else if (const auto failure = shm::published_reason(arena_.header().group_failure_state,
-                                                         arena_.header().group_failure_reason)) {
+  } else if (const auto failure = group_failure_reason()) {
     // A PyTorch program's groups keep arenas of their own; the first of them
     // to fail said why here (shm/launcher_report.hpp).
     std::cerr << "axon-launch: the job had been aborted: " << *failure << std::endl;

@@ -104,6 +104,9 @@ class Supervisor {
 
   // The reason a rank gave when it aborted the job, if one did.
   std::optional<std::string> abort_reason() const;
+  // Why the first of a PyTorch program's groups failed, if one did (their
+  // arenas are their own; shm/launcher_report.hpp).
+  std::optional<std::string> group_failure_reason() const;
   void handle_signals();
   void suspend();
   void resume();
