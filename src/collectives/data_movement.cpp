@@ -118,27 +118,35 @@ void scatter(RoundChannel& channel, const std::byte* send, std::byte* recv, std:
   }
 }
 
-// Member m's slot holds n pieces of per_round elements: piece q goes to
-// member q. Each round every member fills its slot, exchanges, and copies
-// piece `me` out of every slot. `count` is elements per block.
+// Member m's slot holds one piece for each member of a window of them (all
+// n while a slot holds n elements; see BlockRounds): piece q goes to member
+// q. Each round every member fills its slot, exchanges, and the members of
+// the window copy their piece out of every slot. `count` is elements per
+// block. (A piece per member of at least one element each, whatever the
+// slot, overran slots smaller than n elements into the next parity's, and
+// the peers read wrong data there: a review, 8-byte elements at n = 9 in
+// 64-byte slots.)
 void all_to_all(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t count,
                 DataType type) {
   const std::size_t es = size_of(type);
   const auto n = static_cast<std::size_t>(channel.size());
   const auto me = static_cast<std::size_t>(channel.rank());
-  const std::size_t per_round = std::max<std::size_t>(1, channel.slot_bytes() / es / n);
-  const std::size_t rounds = rounds_for(count, per_round);
-  for (std::size_t k = 0; k < rounds; ++k) {
-    const std::size_t offset = k * per_round;
-    const std::size_t len = std::min(per_round, count - std::min(count, offset));
-    for (std::size_t q = 0; q < n; ++q) {
+  const BlockRounds schedule(count, n, channel.slot_bytes(), es);
+  for (std::size_t k = 0; k < schedule.rounds(); ++k) {
+    const std::size_t offset = schedule.offset(k);
+    const std::size_t len = schedule.length(k);
+    const std::size_t first = schedule.first_block(k);
+    const std::size_t blocks = schedule.window_blocks(k);
+    auto piece_of = [&](std::size_t q) { return (q - first) * schedule.per_block * es; };
+    for (std::size_t q = first; q < first + blocks; ++q) {
       if (q == me) continue;  // our own piece goes straight from send to recv
-      copy_bytes(channel.outbox() + q * per_round * es, send + (q * count + offset) * es, len * es);
+      copy_bytes(channel.outbox() + piece_of(q), send + (q * count + offset) * es, len * es);
     }
     channel.exchange();
+    if (me < first || me >= first + blocks) continue;
     for (std::size_t m = 0; m < n; ++m) {
       const std::byte* from = m == me ? send + (me * count + offset) * es
-                                      : channel.inbox(static_cast<int>(m)) + me * per_round * es;
+                                      : channel.inbox(static_cast<int>(m)) + piece_of(me);
       copy_bytes(recv + (m * count + offset) * es, from, len * es);
     }
   }
