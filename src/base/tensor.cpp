@@ -111,8 +111,9 @@ Tensor Tensor::narrow(std::size_t dim, std::size_t start, std::size_t length) co
                           to_string(shape_));
   }
   if (start > shape_[dim] || length > shape_[dim] - start) {
-    throw InvalidArgument("Tensor::narrow: [" + std::to_string(start) + ", " +
-                          std::to_string(start + length) + ") exceeds size " +
+    // Start and length as given: their sum may wrap around.
+    throw InvalidArgument("Tensor::narrow: " + std::to_string(length) + " elements from " + std::to_string(start) +
+                          " exceed size " +
                           std::to_string(shape_[dim]) + " of dim " + std::to_string(dim) +
                           " in shape " + to_string(shape_));
   }

@@ -56,6 +56,9 @@ class DistributedDataParallel {
       : DistributedDataParallel(std::make_unique<M>(std::move(module)), std::move(group), options) {}
   DistributedDataParallel(std::unique_ptr<nn::Module> module, ProcessGroup group,
                           DdpOptions options = {});
+  // As ~GradientSynchronizer: destroyed between backward and the step's
+  // sync, with Overlapped buckets, it may leave the group's ranks out of
+  // step (the next collective is a CollectiveMismatch, for good).
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;

@@ -78,7 +78,10 @@ class GradientSynchronizer {
   GradientSynchronizer(GradSyncStrategy strategy, std::size_t bucket_size,
                        std::size_t first_bucket_size = 0,
                        GradientCompression compression = GradientCompression::None);
-  // Drops buckets not yet started and waits for the one in flight.
+  // Drops buckets not yet started and waits for the one in flight. Mid-step
+  // (between the first launch and sync_all) each rank may have started a
+  // different number of buckets, so the group's next collective is then a
+  // CollectiveMismatch, for good: destroy it mid-step only on the way out.
   ~GradientSynchronizer();
   GradientSynchronizer(const GradientSynchronizer&) = delete;
   GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
