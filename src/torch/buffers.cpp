@@ -62,7 +62,10 @@ void check_fallback(const c10d::ReduceOp& op, at::ScalarType type, const std::st
     throw ad::InvalidArgument(where + ": bitwise reductions need an integer or bool tensor, not " +
                               std::string(c10::toString(type)));
   }
-  if (op.op_ == c10d::ReduceOp::AVG && !native_type(type)) {
+  // Complex AVG is the sum of the real and imaginary parts, scaled, as
+  // PyTorch's all_reduce does through its real view (a review saw reduce and
+  // reduce_scatter refuse what all_reduce took).
+  if (op.op_ == c10d::ReduceOp::AVG && !native_type(type) && !at::isComplexType(type)) {
     throw ad::InvalidArgument(where + ": AVG is supported for Float, Double, BFloat16, Half, Int and "
                               "Long tensors, not " + std::string(c10::toString(type)));
   }
@@ -76,7 +79,8 @@ void combine(const std::vector<at::Tensor>& parts, const c10d::ReduceOp& op, at:
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const at::Tensor& x = parts[i];
     switch (op.op_) {
-      case c10d::ReduceOp::SUM: acc.add_(x); break;
+      case c10d::ReduceOp::SUM:
+      case c10d::ReduceOp::AVG: acc.add_(x); break;
       case c10d::ReduceOp::PRODUCT: acc.mul_(x); break;
       case c10d::ReduceOp::MIN: acc = at::minimum(acc, x); break;
       case c10d::ReduceOp::MAX: acc = at::maximum(acc, x); break;
@@ -85,6 +89,12 @@ void combine(const std::vector<at::Tensor>& parts, const c10d::ReduceOp& op, at:
       case c10d::ReduceOp::BXOR: acc.bitwise_xor_(x); break;
       default: TORCH_INTERNAL_ASSERT(false, "combine: op checked by native_op");
     }
+  }
+  if (op.op_ == c10d::ReduceOp::AVG) {
+    // Average = Sum × (1/n), as the runtime's kernels; complex only here
+    // (check_fallback), scaled through its real view.
+    TORCH_INTERNAL_ASSERT(at::isComplexType(acc.scalar_type()), "combine: AVG of a type without a kernel");
+    at::view_as_real(acc).mul_(1.0 / static_cast<double>(parts.size()));
   }
   out.copy_(acc.view(out.sizes()));
 }
