@@ -199,7 +199,7 @@ TEST_CASE("a store world named as the job's ranks 0 and 1 is still a group: a ba
 TEST_CASE("a store world set up with no file descriptor left names the limit, not the hosts", "[store][errors]") {
   // Under ulimit -n 16 the boot id went unread, and the set-up said the rank
   // ran on another machine than itself (a review).
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // The sanitizer runtime needs descriptors of its own: UBSan's vptr check
   // probes memory through a pipe, and with none left it reports the store as
   // an object with an invalid vptr. The release build checks this message.

@@ -50,10 +50,10 @@ TEST_CASE("narrow selects a range of any dimension", "[tensor]") {
   REQUIRE(t.narrow(1, 1, 2).shape() == Shape{2, 2, 2});
   REQUIRE(t.narrow(1, 1, 2).to_vec() == std::vector<float>{2, 3, 4, 5, 8, 9, 10, 11});
   REQUIRE(t.narrow(2, 1, 1).to_vec() == std::vector<float>{1, 3, 5, 7, 9, 11});
-  REQUIRE_THROWS_WITH(t.narrow(1, 2, 2), "Tensor::narrow: 2 elements from 2 exceed size 3 of dim 1 in shape [2, 3, 2]");
+  REQUIRE_THROWS_WITH(t.narrow(1, 2, 2), "Tensor::narrow: start 2 and length 2 exceed size 3 of dim 1 in shape [2, 3, 2]");
   // A start near the top of size_t is named as given (the end wrapped to 1).
-  REQUIRE_THROWS_WITH(t.narrow(1, SIZE_MAX, 2), "Tensor::narrow: 2 elements from " + std::to_string(SIZE_MAX) +
-                                                    " exceed size 3 of dim 1 in shape [2, 3, 2]");
+  REQUIRE_THROWS_WITH(t.narrow(1, SIZE_MAX, 2), "Tensor::narrow: start " + std::to_string(SIZE_MAX) +
+                                                    " and length 2 exceed size 3 of dim 1 in shape [2, 3, 2]");
   REQUIRE_THROWS_WITH(t.narrow(3, 0, 1), "Tensor::narrow: dim 3 is out of range for shape [2, 3, 2]");
 }
 

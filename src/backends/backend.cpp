@@ -105,10 +105,10 @@ void Backend::hold_collectives_for(std::thread::id holder, const char* why) {
       current != holder) {
     held_by_another_thread("hold_collectives_for");
   }
-  // Held again for the same thread: the hold and its reason stay as they
-  // were (a review saw the second call's reason replace the first's).
-  const char* none = nullptr;
-  hold_reason_.compare_exchange_strong(none, why, std::memory_order_relaxed);
+  // Held again for the same thread, the hold stays and errors quote the
+  // latest reason. (Keeping the first instead could quote, for good, that of
+  // a hold taken while the thread ran a collective, whose end released it.)
+  hold_reason_.store(why, std::memory_order_relaxed);
 }
 
 void Backend::release_collectives(std::thread::id holder) {

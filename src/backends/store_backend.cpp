@@ -318,9 +318,18 @@ HostEntry parse_host_entry(const std::string& value) {
   HostEntry e;
   std::istringstream entry(value);
   std::string name, boot_id;
-  entry >> name >> boot_id >> e.pid >> e.token >> e.size >> e.job_rank;
-  if (!entry) e.job_rank = -1;
-  std::getline(entry >> std::ws, e.group);
+  entry >> name >> boot_id >> e.pid >> e.token >> e.size;
+  // The job rank, where the entry has one: a word that is all digits
+  // (an entry without one goes straight on to the group's text).
+  std::string rest;
+  std::getline(entry >> std::ws, rest);
+  const std::size_t digits = rest.find_first_not_of("0123456789");
+  const std::size_t word_end = digits == std::string::npos ? rest.size() : digits;
+  if (word_end > 0 && word_end <= 9 && (word_end == rest.size() || rest[word_end] == ' ')) {
+    e.job_rank = std::stoi(rest.substr(0, word_end));
+    rest.erase(0, std::min(rest.size(), word_end + 1));
+  }
+  e.group = rest;
   e.host = name + " " + boot_id;
   return e;
 }

@@ -112,8 +112,8 @@ Tensor Tensor::narrow(std::size_t dim, std::size_t start, std::size_t length) co
   }
   if (start > shape_[dim] || length > shape_[dim] - start) {
     // Start and length as given: their sum may wrap around.
-    throw InvalidArgument("Tensor::narrow: " + std::to_string(length) + " elements from " + std::to_string(start) +
-                          " exceed size " +
+    throw InvalidArgument("Tensor::narrow: start " + std::to_string(start) + " and length " +
+                          std::to_string(length) + " exceed size " +
                           std::to_string(shape_[dim]) + " of dim " + std::to_string(dim) +
                           " in shape " + to_string(shape_));
   }

@@ -66,8 +66,8 @@ void check_fallback(const c10d::ReduceOp& op, at::ScalarType type, const std::st
   // PyTorch's all_reduce does through its real view (a review saw reduce and
   // reduce_scatter refuse what all_reduce took).
   if (op.op_ == c10d::ReduceOp::AVG && !native_type(type) && !at::isComplexType(type)) {
-    throw ad::InvalidArgument(where + ": AVG is supported for Float, Double, BFloat16, Half, Int and "
-                              "Long tensors, not " + std::string(c10::toString(type)));
+    throw ad::InvalidArgument(where + ": AVG is supported for Float, Double, BFloat16, Half, Int, Long "
+                              "and complex tensors, not " + std::string(c10::toString(type)));
   }
   if (at::isComplexType(type) && (op.op_ == c10d::ReduceOp::MIN || op.op_ == c10d::ReduceOp::MAX)) {
     throw ad::InvalidArgument(where + ": MIN and MAX are not defined for complex tensors");
@@ -76,8 +76,17 @@ void check_fallback(const c10d::ReduceOp& op, at::ScalarType type, const std::st
 
 void combine(const std::vector<at::Tensor>& parts, const c10d::ReduceOp& op, at::Tensor& out) {
   at::Tensor acc = parts.front().clone();
+  // Complex sums part by part, through the real view, as PyTorch's
+  // all_reduce hands them to the kernels: a complex add computes
+  // acc + (1+0j)·x, where an infinite part makes the other NaN (a review).
+  const bool complex_sum = at::isComplexType(acc.scalar_type()) &&
+                           (op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG);
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const at::Tensor& x = parts[i];
+    if (complex_sum) {
+      at::view_as_real(acc).add_(at::view_as_real(x.contiguous()));
+      continue;
+    }
     switch (op.op_) {
       case c10d::ReduceOp::SUM:
       case c10d::ReduceOp::AVG: acc.add_(x); break;

@@ -87,17 +87,18 @@ def main():
     if "axon-launch: rank 1 exited with code 3" not in err or "rank 1" not in line:
         raise SystemExit(f"exit-3: the summary does not blame rank 1's exit:\n{err}")
     print(f"test_launcher_summary: a rank that left and exited 3 after its peers: {line}")
-    # Every rank caught its group's failure and exited 0: the job still
-    # failed, as a C++ job does (a claims audit saw exit 0 and no summary).
+    # Every rank caught its group's failure and exited 0: the job succeeded
+    # (a program may mean to go on, say with Gloo), but the launcher still
+    # says what failed (a claims audit saw nothing said).
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
     out = subprocess.run([launcher, "-n", "3", "--timeout", "2", sys.executable, __file__, "--rank", "caught"],
                          env=env, capture_output=True, text=True, timeout=300)
-    expected = "axon-launch: every rank exited 0, but a group of the job had failed: rank "
+    expected = "axon-launch: every rank exited 0; a group of the job had failed on the way, and its ranks went on: rank "
     summary = [x for x in out.stderr.splitlines() if x.startswith(expected)]
-    if out.returncode != 1 or len(summary) != 1 or "timed out after 2.0 s" not in summary[0] or \
+    if out.returncode != 0 or len(summary) != 1 or "timed out after 2.0 s" not in summary[0] or \
             "waiting for rank(s) 1" not in summary[0] or out.stdout.count("caught: ") != 3:
         raise SystemExit(f"caught: axon-launch exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
-    print(f"test_launcher_summary: every rank caught a timeout and exited 0: exit status 1, "
+    print(f"test_launcher_summary: every rank caught a timeout and exited 0: exit status 0, "
           f"{summary[0][:160]}")
 
 

@@ -100,8 +100,8 @@ class Backend {
   // buckets): a collective of the owner's slipped in between two of them
   // would run out of step with the other ranks, in a different order on
   // each. Throws InvalidArgument when another thread is inside a collective
-  // here or holds it already; holding it again for the same thread does
-  // nothing. Not collective.
+  // here or holds it already; holding it again for the same thread keeps
+  // the hold, and errors then quote the new `why`. Not collective.
   void hold_collectives_for(std::thread::id holder, const char* why);
   // Ends the hold for `holder`; does nothing when it is not held for it.
   void release_collectives(std::thread::id holder);
