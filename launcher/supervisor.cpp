@@ -463,18 +463,18 @@ Outcome Supervisor::run() {
     outcome.exit_code = 1;
     outcome.summary = "every rank exited 0, but the job was aborted: " + *reason;
     std::cerr << "axon-launch: " << outcome.summary << " (exit status 1)" << std::endl;
-  } else if (const auto failure = group_failure_reason()) {
-    // A PyTorch program's groups keep arenas of their own, and the first to
-    // fail said why here. Its ranks caught that and went on, which under
-    // PyTorch is often by design (falling back to Gloo when an axon group
-    // cannot be set up; an irecv never matched at the end), so the job
-    // succeeded, as under other launchers; but the reason is not kept
-    // from the user. (Exit 1 here, tried, failed such jobs, and
-    // --max-restarts reran them.)
-    outcome.summary = "every rank exited 0";
-    std::cerr << "axon-launch: every rank exited 0; a group of the job had failed on the way, and its ranks "
-                 "went on: " << *failure << std::endl;
   } else {
+    if (const auto failure = group_failure_reason()) {
+      // A PyTorch program's groups keep arenas of their own, and the first
+      // to fail said why here. Its ranks caught that and went on, which
+      // under PyTorch is often by design (falling back to Gloo when an axon
+      // group cannot be set up; an irecv never matched at the end), so the
+      // job succeeded, as under other launchers; but the reason is not kept
+      // from the user. (Exit 1 here, tried, failed such jobs, and
+      // --max-restarts reran them.)
+      std::cerr << "axon-launch: every rank exited 0; a group of the job had failed on the way, and its ranks "
+                   "went on: " << *failure << std::endl;
+    }
     outcome.summary = "every rank exited 0";
   }
   return outcome;

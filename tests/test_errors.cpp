@@ -718,7 +718,8 @@ TEST_CASE("a group held for another thread refuses this thread's collectives, qu
   std::thread other([] {});
   const std::thread::id holder = other.get_id();
   world[0]->hold_collectives_for(holder, "the test holds it");
-  world[0]->hold_collectives_for(holder, "the test holds it");  // again for the same thread: still held
+  world[0]->hold_collectives_for(holder, "held");
+  world[0]->hold_collectives_for(holder, "the test holds it");  // again for the same thread: held, the new reason
   std::vector<float> data{1.0f};
   CHECK_THROWS_AS(world[0]->barrier(), InvalidArgument);
   CHECK_THAT(error_of([&] { world[0]->broadcast(data, 0); }),

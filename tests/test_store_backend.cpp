@@ -384,6 +384,13 @@ TEST_CASE("ranks given different groups under the same store keys fail at set-up
                                             "this rank as one of 2 ranks (global ranks [0, 1])") != std::string::npos &&
                                   what.find("different rank lists") != std::string::npos;
                          }, "names both groups"));
+  // An entry without a job rank (an older build's) keeps its group's text,
+  // and its writer is named by its place.
+  MemoryStore old_store(true);
+  old_store.set("axon/host/1", this_host_entry(::getpid()) + " 0 3 global ranks [0, 1, 2]");
+  REQUIRE_THROWS_WITH(StoreBackend::create(old_store, 0, 2, options),
+                      Contains("rank 1 (pid " + std::to_string(::getpid()) +
+                               ") sets up this group as one of 3 ranks (global ranks [0, 1, 2])"));
 }
 
 TEST_CASE("ranks given different subgroups name each other by their job ranks, not by their places in the lists",

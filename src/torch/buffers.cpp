@@ -88,8 +88,7 @@ void combine(const std::vector<at::Tensor>& parts, const c10d::ReduceOp& op, at:
       continue;
     }
     switch (op.op_) {
-      case c10d::ReduceOp::SUM:
-      case c10d::ReduceOp::AVG: acc.add_(x); break;
+      case c10d::ReduceOp::SUM: acc.add_(x); break;
       case c10d::ReduceOp::PRODUCT: acc.mul_(x); break;
       case c10d::ReduceOp::MIN: acc = at::minimum(acc, x); break;
       case c10d::ReduceOp::MAX: acc = at::maximum(acc, x); break;
