@@ -34,7 +34,7 @@ using namespace axon_launch;
 std::size_t slot_bytes_from_environment() {
   try {
     return static_cast<std::size_t>(
-        axonml::distributed::env::integer("AXON_SLOT_BYTES", 64, 1LL << 30).value_or(0));
+        axonml::distributed::env::integer("AXON_SLOT_BYTES", 64, static_cast<long long>(axonml::distributed::shm::kMaxSlotBytes)).value_or(0));
   } catch (const axonml::distributed::InvalidArgument& e) {
     std::cerr << "axon-launch: " << e.what() << "\n";
     std::exit(kExitBadArguments);

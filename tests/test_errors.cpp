@@ -451,6 +451,21 @@ TEST_CASE("a mock world of an impossible size is refused", "[errors]") {
                       Contains("arena: 64 KiB is too small for 2 ranks, which need at least 2 MiB"));
 }
 
+TEST_CASE("a mock world's slot or arena size above its limit is refused rather than wrapped around", "[errors]") {
+  // SIZE_MAX rounded up to a cache line wrapped to slots of 0 bytes, and
+  // 2^63 made a world group larger than the arena it was said to fit in.
+  for (std::size_t slot : {std::numeric_limits<std::size_t>::max(), std::size_t{1} << 63, (std::size_t{1} << 30) + 1}) {
+    REQUIRE_THROWS_WITH(MockBackend::create_world(2, MockOptions{0, slot}),
+                        Contains("MockBackend::create_world: slot size " + std::to_string(slot) +
+                                 " bytes is above the limit of 1024 MiB"));
+  }
+  REQUIRE_THROWS_WITH(MockBackend::create_world(2, MockOptions{std::numeric_limits<std::size_t>::max(), 0}),
+                      Contains("MockBackend::create_world: arena size 18446744073709551615 bytes is above the limit"));
+  // The largest slot allowed still makes a usable world when the arena is given.
+  auto world = MockBackend::create_world(1, MockOptions{0, std::size_t{1} << 30});
+  CHECK(world[0]->slot_bytes() == std::size_t{1} << 30);
+}
+
 TEST_CASE("sizes in messages are written one way: bytes, then KiB or MiB with one decimal", "[errors]") {
   CHECK(format_bytes(512) == "512 bytes");
   CHECK(format_bytes(10 * 1024) == "10 KiB");

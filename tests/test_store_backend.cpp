@@ -49,6 +49,10 @@ class MemoryStore final : public KeyValueStore {
     std::lock_guard<std::mutex> lock(mutex_);
     return values_.count(key) != 0;
   }
+  bool empty() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return values_.empty();
+  }
 
  private:
   bool can_check_;
@@ -234,6 +238,26 @@ TEST_CASE("an arena larger than the available memory fails at set-up naming the 
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 1, options),
                       Contains("rank 0: cannot reserve 1073741824 MiB") && Contains("of memory available") &&
                           Contains("StoreOptions::arena_bytes"));
+}
+
+TEST_CASE("a store world's slot or arena size above its limit is refused before anything is published",
+          "[store][errors]") {
+  MemoryStore store;
+  StoreOptions options;
+  options.slot_bytes = std::numeric_limits<std::size_t>::max();
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 1, options),
+                      Contains("rank 0: StoreOptions: slot size 18446744073709551615 bytes is above the limit"));
+  options.slot_bytes = 0;
+  options.arena_bytes = std::size_t{1} << 50;
+  options.shared_bytes = std::size_t{1} << 50;
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 1, options),
+                      Contains("rank 0: StoreOptions::arena_bytes + shared_bytes: arena size") &&
+                          Contains("is above the limit of"));
+  options.arena_bytes = 0;
+  options.shared_bytes = std::numeric_limits<std::size_t>::max();
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 1, options),
+                      Contains("rank 0: StoreOptions::shared_bytes: arena size 18446744073709551615 bytes"));
+  CHECK(store.empty());  // refused before anything was published
 }
 
 TEST_CASE("a store set-up gives up when a rank it has met exits before the arena is made", "[store][errors]") {

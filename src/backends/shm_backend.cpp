@@ -65,7 +65,7 @@ std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
   const int rank = static_cast<int>(required_integer("RANK", 0, world_size - 1));
   const int fd = static_cast<int>(required_integer("AXON_ARENA_FD", 0, INT_MAX));
   const auto bytes = static_cast<std::size_t>(
-      required_integer("AXON_ARENA_BYTES", sizeof(shm::ArenaHeader), 1LL << 50));
+      required_integer("AXON_ARENA_BYTES", sizeof(shm::ArenaHeader), static_cast<long long>(shm::kMaxArenaBytes)));
   const std::string who = "rank " + std::to_string(rank) + ": ";
   const std::string arena = "the arena (AXON_ARENA_FD=" + std::to_string(fd) + ")";
 

@@ -34,6 +34,15 @@ inline constexpr std::uint32_t kLayoutVersion = 12;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
+// The largest slot and arena anyone may ask for (AXON_SLOT_BYTES and
+// AXON_ARENA_BYTES take the same bounds): far above any machine's memory,
+// and low enough that the layout's sums cannot wrap around.
+inline constexpr std::size_t kMaxSlotBytes = std::size_t{1} << 30;
+inline constexpr std::size_t kMaxArenaBytes = std::size_t{1} << 50;
+
+// Throws InvalidArgument naming `what` (say "MockOptions::slot_bytes") when
+// slot_bytes or arena_bytes is above its bound.
+void check_arena_sizes(std::size_t arena_bytes, std::size_t slot_bytes, std::string_view what);
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);

@@ -23,7 +23,7 @@ ArenaHeader* launcher_header() noexcept {
   std::call_once(once, [] {
     try {
       const auto fd = env::integer("AXON_ARENA_FD", 0, INT_MAX);
-      const auto bytes = env::integer("AXON_ARENA_BYTES", static_cast<long long>(sizeof(ArenaHeader)), 1LL << 50);
+      const auto bytes = env::integer("AXON_ARENA_BYTES", static_cast<long long>(sizeof(ArenaHeader)), static_cast<long long>(kMaxArenaBytes));
       const auto world_size = env::integer("WORLD_SIZE", 1, kMaxWorldSize);
       if (!fd || !bytes || !world_size) return;
       struct stat info {};
