@@ -31,6 +31,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -68,7 +69,9 @@ class AxonWork final : public c10d::Work {
 
 class CommThread {
  public:
-  CommThread();
+  // `on_failure` is told of every exception an op throws, on the thread
+  // that ran it, before its Work fails; it must not throw.
+  explicit CommThread(std::function<void(const std::exception&)> on_failure = {});
   ~CommThread();
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
@@ -133,7 +136,8 @@ class CommThread {
   bool busy_ = false;     // the run token: an op runs, on this thread or on a caller's
   std::thread::id owner_;  // the thread holding it, while busy_
   std::atomic<int> unfinished_{0};  // ops accepted whose run() has not returned
-  std::thread thread_;
+  std::function<void(const std::exception&)> on_failure_;
+  std::thread thread_;  // last: it starts in the constructor and reads the members above
 };
 
 }  // namespace axonml::torch

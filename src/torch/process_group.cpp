@@ -18,9 +18,11 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 
@@ -281,6 +283,55 @@ std::set<ProcessGroupAxon*>& live_groups() {
   static auto* groups = new std::set<ProcessGroupAxon*>;
   return *groups;
 }
+
+std::uint64_t next_group_serial() {
+  static std::atomic<std::uint64_t> made{0};
+  return made.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// The first failure from its peers (a PeerFailure: a member that exited, a
+// timeout, an abort) that an op or the set-up of any axon group of this
+// process met. A rank that goes on to leave another group while members
+// wait for it there tells them this cause: they were told only that it left
+// "in a collective it never called" (a review: rank 1 killed, rank 2 waiting
+// in a recv from it, rank 0 waiting for rank 2 in new_group([0, 2]) was
+// never told of rank 1).
+struct FailureSeen {
+  std::uint64_t group;      // serial_ of the group that met it
+  std::string group_ranks;  // its describe_global_ranks()
+  std::string reason;       // what() of the error
+};
+std::mutex& failure_seen_mutex() {
+  static auto* mutex = new std::mutex;
+  return *mutex;
+}
+std::optional<FailureSeen>& failure_seen() {
+  static auto* seen = new std::optional<FailureSeen>;
+  return *seen;
+}
+
+void note_failure_seen(std::uint64_t group, const std::string& group_ranks, const std::exception& error) noexcept {
+  if (dynamic_cast<const ad::PeerFailure*>(&error) == nullptr) return;  // this rank's own input: not a cause
+  try {
+    std::lock_guard<std::mutex> lock(failure_seen_mutex());
+    if (!failure_seen()) failure_seen() = FailureSeen{group, group_ranks, error.what()};
+  } catch (const std::exception&) {
+    // Out of memory: the leave's message then gives no cause.
+  }
+}
+
+// A reason as a peer reads it after "rank R aborted: ": without the
+// "rank R: " (and "job aborted: ") this rank's own message begins with.
+std::string_view without_own_rank(std::string_view reason) {
+  if (reason.starts_with("rank ")) {
+    const std::size_t colon = reason.find(": ");
+    const std::size_t space = reason.find(' ', 5);
+    if (colon != std::string_view::npos && colon == space - 1) reason.remove_prefix(colon + 2);
+  }
+  constexpr std::string_view kAborted = "job aborted: ";
+  if (reason.starts_with(kAborted)) reason.remove_prefix(kAborted.size());
+  return reason;
+}
 }  // namespace
 
 ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -290,6 +341,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
       fork_generation_(ad::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed)),
       owner_pid_(::getpid()),
       global_ranks_(std::move(global_ranks)),
+      serial_(next_group_serial()),
       timeout_(timeout) {
   if (global_ranks_.empty()) {
     for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
@@ -382,6 +434,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   try {
     backend_ = ad::StoreBackend::create(kv, rank, size, options);
   } catch (const ad::PeerFailure& e) {  // a Timeout too
+    note_failure_seen(serial_, describe_global_ranks(), e);
     // axon-launch's summary gives the reason, as for a group that fails
     // later (it named only the first rank to exit, a survivor; a review).
     // Not for this rank's own bad input, which its own error names (and a
@@ -398,9 +451,12 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
 
 void ProcessGroupAxon::start_threads() {
   try {
-    thread_ = std::make_unique<CommThread>();
-    send_thread_ = std::make_unique<CommThread>();
-    recv_thread_ = std::make_unique<CommThread>();
+    auto on_failure = [serial = serial_, ranks = describe_global_ranks()](const std::exception& e) {
+      note_failure_seen(serial, ranks, e);
+    };
+    thread_ = std::make_unique<CommThread>(on_failure);
+    send_thread_ = std::make_unique<CommThread>(on_failure);
+    recv_thread_ = std::make_unique<CommThread>(on_failure);
   } catch (const std::system_error& e) {
     std::string limit;
     if (rlimit r{}; ::getrlimit(RLIMIT_NPROC, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
@@ -541,9 +597,17 @@ void ProcessGroupAxon::release_ranks_left_waiting() noexcept {
     if (waiting.empty()) return;
     std::vector<int> global;
     for (int member : waiting) global.push_back(global_ranks_[static_cast<std::size_t>(member)]);
-    backend_->abort("it left the group of global ranks " + describe_global_ranks() +
-                    " (destroy_process_group, or the end of its program) while global rank(s) " + ad::joined(global) +
-                    " waited for it in a collective it never called");
+    std::optional<FailureSeen> cause;
+    {
+      std::lock_guard<std::mutex> lock(failure_seen_mutex());
+      if (failure_seen() && failure_seen()->group != serial_) cause = failure_seen();
+    }
+    // With a cause, it first: the reason has room for 239 characters.
+    backend_->abort(cause ? "it left the group of global ranks " + describe_global_ranks() + " after its group of global ranks " +
+                                cause->group_ranks + " failed: " + std::string(without_own_rank(cause->reason))
+                          : "it left the group of global ranks " + describe_global_ranks() +
+                                " (destroy_process_group, or the end of its program) while global rank(s) " +
+                                ad::joined(global) + " waited for it in a collective it never called");
   } catch (const std::exception&) {
     // Aborting is best effort: the peers still see this process exit.
   }

@@ -148,6 +148,37 @@ def killed_subgroup_member(rank, n):
     return text
 
 
+def killed_rank_reaches_a_subgroup_through_its_member(rank, n):
+    """Rank 2 dies while rank 1 waits for it in a recv and rank 0 waits for
+    rank 1 in new_group([0, 1]), a group without rank 2. Rank 1 raises, and
+    as it leaves the pair its abort tells rank 0 the cause, naming rank 2:
+    rank 0 was told only that rank 1 "left ... in a collective it never
+    called" (a review)."""
+    dist.init_process_group("axon")
+    pair = dist.new_group([0, 1])
+    store = dist.distributed_c10d._get_default_store()
+    dist.barrier()
+    text = "killed"
+    if rank == 2:
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif rank == 1:
+        text = raises(lambda: dist.recv(torch.empty(4), src=2), "rank 2 (pid", "exited or was killed")
+        store.wait(["rank 0 calls all_reduce"])
+        time.sleep(1)  # rank 0 is in it: a leave before it arrives says only "left"
+        dist.destroy_process_group(pair)
+    else:
+        store.set("rank 0 calls all_reduce", "1")
+        start = time.monotonic()
+        text = raises(lambda: dist.all_reduce(torch.ones(4), group=pair),
+                      "rank 1 aborted: it left the group of global ranks [0, 1] after its group of global ranks "
+                      "[0, 1, 2] failed: rank 2 (pid", "exited or was killed")
+        waited = time.monotonic() - start
+        assert waited < 10, f"noticed only after {waited:.1f} s"
+    end_as_a_survivor(rank, n)
+    return text
+
+
 def left_while_peer_waits(rank, n):
     """A rank whose program ends (an uncaught exception, or simply returning)
     while a peer is in a collective it never calls makes that peer raise at
@@ -692,6 +723,8 @@ if __name__ == "__main__":
     print(f"test_errors: new_group([0, 1])'s errors name the group: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(4, killed_subgroup_member, dead={3})
     print(f"test_errors: kill -9 of rank 3 in new_group([2, 3]) named the job's rank 3: {texts[2].splitlines()[0]}")
+    texts = run_ranks(3, killed_rank_reaches_a_subgroup_through_its_member, dead={2})
+    print(f"test_errors: kill -9 of rank 2 reached rank 0, waiting in new_group([0, 1]), through rank 1: {texts[0].splitlines()[0]}")
     texts = run_ranks(3, left_while_peer_waits)
     print(f"test_errors: a rank whose program ended released its peers waiting in a collective: {texts[1].splitlines()[0]}")
     texts = run_ranks(2, left_while_peer_receives)

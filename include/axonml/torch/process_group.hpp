@@ -238,6 +238,9 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // The group's three communication threads; throws Error naming the limit.
   void start_threads();
   std::vector<int> global_ranks_;  // by group rank
+  // This group among every group this process makes (1, 2, ...): what an
+  // op of another group failed with is told apart from this group's own.
+  std::uint64_t serial_;
   bool subgroup_ = true;           // made with global_ranks (new_group), not the default group
   // Kept by the default group only (made without global_ranks): see
   // close_store_together().
