@@ -161,6 +161,21 @@ TEST_CASE("a message of another element type than the receive buffer is an error
   });
 }
 
+TEST_CASE("a receive mismatch in a subgroup names the group beside the job's ranks", "[errors][p2p][groups]") {
+  run_ranks(3, [](std::shared_ptr<Backend> b, int r) {
+    const std::vector<int> members{2, 1};  // job rank 2 is its rank 0
+    auto pair = b->new_group(members);
+    if (r == 2) {
+      pair->send<const float>(std::vector<float>{1.5f, 2.5f}, 1, 3);
+    } else if (r == 1) {
+      std::vector<std::int32_t> ints(2);
+      RANK_REQUIRE(error_of([&] { pair->recv<std::int32_t>(ints, 0, 3); }) ==
+                   "recv on rank 1 from rank 2 with tag 3 in group [2, 1]: the message has 8 bytes of f32 but the "
+                   "buffer has 8 bytes of i32");
+    }
+  });
+}
+
 TEST_CASE("subgroup lists with duplicate or out-of-range ranks are rejected", "[errors][groups]") {
   auto b = MockBackend::single();
   World world(b);

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "axonml/distributed/error.hpp"
+#include "base/recv_mismatch.hpp"
 #include "backends/arena_backend_impl.hpp"
 #include "base/text.hpp"
 #include "shm/arena_view.hpp"
@@ -266,8 +267,16 @@ void ArenaBackend::do_send(ConstBuffer data, int dst, int tag) {
 
 void ArenaBackend::do_recv(MutableBuffer data, int src, int tag) {
   const auto& ranks = impl_->channel.world_ranks();
-  impl_->state->p2p.recv(impl_->channel.id(), ranks[static_cast<std::size_t>(src)], tag, data.data,
-                         data.count * size_of(data.type), data.type);
+  try {
+    impl_->state->p2p.recv(impl_->channel.id(), ranks[static_cast<std::size_t>(src)], tag, data.data,
+                           data.count * size_of(data.type), data.type);
+  } catch (const RecvMismatch& e) {
+    // The ranks are named as the job numbers them; say in which group, as
+    // the collectives' messages do (a review found it left out).
+    const std::string group = describe_group();
+    if (group.empty()) throw;
+    throw RecvMismatch(e.facts(), group.substr(0, group.find(" (rank")));
+  }
 }
 
 // One exchange on the parent group: the new group's first member allocates

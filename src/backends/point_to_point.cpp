@@ -124,8 +124,8 @@ bool PointToPoint::take_stashed(const PostedReceive& want) {
     const std::size_t had = message->bytes.size();
     const DataType had_type = message->type;
     stash_[static_cast<std::size_t>(want.src)].remove_if([&](const StashedMessage& m) { return &m == message; });
-    throw InvalidArgument(recv_mismatch_text(waits_.names().rank(me_), waits_.names().rank(want.src), want.tag, had,
-                                             had_type, want.bytes, want.type));
+    throw RecvMismatch({waits_.names().rank(me_), waits_.names().rank(want.src), want.tag, had, had_type, want.bytes,
+                        want.type});
   }
   copy_bytes(want.data, message->bytes.data(), want.bytes);
   stash_[static_cast<std::size_t>(want.src)].remove_if(

@@ -15,6 +15,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/recv_mismatch.hpp"
+#include "base/text.hpp"
 #include "kernels/reduce.hpp"
 #include "mpi/call_exchange.hpp"
 #include "mpi/hierarchy.hpp"
@@ -608,8 +609,16 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   const auto had = static_cast<std::size_t>(total) - kP2pHeaderBytes;
   const auto had_type = static_cast<DataType>(header.type);
   if (had != bytes || had_type != data.type) {
-    throw InvalidArgument(recv_mismatch_text("rank " + std::to_string(me), "rank " + std::to_string(world_src), tag,
-                                             had, had_type, bytes, data.type));
+    // In a subgroup, which one, as in shared memory.
+    int job_size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &job_size);
+    bool whole_job = static_cast<int>(impl_->world_ranks.size()) == job_size;
+    for (std::size_t m = 0; whole_job && m < impl_->world_ranks.size(); ++m) {
+      whole_job = impl_->world_ranks[m] == static_cast<int>(m);
+    }
+    throw RecvMismatch({"rank " + std::to_string(me), "rank " + std::to_string(world_src), tag, had, had_type, bytes,
+                        data.type},
+                       whole_job ? std::string() : " in group " + bracketed(impl_->world_ranks));
   }
   if (bytes > 0) std::memcpy(data.data, whole.data() + kP2pHeaderBytes, bytes);
 }

@@ -229,7 +229,8 @@ void recv_size(Backend& b) {
 
 // The same on a subgroup numbered apart from the job: in new_group({3, 2})
 // the job's rank 3 is the group's rank 0, and the message names job ranks,
-// as every other message does (MpiBackend named the group's rank here).
+// as every other message does (MpiBackend named the group's rank here), and
+// the group.
 void recv_size_in_subgroup(Backend& b) {
   if (b.world_size() < 4) return;
   const std::vector<int> members{3, 2};
@@ -246,7 +247,7 @@ void recv_size_in_subgroup(Backend& b) {
       error = e.what();
     }
     std::printf("[rank %d] %s\n", me, error.c_str());
-    expect(error == "recv on rank 2 from rank 3 with tag 4: the message has 12 bytes but the buffer has 40",
+    expect(error == "recv on rank 2 from rank 3 with tag 4 in group [3, 2]: the message has 12 bytes but the buffer has 40",
            "a short message on new_group({3, 2}) names the job's ranks: '" + error + "'");
   }
   b.barrier();

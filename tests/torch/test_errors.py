@@ -82,6 +82,13 @@ def recv_mismatch(rank, n):
         raises(lambda: dist.recv(torch.empty(3), 0), "the message has 16 bytes but the buffer has 12")
         raises(lambda: dist.recv(torch.empty(8, dtype=torch.uint8), 0),
                "the message has 8 bytes of f32 but the buffer has 8 bytes of i64", "this rank passed a Byte tensor of 8 elements")
+    # In a subgroup the message names it, as the collectives' do.
+    pair = dist.new_group([0, 1])
+    if rank == 0:
+        dist.send(torch.ones(2), 1, group=pair, tag=5)
+    else:
+        raises(lambda: dist.recv(torch.empty(3), 0, group=pair, tag=5),
+               "recv on rank 1 from rank 0 with tag 5 in group [0, 1]: the message has 8 bytes but the buffer has 12")
     dist.barrier()
     dist.destroy_process_group()
     return True
