@@ -203,6 +203,14 @@ void Supervisor::reap() {
     }
   }
   if (!failed.empty()) record_failures(failed);
+  // A PyTorch rank aborts its groups as it leaves them, before it exits:
+  // the members it left waiting may fail, and be reaped, first. Once it has
+  // exited 0 it is the culprit, as a C++ rank that exits 0 mid-job is (the
+  // summary blamed a survivor's "exited with code 5"; a review). The abort
+  // under way stays; only the blame and the status change.
+  if (first_failure_ && first_failure_->blame == Blame::Failed) {
+    if (auto culprit = group_left_while_needed()) first_failure_ = culprit;
+  }
   check_unjoined_exit();
   check_abort_by_rank();
   // Published after any abort above, so that peers waiting for these ranks
@@ -233,6 +241,26 @@ std::optional<Supervisor::Failure> Supervisor::left_while_needed() const {
                  arena_.joined(culprit) ? Blame::LeftWhileNeeded : Blame::ExitedUnjoined};
 }
 
+std::optional<Supervisor::Failure> Supervisor::group_left_while_needed() const {
+  const auto& header = arena_.header();
+  if (header.group_failure_state.load(std::memory_order_acquire) !=
+      static_cast<std::uint32_t>(shm::AbortState::Set)) {
+    return std::nullopt;
+  }
+  const int culprit = header.group_failure_rank;
+  if (culprit < 0 || culprit >= static_cast<int>(ranks_.size())) return std::nullopt;
+  const auto& r = ranks_[static_cast<std::size_t>(culprit)];
+  if (r.running || !(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) return std::nullopt;
+  // Only its own leaving (the PyTorch backend's words), not a leave after
+  // another of its groups failed: that failure's rank is the culprit.
+  const auto reason = group_failure_reason();
+  const std::string left = "rank " + std::to_string(culprit) + " aborted: it left the group";
+  if (!reason || !reason->starts_with(left) || reason->find(" after its group of global ranks ") != std::string::npos) {
+    return std::nullopt;
+  }
+  return Failure{culprit, r.status, true, Blame::LeftWhileNeeded};
+}
+
 // Ranks reaped together all ended before the launcher reacted to any of them,
 // so none of them failed because of another's abort; prefer the one that
 // aborted the job itself, if any did, or the rank a waiter blamed for
@@ -252,6 +280,8 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
   }
   if (auto culprit = left_while_needed()) {
     first_failure_ = culprit;
+  } else if (auto group_culprit_exited_0 = group_left_while_needed()) {
+    first_failure_ = group_culprit_exited_0;
   } else if (const auto blamed = group_culprit(failed_ranks)) {
     first_failure_ = failure_of(*blamed);
   } else {

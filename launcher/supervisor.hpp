@@ -117,6 +117,9 @@ class Supervisor {
   void check_start_deadline(Clock::time_point now);
   void check_abort_by_rank();
   std::optional<Failure> left_while_needed() const;
+  // The same for a PyTorch group (an arena of its own): the rank its abort
+  // blamed for leaving while members waited, once that rank has exited 0.
+  std::optional<Failure> group_left_while_needed() const;
   std::optional<int> group_culprit(const std::vector<int>& failed_ranks) const;
   Failure failure_of(int rank) const;
   // Whether the launcher has sent the running ranks SIGTERM or SIGKILL (after

@@ -33,6 +33,12 @@ def rank_body(case):
             dist.all_reduce(torch.ones(4))
         except RuntimeError as e:
             print(f"caught: {e}", flush=True)
+    elif case == "exit-0":
+        if rank == 1:
+            dist.destroy_process_group()  # leaves while the others wait in the all_reduce ...
+            time.sleep(1)  # ... and ends, status 0, after they have failed
+            sys.exit(0)
+        dist.all_reduce(torch.ones(4))
     elif case == "exit-3":
         if rank == 1:
             dist.destroy_process_group()  # leaves while the others wait in the all_reduce ...
@@ -87,6 +93,13 @@ def main():
     if "axon-launch: rank 1 exited with code 3" not in err or "rank 1" not in line:
         raise SystemExit(f"exit-3: the summary does not blame rank 1's exit:\n{err}")
     print(f"test_launcher_summary: a rank that left and exited 3 after its peers: {line}")
+    # A rank that left mid-job and exited 0 is the culprit, as a C++ rank is:
+    # the peers it left failed first, and the summary blamed one of them.
+    line, err = run(launcher, "exit-0", timeout="100", status=1)
+    if "axon-launch: rank 1 exited (status 0) while other ranks still waited for it" not in err or \
+            "rank 1 aborted: it left the group" not in line:
+        raise SystemExit(f"exit-0: the summary does not blame rank 1's exit:\n{err}")
+    print(f"test_launcher_summary: a rank that left and exited 0 after its peers failed: {line}")
     # Every rank caught its group's failure and exited 0: the job succeeded
     # (a program may mean to go on, say with Gloo), but the launcher still
     # says what failed (a claims audit saw nothing said).
