@@ -251,11 +251,11 @@ std::optional<Supervisor::Failure> Supervisor::group_left_while_needed() const {
   if (culprit < 0 || culprit >= static_cast<int>(ranks_.size())) return std::nullopt;
   const auto& r = ranks_[static_cast<std::size_t>(culprit)];
   if (r.running || !(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) return std::nullopt;
-  // Only its own leaving (the PyTorch backend's words), not a leave after
-  // another of its groups failed: that failure's rank is the culprit.
+  // Only its own leaving, in the PyTorch backend's words; a leave after
+  // another of its groups failed reads "aborted: after another of its groups
+  // failed (...)", and that failure's rank is the culprit.
   const auto reason = group_failure_reason();
-  const std::string left = "rank " + std::to_string(culprit) + " aborted: it left the group";
-  if (!reason || !reason->starts_with(left) || reason->find(" after its group of global ranks ") != std::string::npos) {
+  if (!reason || !reason->starts_with("rank " + std::to_string(culprit) + " aborted: it left the group")) {
     return std::nullopt;
   }
   return Failure{culprit, r.status, true, Blame::LeftWhileNeeded};

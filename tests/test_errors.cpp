@@ -472,11 +472,12 @@ TEST_CASE("a mock world's slot or arena size above its limit is refused rather t
   // 2^63 made a world group larger than the arena it was said to fit in.
   for (std::size_t slot : {std::numeric_limits<std::size_t>::max(), std::size_t{1} << 63, (std::size_t{1} << 30) + 1}) {
     REQUIRE_THROWS_WITH(MockBackend::create_world(2, MockOptions{0, slot}),
-                        Contains("MockBackend::create_world: slot size " + std::to_string(slot) +
+                        Contains("MockBackend::create_world: MockOptions::slot_bytes of " + std::to_string(slot) +
                                  " bytes is above the limit of 1024 MiB"));
   }
   REQUIRE_THROWS_WITH(MockBackend::create_world(2, MockOptions{std::numeric_limits<std::size_t>::max(), 0}),
-                      Contains("MockBackend::create_world: arena size 18446744073709551615 bytes is above the limit"));
+                      Contains("MockBackend::create_world: MockOptions::arena_bytes of 18446744073709551615 bytes is "
+                               "above the limit of 1073741824 MiB"));
   // The largest slot allowed is sized without wrapping around (a world of
   // it would take 12 GiB here, so only the arithmetic is checked).
   CHECK(shm::default_arena_bytes(2, std::size_t{1} << 30) > (std::size_t{6} * 2 * 2) << 30);

@@ -246,17 +246,17 @@ TEST_CASE("a store world's slot or arena size above its limit is refused before 
   StoreOptions options;
   options.slot_bytes = std::numeric_limits<std::size_t>::max();
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 1, options),
-                      Contains("rank 0: StoreOptions: slot size 18446744073709551615 bytes is above the limit"));
+                      Contains("rank 0: StoreOptions::slot_bytes of 18446744073709551615 bytes is above the limit"));
   options.slot_bytes = 0;
   options.arena_bytes = std::size_t{1} << 50;
   options.shared_bytes = std::size_t{1} << 50;
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 1, options),
-                      Contains("rank 0: StoreOptions::arena_bytes + shared_bytes: arena size") &&
+                      Contains("rank 0: StoreOptions::arena_bytes + shared_bytes of 2251799813685248 bytes") &&
                           Contains("is above the limit of"));
   options.arena_bytes = 0;
   options.shared_bytes = std::numeric_limits<std::size_t>::max();
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 0, 1, options),
-                      Contains("rank 0: StoreOptions::shared_bytes: arena size 18446744073709551615 bytes"));
+                      Contains("rank 0: StoreOptions::shared_bytes of 18446744073709551615 bytes is above the limit"));
   CHECK(store.empty());  // refused before anything was published
 }
 

@@ -18,7 +18,8 @@ std::vector<std::shared_ptr<MockBackend>> MockBackend::create_world(int world_si
     throw InvalidArgument("MockBackend::create_world: world size " + std::to_string(world_size) +
                           " is outside 1.." + std::to_string(shm::kMaxWorldSize));
   }
-  shm::check_arena_sizes(options.arena_bytes, options.slot_bytes, "MockBackend::create_world");
+  shm::check_size_limit(options.slot_bytes, shm::kMaxSlotBytes, "MockBackend::create_world: MockOptions::slot_bytes");
+  shm::check_size_limit(options.arena_bytes, shm::kMaxArenaBytes, "MockBackend::create_world: MockOptions::arena_bytes");
   shm::ArenaSpec spec;
   spec.world_size = world_size;
   spec.slot_bytes = options.slot_bytes;

@@ -569,10 +569,11 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   const std::string who = names.rank(rank) + ": ";
   // Before anything is published: every rank is given the same options, so
   // each refuses them alone and nobody waits for a peer.
-  shm::check_arena_sizes(options.arena_bytes, options.slot_bytes, who + "StoreOptions");
-  shm::check_arena_sizes(options.shared_bytes, 0, who + "StoreOptions::shared_bytes");
-  shm::check_arena_sizes(options.arena_bytes + options.shared_bytes, 0,
-                         who + "StoreOptions::arena_bytes + shared_bytes");
+  shm::check_size_limit(options.slot_bytes, shm::kMaxSlotBytes, who + "StoreOptions::slot_bytes");
+  shm::check_size_limit(options.arena_bytes, shm::kMaxArenaBytes, who + "StoreOptions::arena_bytes");
+  shm::check_size_limit(options.shared_bytes, shm::kMaxArenaBytes, who + "StoreOptions::shared_bytes");
+  shm::check_size_limit(options.arena_bytes + options.shared_bytes, shm::kMaxArenaBytes,
+                        who + "StoreOptions::arena_bytes + shared_bytes");
   const auto timeout = options.timeout.count() > 0 ? options.timeout : shm::default_timeout();
   // How messages name each timeout: the ops', and the set-up's (the ops'
   // unless StoreOptions gives one of its own).

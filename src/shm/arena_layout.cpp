@@ -79,19 +79,15 @@ std::uint64_t hash_of_ranks(std::span<const int> world_ranks) {
   return list.value();
 }
 
-void check_arena_sizes(std::size_t arena_bytes, std::size_t slot_bytes, std::string_view what) {
-  if (slot_bytes > kMaxSlotBytes) {
-    throw InvalidArgument(std::string(what) + ": slot size " + std::to_string(slot_bytes) +
-                          " bytes is above the limit of " + format_bytes(kMaxSlotBytes));
-  }
-  if (arena_bytes > kMaxArenaBytes) {
-    throw InvalidArgument(std::string(what) + ": arena size " + std::to_string(arena_bytes) +
-                          " bytes is above the limit of " + format_bytes(kMaxArenaBytes));
+void check_size_limit(std::size_t bytes, std::size_t limit, std::string_view name) {
+  if (bytes > limit) {
+    throw InvalidArgument(std::string(name) + " of " + std::to_string(bytes) + " bytes is above the limit of " +
+                          format_bytes(limit));
   }
 }
 
 std::size_t default_arena_bytes(int world_size, std::size_t slot_bytes, int subgroups_alive) {
-  check_arena_sizes(0, slot_bytes, "arena");
+  check_size_limit(slot_bytes, kMaxSlotBytes, "arena: the slot size");
   const auto n = static_cast<std::size_t>(world_size);
   // As format_arena() lays it out (each part on whole pages).
   const std::size_t fixed = kPage + round_up(n * sizeof(RankControl), kPage) +
@@ -116,7 +112,8 @@ void format_arena(void* base, const ArenaSpec& spec) {
     throw InvalidArgument("arena: world size " + std::to_string(spec.world_size) +
                           " is outside 1.." + std::to_string(kMaxWorldSize));
   }
-  check_arena_sizes(spec.arena_bytes, spec.slot_bytes, "arena");
+  check_size_limit(spec.slot_bytes, kMaxSlotBytes, "arena: the slot size");
+  check_size_limit(spec.arena_bytes, kMaxArenaBytes, "arena: the arena size");
   const auto n = static_cast<std::size_t>(spec.world_size);
   const std::size_t arena_bytes =
       spec.arena_bytes ? spec.arena_bytes : default_arena_bytes(spec.world_size, spec.slot_bytes);

@@ -40,9 +40,10 @@ inline constexpr int kMaxWorldSize = 1024;
 inline constexpr std::size_t kMaxSlotBytes = std::size_t{1} << 30;
 inline constexpr std::size_t kMaxArenaBytes = std::size_t{1} << 50;
 
-// Throws InvalidArgument naming `what` (say "MockOptions::slot_bytes") when
-// slot_bytes or arena_bytes is above its bound.
-void check_arena_sizes(std::size_t arena_bytes, std::size_t slot_bytes, std::string_view what);
+// Throws InvalidArgument "<name> of <bytes> bytes is above the limit of
+// <limit>" when bytes > limit; `name` says what the caller set
+// ("MockOptions::slot_bytes").
+void check_size_limit(std::size_t bytes, std::size_t limit, std::string_view name);
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);

@@ -71,8 +71,8 @@ bool AxonWork::wait(std::chrono::milliseconds timeout) {
   return c10d::Work::wait(kNoTimeout);
 }
 
-CommThread::CommThread(std::function<void(const std::exception&)> on_failure)
-    : on_failure_(std::move(on_failure)), thread_([this] { loop(); }) {}
+CommThread::CommThread(std::function<void(const std::exception*)> on_outcome)
+    : on_outcome_(std::move(on_outcome)), thread_([this] { loop(); }) {}
 
 CommThread::~CommThread() {
   {
@@ -161,9 +161,10 @@ void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, cons
   std::exception_ptr error;
   try {
     run();
+    if (on_outcome_) on_outcome_(nullptr);
   } catch (const std::exception& e) {
     error = std::current_exception();
-    if (on_failure_) on_failure_(e);
+    if (on_outcome_) on_outcome_(&e);
   } catch (...) {
     error = std::current_exception();
   }

@@ -69,9 +69,10 @@ class AxonWork final : public c10d::Work {
 
 class CommThread {
  public:
-  // `on_failure` is told of every exception an op throws, on the thread
-  // that ran it, before its Work fails; it must not throw.
-  explicit CommThread(std::function<void(const std::exception&)> on_failure = {});
+  // `on_outcome` is told how every op ended, on the thread that ran it,
+  // before its Work completes: nullptr when it returned, else what it
+  // threw. It must not throw.
+  explicit CommThread(std::function<void(const std::exception*)> on_outcome = {});
   ~CommThread();
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
@@ -136,7 +137,7 @@ class CommThread {
   bool busy_ = false;     // the run token: an op runs, on this thread or on a caller's
   std::thread::id owner_;  // the thread holding it, while busy_
   std::atomic<int> unfinished_{0};  // ops accepted whose run() has not returned
-  std::function<void(const std::exception&)> on_failure_;
+  std::function<void(const std::exception*)> on_outcome_;
   std::thread thread_;  // last: it starts in the constructor and reads the members above
 };
 

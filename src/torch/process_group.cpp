@@ -290,16 +290,20 @@ std::uint64_t next_group_serial() {
 }
 
 // The first failure from its peers (a PeerFailure: a member that exited, a
-// timeout, an abort) that an op or the set-up of any axon group of this
-// process met. A rank that goes on to leave another group while members
-// wait for it there tells them this cause: they were told only that it left
-// "in a collective it never called" (a review: rank 1 killed, rank 2 waiting
-// in a recv from it, rank 0 waiting for rank 2 in new_group([0, 2]) was
-// never told of rank 1).
+// timeout, an abort) that an op or the set-up of an axon group of this
+// process met. A rank that goes on to leave another
+// group while members wait for it there tells them this cause: they were
+// told only that it left "in a collective it never called" (a review: rank
+// 1 killed, rank 2 waiting in a recv from it, rank 0 waiting for rank 2 in
+// new_group([0, 2]) was never told of rank 1). Dropped when any op of this
+// process completes after it: a failure the program handled and went on
+// from is no cause of what it does later (the next review found a caught
+// timeout quoted long after). Not when its group is destroyed: PyTorch's
+// destroy_process_group() drops the default group first, before the
+// subgroups whose members the cause is for.
 struct FailureSeen {
-  std::uint64_t group;      // serial_ of the group that met it
-  std::string group_ranks;  // its describe_global_ranks()
-  std::string reason;       // what() of the error
+  std::uint64_t group;  // serial_ of the group that met it
+  std::string reason;   // what() of the error
 };
 std::mutex& failure_seen_mutex() {
   static auto* mutex = new std::mutex;
@@ -310,27 +314,49 @@ std::optional<FailureSeen>& failure_seen() {
   return *seen;
 }
 
-void note_failure_seen(std::uint64_t group, const std::string& group_ranks, const std::exception& error) noexcept {
-  if (dynamic_cast<const ad::PeerFailure*>(&error) == nullptr) return;  // this rank's own input: not a cause
+// Whether failure_seen() holds one: read by every op that completes.
+std::atomic<bool> any_failure_seen{false};
+
+// How an op of group `group` ended (nullptr: it completed).
+void note_outcome(std::uint64_t group, const std::exception* error) noexcept {
+  if (error == nullptr) {
+    if (!any_failure_seen.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> lock(failure_seen_mutex());
+    failure_seen().reset();
+    any_failure_seen.store(false, std::memory_order_relaxed);
+    return;
+  }
+  if (dynamic_cast<const ad::PeerFailure*>(error) == nullptr) return;  // this rank's own input: not a cause
   try {
     std::lock_guard<std::mutex> lock(failure_seen_mutex());
-    if (!failure_seen()) failure_seen() = FailureSeen{group, group_ranks, error.what()};
+    if (!failure_seen()) failure_seen() = FailureSeen{group, error->what()};
+    any_failure_seen.store(true, std::memory_order_relaxed);
   } catch (const std::exception&) {
     // Out of memory: the leave's message then gives no cause.
   }
 }
 
-// A reason as a peer reads it after "rank R aborted: ": without the
-// "rank R: " (and "job aborted: ") this rank's own message begins with.
-std::string_view without_own_rank(std::string_view reason) {
+// A reason as a peer reads it after "rank R aborted: ": without the "rank R:"
+// or "rank R (global rank G):" this rank's own message begins with, nor
+// "job aborted: ", and cut before words that speak of "this rank" (the
+// reader would take it for itself).
+std::string cause_for_peers(std::string_view reason) {
   if (reason.starts_with("rank ")) {
     const std::size_t colon = reason.find(": ");
     const std::size_t space = reason.find(' ', 5);
-    if (colon != std::string_view::npos && colon == space - 1) reason.remove_prefix(colon + 2);
+    const bool plain = colon != std::string_view::npos && colon == space - 1;                // "rank 2: "
+    constexpr std::string_view kGlobal = " (global rank ";
+    const bool global = colon != std::string_view::npos && space < colon && reason.substr(space).starts_with(kGlobal) &&
+                        reason[colon - 1] == ')' &&
+                        reason.find(' ', space + kGlobal.size()) > colon;  // "rank 1 (global rank 2): "
+    if (plain || global) reason.remove_prefix(colon + 2);
   }
   constexpr std::string_view kAborted = "job aborted: ";
   if (reason.starts_with(kAborted)) reason.remove_prefix(kAborted.size());
-  return reason;
+  if (const std::size_t self = reason.find(" while this rank "); self != std::string_view::npos) {
+    reason = reason.substr(0, self);
+  }
+  return std::string(reason);
 }
 }  // namespace
 
@@ -434,7 +460,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   try {
     backend_ = ad::StoreBackend::create(kv, rank, size, options);
   } catch (const ad::PeerFailure& e) {  // a Timeout too
-    note_failure_seen(serial_, describe_global_ranks(), e);
+    note_outcome(serial_, &e);
     // axon-launch's summary gives the reason, as for a group that fails
     // later (it named only the first rank to exit, a survivor; a review).
     // Not for this rank's own bad input, which its own error names (and a
@@ -451,12 +477,10 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
 
 void ProcessGroupAxon::start_threads() {
   try {
-    auto on_failure = [serial = serial_, ranks = describe_global_ranks()](const std::exception& e) {
-      note_failure_seen(serial, ranks, e);
-    };
-    thread_ = std::make_unique<CommThread>(on_failure);
-    send_thread_ = std::make_unique<CommThread>(on_failure);
-    recv_thread_ = std::make_unique<CommThread>(on_failure);
+    auto on_outcome = [serial = serial_](const std::exception* e) { note_outcome(serial, e); };
+    thread_ = std::make_unique<CommThread>(on_outcome);
+    send_thread_ = std::make_unique<CommThread>(on_outcome);
+    recv_thread_ = std::make_unique<CommThread>(on_outcome);
   } catch (const std::system_error& e) {
     std::string limit;
     if (rlimit r{}; ::getrlimit(RLIMIT_NPROC, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
@@ -602,11 +626,12 @@ void ProcessGroupAxon::release_ranks_left_waiting() noexcept {
       std::lock_guard<std::mutex> lock(failure_seen_mutex());
       if (failure_seen() && failure_seen()->group != serial_) cause = failure_seen();
     }
-    // With a cause, it first: the reason has room for 239 characters.
-    backend_->abort(cause ? "it left the group of global ranks " + describe_global_ranks() + " after its group of global ranks " +
-                                cause->group_ranks + " failed: " + std::string(without_own_rank(cause->reason))
-                          : "it left the group of global ranks " + describe_global_ranks() +
-                                " (destroy_process_group, or the end of its program) while global rank(s) " +
+    const std::string left = "it left the group of global ranks " + describe_global_ranks();
+    // The cause first: the reason keeps 239 characters, and group lists of
+    // many ranks come after it.
+    backend_->abort(cause ? "after another of its groups failed (" + cause_for_peers(cause->reason) + "), " + left +
+                                " while global rank(s) " + ad::joined(global) + " waited for it"
+                          : left + " (destroy_process_group, or the end of its program) while global rank(s) " +
                                 ad::joined(global) + " waited for it in a collective it never called");
   } catch (const std::exception&) {
     // Aborting is best effort: the peers still see this process exit.

@@ -178,12 +178,36 @@ def killed_rank_reaches_a_subgroup_through_its_member(rank, n):
         store.set("rank 0 calls all_reduce", "1")
         start = time.monotonic()
         text = raises(lambda: dist.all_reduce(torch.ones(4), group=pair),
-                      "rank 1 aborted: it left the group of global ranks [0, 1] after its group of global ranks "
-                      "[0, 1, 2] failed: rank 2 (pid", "exited or was killed")
+                      "rank 1 aborted: after another of its groups failed (rank 2 (pid", "exited or was killed",
+                      "), it left the group of global ranks [0, 1] while global rank(s) 0 waited for it")
         waited = time.monotonic() - start
         assert waited < 10, f"noticed only after {waited:.1f} s"
     end_as_a_survivor(rank, n)
     return text
+
+
+def handled_failure_is_no_later_cause(rank, n):
+    """A failure the program caught and went on from (ops completed since)
+    is not given as the cause when the rank later leaves a group while a
+    peer waits there: the peer is told that it left, in a collective it
+    never called (a review saw a caught timeout quoted long after)."""
+    dist.init_process_group("axon")
+    short = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=2))
+    if rank == 1:
+        raises(lambda: dist.recv(torch.empty(4), src=0, group=short), "timed out after 2.0 s")
+    dist.barrier()
+    dist.all_reduce(torch.ones(4), group=dist.new_group([0, 1]))
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        store.set("rank 0 calls all_reduce", "1")
+        text = raises(lambda: dist.all_reduce(torch.ones(4)),
+                      "rank 1 aborted: it left the group of global ranks [0, 1] (destroy_process_group, or the end of "
+                      "its program) while global rank(s) 0 waited for it in a collective it never called")
+        assert "timed out" not in text, text
+        return text
+    store.wait(["rank 0 calls all_reduce"])
+    time.sleep(1)  # rank 0 is in it
+    return "left"
 
 
 def left_while_peer_waits(rank, n):
@@ -732,6 +756,8 @@ if __name__ == "__main__":
     print(f"test_errors: kill -9 of rank 3 in new_group([2, 3]) named the job's rank 3: {texts[2].splitlines()[0]}")
     texts = run_ranks(3, killed_rank_reaches_a_subgroup_through_its_member, dead={2})
     print(f"test_errors: kill -9 of rank 2 reached rank 0, waiting in new_group([0, 1]), through rank 1: {texts[0].splitlines()[0]}")
+    texts = run_ranks(2, handled_failure_is_no_later_cause)
+    print(f"test_errors: a timeout the program caught and went on from was not quoted later: {texts[0].splitlines()[0]}")
     texts = run_ranks(3, left_while_peer_waits)
     print(f"test_errors: a rank whose program ended released its peers waiting in a collective: {texts[1].splitlines()[0]}")
     texts = run_ranks(2, left_while_peer_receives)
