@@ -416,6 +416,43 @@ TEST_CASE("a rank that never arrives becomes a timeout naming the op and the mis
   }
 }
 
+TEST_CASE("a timeout says what the rank it waited for itself waits for and so names a stopped rank further down",
+          "[errors][timeout]") {
+  // Rank 1 never comes (stopped, or busy outside any collective); rank 2
+  // waits for it in {1, 2}, and rank 0 for rank 2 in {0, 2}. Rank 0's
+  // timeout named only rank 2 (a review, with SIGSTOP).
+  setenv("AXON_TIMEOUT", "2", 1);
+  auto world = MockBackend::create_world(3);
+  unsetenv("AXON_TIMEOUT");
+  std::vector<std::shared_ptr<Backend>> with_0_2(3), with_1_2(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      const auto me = static_cast<std::size_t>(r);
+      const std::vector<int> a{0, 2}, b{1, 2};
+      with_0_2[me] = world[me]->new_group(a);
+      with_1_2[me] = world[me]->new_group(b);
+    });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  std::string rank_0_error;
+  threads.emplace_back([&] {
+    std::vector<float> send(3), recv(6);
+    rank_0_error = error_of([&] { with_0_2[0]->all_gather<float>(send, recv); });
+  });
+  threads.emplace_back([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // rank 0 times out first
+    std::vector<float> data(7);
+    (void)error_of([&] { with_1_2[2]->broadcast<float>(data, 0); });
+  });
+  for (auto& t : threads) t.join();
+  REQUIRE_THAT(rank_0_error, Contains("rank 0: timed out after 2.0 s (AXON_TIMEOUT): all_gather(f32, 3) call #0 in group "
+                                      "[0, 2]: waiting for rank(s) 2") &&
+                                 Contains("; rank 2 itself waits: broadcast(f32, 7, root 0) call #0 in group [1, 2]: "
+                                          "waiting for rank(s) 1"));
+}
+
 TEST_CASE("a timeout breaks the group: a late rank fails instead of finishing the op with a rank that left it",
           "[errors][timeout]") {
   setenv("AXON_TIMEOUT", "0.3", 1);

@@ -30,7 +30,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 12;
+inline constexpr std::uint32_t kLayoutVersion = 13;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -213,8 +213,18 @@ struct RankControl {
   // can never arrive, whatever its exit status.
   alignas(kCacheLine) std::atomic<std::uint32_t> ended{0};
   std::int32_t end_status{0};
+  // Written by: a thread of this rank whose wait for peers has lasted half
+  // its timeout (claiming `note_owner` 0 -> 1, then clearing it when the wait
+  // ends). Read by: a peer whose own wait times out waiting for this rank,
+  // so that its message says what this rank itself waits for: a rank that
+  // waits for a stopped one is otherwise all the timeout names (a review).
+  // A seqlock: `note_seq` is odd while the text changes.
+  alignas(kCacheLine) std::atomic<std::uint32_t> note_owner{0};
+  std::atomic<std::uint32_t> note_seq{0};
+  alignas(kCacheLine) std::atomic<std::uint64_t> note_words[24]{};  // text, NUL-padded
 };
-static_assert(sizeof(RankControl) == 3 * kCacheLine);
+inline constexpr std::size_t kWaitNoteBytes = sizeof(RankControl::note_words);
+static_assert(sizeof(RankControl) == 7 * kCacheLine);
 
 // One-way channel from src to dst: a ring of mailbox_cells cells.
 struct MailboxControl {

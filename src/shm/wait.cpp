@@ -245,6 +245,39 @@ void WaitContext::peer_ended(int peer, const std::string& what) const {
                     " while this rank still waited for it: " + what);
 }
 
+bool WaitContext::publish_wait_note(const std::string& text) const {
+  if (in_forked_child()) return false;
+  RankControl& mine = control(rank_);
+  std::uint32_t free = 0;
+  if (!mine.note_owner.compare_exchange_strong(free, 1, std::memory_order_acquire)) return false;
+  mine.note_seq.fetch_add(1, std::memory_order_acq_rel);  // odd: changing
+  std::uint64_t words[kWaitNoteBytes / sizeof(std::uint64_t)] = {};
+  std::memcpy(words, text.data(), std::min(text.size(), kWaitNoteBytes - 1));  // NUL-terminated
+  for (std::size_t w = 0; w < std::size(words); ++w) mine.note_words[w].store(words[w], std::memory_order_relaxed);
+  mine.note_seq.fetch_add(1, std::memory_order_release);  // even: stable
+  return true;
+}
+
+void WaitContext::clear_wait_note() const {
+  RankControl& mine = control(rank_);
+  mine.note_seq.fetch_add(1, std::memory_order_acq_rel);
+  mine.note_words[0].store(0, std::memory_order_relaxed);  // an empty text
+  mine.note_seq.fetch_add(1, std::memory_order_release);
+  mine.note_owner.store(0, std::memory_order_release);
+}
+
+std::string WaitContext::wait_note_of(int rank) const {
+  const RankControl& theirs = control(rank);
+  const std::uint32_t before = theirs.note_seq.load(std::memory_order_acquire);
+  if (before % 2 != 0) return {};
+  std::uint64_t words[kWaitNoteBytes / sizeof(std::uint64_t)];
+  for (std::size_t w = 0; w < std::size(words); ++w) words[w] = theirs.note_words[w].load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (theirs.note_seq.load(std::memory_order_relaxed) != before) return {};
+  const char* text = reinterpret_cast<const char*>(words);
+  return std::string(text, strnlen(text, sizeof(words)));
+}
+
 void WaitContext::abort(int rank, const std::string& reason) const {
   if (in_forked_child()) return;  // not the rank: the job is its parent's to abort
   abort_job(header_, rank, reason);
@@ -286,13 +319,22 @@ std::chrono::milliseconds default_timeout() {
 namespace detail {
 
 void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point started,
-                const std::function<std::string()>& describe) {
+                const std::function<std::string()>& describe, const std::vector<int>& needed) {
   waits.check_alive();
   const auto waited = waited_since(started);  // not the time the job was held stopped (Ctrl-Z)
   if (waited >= waits.timeout()) {
     const double seconds = std::chrono::duration<double>(waits.timeout()).count();
-    const std::string what = waits.names().rank(waits.rank()) + ": timed out after " +
-                             format_seconds(seconds) + " s (" + waits.timeout_source() + "): " + describe();
+    std::string what = waits.names().rank(waits.rank()) + ": timed out after " + format_seconds(seconds) + " s (" +
+                       waits.timeout_source() + "): " + describe();
+    // What the ranks this one waits for wait for themselves, where they have
+    // said (a rank stopped, or busy outside any collective, says nothing):
+    // the rank to look at may be further down the chain.
+    for (std::size_t i = 0; i < needed.size() && i < 3; ++i) {
+      if (needed[i] == waits.rank()) continue;
+      if (const std::string note = waits.wait_note_of(needed[i]); !note.empty()) {
+        what += "; " + waits.names().rank(needed[i]) + " itself waits: " + note;
+      }
+    }
     // This rank now leaves an op its peers may still complete, reading or
     // writing its buffers out of turn, and every later op would pair with
     // the wrong call: the arena is broken for all, so say so to all.

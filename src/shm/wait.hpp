@@ -34,6 +34,7 @@
 #include "base/process_watch.hpp"
 #include "base/rank_names.hpp"
 #include "shm/arena_layout.hpp"
+#include "shm/launcher_report.hpp"
 
 namespace axonml::distributed::shm {
 
@@ -150,6 +151,15 @@ class WaitContext {
   // (`what`), and throws PeerFailure naming both.
   [[noreturn]] void peer_ended(int peer, const std::string& what) const;
 
+  // This rank's note of what it waits for (RankControl::note_*), which a
+  // peer timing out while waiting for it quotes. publish_wait_note() returns
+  // false, writing nothing, when another thread of this rank holds the note;
+  // only the thread it returned true to calls clear_wait_note().
+  bool publish_wait_note(const std::string& text) const;
+  void clear_wait_note() const;
+  // Rank `rank`'s note; empty when it has none (or it changed as it was read).
+  std::string wait_note_of(int rank) const;
+
   std::chrono::milliseconds timeout() const { return timeout_; }
   // What a Timeout's message says the deadline came from: "AXON_TIMEOUT"
   // (axon-launch --timeout sets it) unless the creator names another
@@ -242,7 +252,30 @@ namespace detail {
 // Called between sleeps; throws when the wait must end. `describe` says what
 // is being waited for ("all_reduce call #3 in group [0, 1]: waiting for rank 1").
 void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point started,
-                const std::function<std::string()>& describe);
+                const std::function<std::string()>& describe, const std::vector<int>& needed = {});
+
+// A wait's note (WaitContext::publish_wait_note), published once the wait
+// has lasted half its timeout and cleared when it ends, however it ends.
+class WaitNote {
+ public:
+  explicit WaitNote(const WaitContext& waits) : waits_(waits) {}
+  ~WaitNote() {
+    if (published_) waits_.clear_wait_note();
+  }
+  WaitNote(const WaitNote&) = delete;
+  WaitNote& operator=(const WaitNote&) = delete;
+  void publish_when_long(std::chrono::steady_clock::time_point started,
+                         const std::function<std::string()>& describe) {
+    if (tried_ || waited_since(started) < waits_.timeout() / 2) return;
+    tried_ = true;
+    published_ = waits_.publish_wait_note(describe());
+  }
+
+ private:
+  const WaitContext& waits_;
+  bool tried_ = false;
+  bool published_ = false;
+};
 // A spin-wait hint (PAUSE); inline, as it sits in every poll loop.
 inline void pause_cpu() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -280,6 +313,7 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitContext& waits, Describ
     if (ready()) return;
   }
   const std::function<std::string()> describe_fn = std::forward<Describe>(describe);
+  detail::WaitNote note(waits);
   for (;;) {
     const std::uint32_t seen = bell.word.load(std::memory_order_relaxed);
     const std::uint32_t second_seen = second ? second->word.load(std::memory_order_relaxed) : 0;
@@ -302,8 +336,9 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitContext& waits, Describ
     awake();
     if (ready()) return;
     waits.check_alive();
+    std::vector<int> peers;
     if constexpr (!std::is_same_v<std::decay_t<Needed>, NoPeers>) {
-      const std::vector<int> peers = needed();
+      peers = needed();
       if (const int peer = waits.first_ended(peers); peer >= 0) {
         // Its last publication happened before it ended: look once more.
         if (ready()) return;
@@ -311,7 +346,8 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitContext& waits, Describ
       }
     }
     if (!waits.all_joined()) started = std::chrono::steady_clock::now();
-    detail::check_wait(waits, started, describe_fn);
+    note.publish_when_long(started, describe_fn);
+    detail::check_wait(waits, started, describe_fn, peers);
   }
 }
 
