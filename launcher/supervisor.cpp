@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <string_view>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -209,7 +211,7 @@ void Supervisor::reap() {
   // summary blamed a survivor's "exited with code 5"; a review). The abort
   // under way stays; only the blame and the status change.
   if (first_failure_ && first_failure_->blame == Blame::Failed) {
-    if (auto culprit = group_left_while_needed()) first_failure_ = culprit;
+    if (auto culprit = group_left_while_needed({first_failure_->rank})) first_failure_ = culprit;
   }
   check_unjoined_exit();
   check_abort_by_rank();
@@ -241,7 +243,37 @@ std::optional<Supervisor::Failure> Supervisor::left_while_needed() const {
                  arena_.joined(culprit) ? Blame::LeftWhileNeeded : Blame::ExitedUnjoined};
 }
 
-std::optional<Supervisor::Failure> Supervisor::group_left_while_needed() const {
+namespace {
+
+// The members of the group a PyTorch rank's abort says it left ("rank 1
+// aborted: it left the group of global ranks [0, 1] ..."); empty when it
+// does not say, or the reason was cut short before the list ended.
+std::vector<int> members_of_group_left(const std::string& reason) {
+  constexpr std::string_view kFrom = "it left the group of global ranks [";
+  const std::size_t from = reason.find(kFrom);
+  if (from == std::string::npos) return {};
+  const std::size_t to = reason.find(']', from);
+  if (to == std::string::npos) return {};
+  std::vector<int> ranks;
+  std::string_view list = std::string_view(reason).substr(from + kFrom.size(), to - from - kFrom.size());
+  while (!list.empty()) {
+    int rank = -1;
+    const auto [end, error] = std::from_chars(list.data(), list.data() + list.size(), rank);
+    if (error != std::errc()) return {};
+    ranks.push_back(rank);
+    list.remove_prefix(static_cast<std::size_t>(end - list.data()));
+    if (list.starts_with(", ")) {
+      list.remove_prefix(2);
+    } else if (!list.empty()) {
+      return {};
+    }
+  }
+  return ranks;
+}
+
+}  // namespace
+
+std::optional<Supervisor::Failure> Supervisor::group_left_while_needed(const std::vector<int>& failed) const {
   const auto& header = arena_.header();
   if (header.group_failure_state.load(std::memory_order_acquire) !=
       static_cast<std::uint32_t>(shm::AbortState::Set)) {
@@ -257,6 +289,17 @@ std::optional<Supervisor::Failure> Supervisor::group_left_while_needed() const {
   const auto reason = group_failure_reason();
   if (!reason || !reason->starts_with("rank " + std::to_string(culprit) + " aborted: it left the group")) {
     return std::nullopt;
+  }
+  // Only when the failures are those of members of the group it left,
+  // ended by their own hand (the error it caused; members still on their
+  // way in when it left fail too, so not only those it named waiting): a
+  // rank outside that group, or one killed by a signal, failed for reasons
+  // of its own (a review saw a SIGSEGV seconds after a handled leave
+  // reported as the leaver's, status 1).
+  const std::vector<int> members = members_of_group_left(*reason);
+  for (int rank : failed) {
+    const int status = ranks_[static_cast<std::size_t>(rank)].status;
+    if (std::find(members.begin(), members.end(), rank) == members.end() || !WIFEXITED(status)) return std::nullopt;
   }
   return Failure{culprit, r.status, true, Blame::LeftWhileNeeded};
 }
@@ -280,7 +323,7 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
   }
   if (auto culprit = left_while_needed()) {
     first_failure_ = culprit;
-  } else if (auto group_culprit_exited_0 = group_left_while_needed()) {
+  } else if (auto group_culprit_exited_0 = group_left_while_needed(failed_ranks)) {
     first_failure_ = group_culprit_exited_0;
   } else if (const auto blamed = group_culprit(failed_ranks)) {
     first_failure_ = failure_of(*blamed);

@@ -118,8 +118,10 @@ class Supervisor {
   void check_abort_by_rank();
   std::optional<Failure> left_while_needed() const;
   // The same for a PyTorch group (an arena of its own): the rank its abort
-  // blamed for leaving while members waited, once that rank has exited 0.
-  std::optional<Failure> group_left_while_needed() const;
+  // blamed for leaving while members waited, once that rank has exited 0,
+  // when every rank of `failed` is a member of the group it left and exited
+  // with a status of its own (not a signal).
+  std::optional<Failure> group_left_while_needed(const std::vector<int>& failed) const;
   std::optional<int> group_culprit(const std::vector<int>& failed_ranks) const;
   Failure failure_of(int rank) const;
   // Whether the launcher has sent the running ranks SIGTERM or SIGKILL (after

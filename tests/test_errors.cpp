@@ -449,8 +449,47 @@ TEST_CASE("a timeout says what the rank it waited for itself waits for and so na
   for (auto& t : threads) t.join();
   REQUIRE_THAT(rank_0_error, Contains("rank 0: timed out after 2.0 s (AXON_TIMEOUT): all_gather(f32, 3) call #0 in group "
                                       "[0, 2]: waiting for rank(s) 2") &&
-                                 Contains("; rank 2 itself waits: broadcast(f32, 7, root 0) call #0 in group [1, 2]: "
-                                          "waiting for rank(s) 1"));
+                                 Contains("; rank 2 itself is waiting for rank(s) 1 in broadcast(f32, 7, root 0) call #0 "
+                                          "in group [1, 2]"));
+}
+
+TEST_CASE("the note a timeout quotes names the ranks still missing at the timeout, not those missing when first written",
+          "[errors][timeout]") {
+  // Rank 1 waits in {1, 2, 3} from 0.2 s (its note is first written at 1.2
+  // s, rank 2 and 3 missing); rank 2 comes at 1.5 s; rank 3 never does; rank
+  // 0 times out waiting for rank 1 in {0, 1} at 2 s (a review found rank 2
+  // still named).
+  setenv("AXON_TIMEOUT", "2", 1);
+  auto world = MockBackend::create_world(4);
+  unsetenv("AXON_TIMEOUT");
+  std::vector<std::shared_ptr<Backend>> pair(4), trio(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      const auto me = static_cast<std::size_t>(r);
+      const std::vector<int> a{0, 1}, b{1, 2, 3};
+      pair[me] = world[me]->new_group(a);
+      trio[me] = world[me]->new_group(b);
+    });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  std::string rank_0_error;
+  threads.emplace_back([&] {
+    std::vector<float> data(4);
+    rank_0_error = error_of([&] { pair[0]->all_reduce<float>(data, ReduceOp::Sum); });
+  });
+  for (int r : {1, 2}) {
+    threads.emplace_back([&, r] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(r == 1 ? 200 : 1500));
+      std::vector<float> data(4);
+      (void)error_of([&] { trio[static_cast<std::size_t>(r)]->all_reduce<float>(data, ReduceOp::Sum); });
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE_THAT(rank_0_error, Contains("waiting for rank(s) 1") &&
+                                 Contains("; rank 1 itself is waiting for rank(s) 3 in all_reduce(f32, 4, sum) call #0 in "
+                                          "group [1, 2, 3]"));
 }
 
 TEST_CASE("a timeout breaks the group: a late rank fails instead of finishing the op with a rank that left it",

@@ -245,25 +245,32 @@ void WaitContext::peer_ended(int peer, const std::string& what) const {
                     " while this rank still waited for it: " + what);
 }
 
-bool WaitContext::publish_wait_note(const std::string& text) const {
+bool WaitContext::publish_wait_note(const std::string& text, bool owned) const {
   if (in_forked_child()) return false;
   RankControl& mine = control(rank_);
   std::uint32_t free = 0;
-  if (!mine.note_owner.compare_exchange_strong(free, 1, std::memory_order_acquire)) return false;
-  mine.note_seq.fetch_add(1, std::memory_order_acq_rel);  // odd: changing
-  std::uint64_t words[kWaitNoteBytes / sizeof(std::uint64_t)] = {};
-  std::memcpy(words, text.data(), std::min(text.size(), kWaitNoteBytes - 1));  // NUL-terminated
-  for (std::size_t w = 0; w < std::size(words); ++w) mine.note_words[w].store(words[w], std::memory_order_relaxed);
-  mine.note_seq.fetch_add(1, std::memory_order_release);  // even: stable
+  if (!owned && !mine.note_owner.compare_exchange_strong(free, 1, std::memory_order_acquire)) return false;
+  write_wait_note(mine, text);
   return true;
 }
 
 void WaitContext::clear_wait_note() const {
   RankControl& mine = control(rank_);
-  mine.note_seq.fetch_add(1, std::memory_order_acq_rel);
-  mine.note_words[0].store(0, std::memory_order_relaxed);  // an empty text
-  mine.note_seq.fetch_add(1, std::memory_order_release);
+  write_wait_note(mine, {});
   mine.note_owner.store(0, std::memory_order_release);
+}
+
+// The seqlock's writer: odd, a release fence (the text's stores may not
+// move above it), the text, even.
+void WaitContext::write_wait_note(RankControl& mine, const std::string& text) {
+  constexpr std::size_t kWords = kWaitNoteBytes / sizeof(std::uint64_t);
+  std::uint64_t words[kWords] = {};
+  std::memcpy(words, text.data(), std::min(text.size(), kWaitNoteBytes - 1));  // NUL-terminated
+  const std::uint32_t seq = mine.note_seq.load(std::memory_order_relaxed);
+  mine.note_seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  for (std::size_t w = 0; w < kWords; ++w) mine.note_words[w].store(words[w], std::memory_order_relaxed);
+  mine.note_seq.store(seq + 2, std::memory_order_release);
 }
 
 std::string WaitContext::wait_note_of(int rank) const {
@@ -318,6 +325,15 @@ std::chrono::milliseconds default_timeout() {
 
 namespace detail {
 
+std::string WaitNote::note_of(const std::string& description) {
+  constexpr std::string_view kWaiting = ": waiting for rank(s) ";
+  const std::size_t at = description.find(kWaiting);
+  if (at == std::string::npos) return description;
+  std::string whom = description.substr(at + 2);
+  if (const std::size_t round = whom.find(" (round "); round != std::string::npos) whom.resize(round);
+  return whom + " in " + description.substr(0, at);
+}
+
 void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point started,
                 const std::function<std::string()>& describe, const std::vector<int>& needed) {
   waits.check_alive();
@@ -332,7 +348,8 @@ void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point 
     for (std::size_t i = 0; i < needed.size() && i < 3; ++i) {
       if (needed[i] == waits.rank()) continue;
       if (const std::string note = waits.wait_note_of(needed[i]); !note.empty()) {
-        what += "; " + waits.names().rank(needed[i]) + " itself waits: " + note;
+        what += "; " + waits.names().rank(needed[i]) + (note.starts_with("waiting ") ? " itself is " : " itself waits: ") +
+                note;
       }
     }
     // This rank now leaves an op its peers may still complete, reading or

@@ -153,9 +153,11 @@ class WaitContext {
 
   // This rank's note of what it waits for (RankControl::note_*), which a
   // peer timing out while waiting for it quotes. publish_wait_note() returns
-  // false, writing nothing, when another thread of this rank holds the note;
-  // only the thread it returned true to calls clear_wait_note().
-  bool publish_wait_note(const std::string& text) const;
+  // false, writing nothing, when another thread of this rank holds the note
+  // (one note a rank: with a thread per group, the first long wait's); the
+  // thread it returned true to rewrites it with `owned` and calls
+  // clear_wait_note() when its wait ends.
+  bool publish_wait_note(const std::string& text, bool owned = false) const;
   void clear_wait_note() const;
   // Rank `rank`'s note; empty when it has none (or it changed as it was read).
   std::string wait_note_of(int rank) const;
@@ -196,6 +198,7 @@ class WaitContext {
 
  private:
   RankControl& control(int rank) const;
+  static void write_wait_note(RankControl& mine, const std::string& text);
 
   ArenaHeader& header_;
   void check_peers() const;
@@ -264,12 +267,20 @@ class WaitNote {
   }
   WaitNote(const WaitNote&) = delete;
   WaitNote& operator=(const WaitNote&) = delete;
+  // Rewritten every time (a sleep slice apart), so that it names the ranks
+  // still missing, not those missing when it was first written.
   void publish_when_long(std::chrono::steady_clock::time_point started,
                          const std::function<std::string()>& describe) {
-    if (tried_ || waited_since(started) < waits_.timeout() / 2) return;
+    if (waited_since(started) < waits_.timeout() / 2) return;
+    if (!published_ && tried_) return;  // another thread of the rank holds the note
     tried_ = true;
-    published_ = waits_.publish_wait_note(describe());
+    published_ = waits_.publish_wait_note(note_of(describe()), published_);
   }
+  // "waiting for rank(s) 1 in broadcast(f32, 7, root 0) call #0 in group
+  // [1, 2]" from describe()'s "broadcast(...) call #0 in group [1, 2]:
+  // waiting for rank(s) 1 (round 1)": whom first, where the note's 191
+  // characters and a Timeout's 239 cut long group lists short.
+  static std::string note_of(const std::string& description);
 
  private:
   const WaitContext& waits_;

@@ -39,6 +39,22 @@ def rank_body(case):
             time.sleep(1)  # ... and ends, status 0, after they have failed
             sys.exit(0)
         dist.all_reduce(torch.ones(4))
+    elif case == "crash-after-handled-leave":
+        g = dist.new_group([0, 1])
+        h = dist.new_group([0, 2])
+        if rank == 1:
+            time.sleep(0.5)
+            dist.destroy_process_group(g)  # leaves while rank 0 waits in g ...
+            sys.exit(0)
+        if rank == 0:
+            try:
+                dist.all_reduce(torch.ones(4), group=g)
+            except RuntimeError:
+                pass  # ... which rank 0 handles, and goes on with rank 2
+            dist.all_reduce(torch.ones(4), group=h)
+        if rank == 2:
+            time.sleep(3)
+            os._exit(7)  # a failure of its own, later
     elif case == "exit-3":
         if rank == 1:
             dist.destroy_process_group()  # leaves while the others wait in the all_reduce ...
@@ -100,6 +116,12 @@ def main():
             "rank 1 aborted: it left the group" not in line:
         raise SystemExit(f"exit-0: the summary does not blame rank 1's exit:\n{err}")
     print(f"test_launcher_summary: a rank that left and exited 0 after its peers failed: {line}")
+    # ... but not for a later failure of a rank it never left waiting (a
+    # review saw rank 2's exit 7 reported as rank 1's leave, status 1).
+    line, err = run(launcher, "crash-after-handled-leave", timeout="100", status=7)
+    if "axon-launch: rank 2 exited with code 7" not in err:
+        raise SystemExit(f"crash-after-handled-leave: the summary does not blame rank 2's exit 7:\n{err}")
+    print("test_launcher_summary: a rank's own exit 7 after a handled leave kept its status and blame")
     # Every rank caught its group's failure and exited 0: the job succeeded
     # (a program may mean to go on, say with Gloo), but the launcher still
     # says what failed (a claims audit saw nothing said).
