@@ -534,6 +534,22 @@ TEST_CASE("abort makes every waiting rank fail with the reason", "[errors][abort
   REQUIRE(messages[1] == "rank 1: job aborted: rank 2 aborted: out of memory");
 }
 
+TEST_CASE("an abort's reason reaches the peers whole up to 1015 characters and marked where it was cut beyond",
+          "[errors]") {
+  // 240 bytes cut a timeout's notes off, among them the one naming the
+  // culprit (a review).
+  for (const std::size_t length : {std::size_t{999}, std::size_t{1000}, std::size_t{3000}}) {
+    auto world = MockBackend::create_world(2);
+    std::string reason(length, 'x');
+    reason.replace(0, 5, "start");
+    world[1]->abort(reason);
+    const std::string error = error_of([&] { world[0]->barrier(); });
+    const std::string stored = "rank 1 aborted: " + reason;  // 16 + 999 = 1015 fits
+    const std::string expected = stored.size() <= 1015 ? stored : stored.substr(0, 1012) + "...";
+    REQUIRE(error == "rank 0: job aborted: " + expected);
+  }
+}
+
 TEST_CASE("a mock world of an impossible size is refused", "[errors]") {
   REQUIRE_THROWS_WITH(MockBackend::create_world(0), Contains("world size 0 is outside 1..1024"));
   REQUIRE_THROWS_WITH(MockBackend::create_world(2, MockOptions{1 << 16, 0}),

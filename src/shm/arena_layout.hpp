@@ -107,10 +107,17 @@ template <class Fill> bool publish_once(std::atomic<std::uint32_t>& state, Fill&
 }
 
 // `reason`, cut to fit and NUL-terminated, into a reason field.
+// A reason too long for its field ends in "..." where it was cut, so that a
+// reader knows there was more (the whole text is the aborting rank's own
+// error).
 template <std::size_t N> void copy_reason(char (&field)[N], std::string_view reason) {
-  const std::size_t len = std::min(reason.size(), N - 1);
+  static_assert(N > 4);
+  constexpr std::string_view kCut = "...";
+  const bool cut = reason.size() > N - 1;
+  const std::size_t len = cut ? N - 1 - kCut.size() : reason.size();
   std::memcpy(field, reason.data(), len);
-  field[len] = '\0';
+  if (cut) std::memcpy(field + len, kCut.data(), kCut.size());
+  field[cut ? N - 1 : len] = '\0';
 }
 
 // The reason once its state is Set, else nullopt.
@@ -157,7 +164,9 @@ struct ArenaHeader {
   // abort_rank / abort_reason, then store Set with release.
   alignas(kCacheLine) std::atomic<std::uint32_t> abort_state;
   std::int32_t abort_rank;
-  char abort_reason[240];
+  // Long enough for a timeout's text with the notes of the ranks it waited
+  // for (a review found 240 bytes cut off the note that named the culprit).
+  char abort_reason[1016];
 
   // Rung by the launcher on abort so that sleepers notice at once.
   Doorbell abort_bell;
@@ -168,7 +177,7 @@ struct ArenaHeader {
   // ranks may go on), only what the launcher's summary says when a rank then
   // fails. Claimed and filled as abort_state and abort_reason are.
   alignas(kCacheLine) std::atomic<std::uint32_t> group_failure_state;
-  char group_failure_reason[240];
+  char group_failure_reason[1016];
   // The job's rank that group blamed, -1 for none: when it then fails by
   // itself, after the survivors it released, the job takes its status.
   std::int32_t group_failure_rank;
@@ -185,12 +194,12 @@ static_assert(offsetof(ArenaHeader, attached) == 128);
 static_assert(offsetof(ArenaHeader, allocator) == 192);
 static_assert(offsetof(ArenaHeader, abort_state) == 320);
 static_assert(offsetof(ArenaHeader, abort_reason) == 328);
-static_assert(offsetof(ArenaHeader, abort_bell) == 576);
-static_assert(offsetof(ArenaHeader, group_failure_state) == 640);
-static_assert(offsetof(ArenaHeader, group_failure_reason) == 644);
-static_assert(offsetof(ArenaHeader, group_failure_rank) == 884);
-static_assert(offsetof(ArenaHeader, resumed_at_ns) == 888);
-static_assert(sizeof(ArenaHeader) == 896);
+static_assert(offsetof(ArenaHeader, abort_bell) == 1344);
+static_assert(offsetof(ArenaHeader, group_failure_state) == 1408);
+static_assert(offsetof(ArenaHeader, group_failure_reason) == 1412);
+static_assert(offsetof(ArenaHeader, group_failure_rank) == 2428);
+static_assert(offsetof(ArenaHeader, resumed_at_ns) == 2432);
+static_assert(sizeof(ArenaHeader) == 2496);
 
 // Per rank: the doorbell rung whenever point-to-point traffic that this rank
 // may be waiting for moves (data for it arrives, or space frees up in a

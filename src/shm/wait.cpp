@@ -265,7 +265,13 @@ void WaitContext::clear_wait_note() const {
 void WaitContext::write_wait_note(RankControl& mine, const std::string& text) {
   constexpr std::size_t kWords = kWaitNoteBytes / sizeof(std::uint64_t);
   std::uint64_t words[kWords] = {};
-  std::memcpy(words, text.data(), std::min(text.size(), kWaitNoteBytes - 1));  // NUL-terminated
+  char* bytes = reinterpret_cast<char*>(words);
+  if (text.size() < kWaitNoteBytes) {
+    std::memcpy(bytes, text.data(), text.size());  // NUL-terminated by the zeros after it
+  } else {
+    std::memcpy(bytes, text.data(), kWaitNoteBytes - 4);
+    std::memcpy(bytes + kWaitNoteBytes - 4, "...", 3);  // cut: say so
+  }
   const std::uint32_t seq = mine.note_seq.load(std::memory_order_relaxed);
   mine.note_seq.store(seq + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);

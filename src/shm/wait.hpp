@@ -279,7 +279,7 @@ class WaitNote {
   // "waiting for rank(s) 1 in broadcast(f32, 7, root 0) call #0 in group
   // [1, 2]" from describe()'s "broadcast(...) call #0 in group [1, 2]:
   // waiting for rank(s) 1 (round 1)": whom first, where the note's 191
-  // characters and a Timeout's 239 cut long group lists short.
+  // characters cut long group lists short.
   static std::string note_of(const std::string& description);
 
  private:

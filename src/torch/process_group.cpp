@@ -627,8 +627,8 @@ void ProcessGroupAxon::release_ranks_left_waiting() noexcept {
       if (failure_seen() && failure_seen()->group != serial_) cause = failure_seen();
     }
     const std::string left = "it left the group of global ranks " + describe_global_ranks();
-    // The cause first: the reason keeps 239 characters, and group lists of
-    // many ranks come after it.
+    // The cause first: the reason keeps 1015 characters (ArenaHeader), and
+    // group lists of many ranks come after it.
     backend_->abort(cause ? "after another of its groups failed (" + cause_for_peers(cause->reason) + "), " + left +
                                 " while global rank(s) " + ad::joined(global) + " waited for it"
                           : left + " (destroy_process_group, or the end of its program) while global rank(s) " +
