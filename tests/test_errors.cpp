@@ -416,6 +416,23 @@ TEST_CASE("a rank that never arrives becomes a timeout naming the op and the mis
   }
 }
 
+// Every rank of a mock world makes the groups of `lists`, in order, each on
+// a thread of its own (new_group is collective on the world); the result's
+// [i][r] is rank r's endpoint of group i (null where r is not a member).
+std::vector<std::vector<std::shared_ptr<Backend>>> make_groups(const std::vector<std::shared_ptr<MockBackend>>& world,
+                                                               const std::vector<std::vector<int>>& lists) {
+  std::vector<std::vector<std::shared_ptr<Backend>>> groups(lists.size(),
+                                                            std::vector<std::shared_ptr<Backend>>(world.size()));
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < world.size(); ++r) {
+    threads.emplace_back([&, r] {
+      for (std::size_t i = 0; i < lists.size(); ++i) groups[i][r] = world[r]->new_group(lists[i]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return groups;
+}
+
 TEST_CASE("a timeout says what the rank it waited for itself waits for and so names a stopped rank further down",
           "[errors][timeout]") {
   // Rank 1 never comes (stopped, or busy outside any collective); rank 2
@@ -424,18 +441,10 @@ TEST_CASE("a timeout says what the rank it waited for itself waits for and so na
   setenv("AXON_TIMEOUT", "2", 1);
   auto world = MockBackend::create_world(3);
   unsetenv("AXON_TIMEOUT");
-  std::vector<std::shared_ptr<Backend>> with_0_2(3), with_1_2(3);
+  const auto groups = make_groups(world, {{0, 2}, {1, 2}});
+  const auto& with_0_2 = groups[0];
+  const auto& with_1_2 = groups[1];
   std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      const auto me = static_cast<std::size_t>(r);
-      const std::vector<int> a{0, 2}, b{1, 2};
-      with_0_2[me] = world[me]->new_group(a);
-      with_1_2[me] = world[me]->new_group(b);
-    });
-  }
-  for (auto& t : threads) t.join();
-  threads.clear();
   std::string rank_0_error;
   threads.emplace_back([&] {
     std::vector<float> send(3), recv(6);
@@ -462,18 +471,10 @@ TEST_CASE("the note a timeout quotes names the ranks still missing at the timeou
   setenv("AXON_TIMEOUT", "2", 1);
   auto world = MockBackend::create_world(4);
   unsetenv("AXON_TIMEOUT");
-  std::vector<std::shared_ptr<Backend>> pair(4), trio(4);
+  const auto groups = make_groups(world, {{0, 1}, {1, 2, 3}});
+  const auto& pair = groups[0];
+  const auto& trio = groups[1];
   std::vector<std::thread> threads;
-  for (int r = 0; r < 4; ++r) {
-    threads.emplace_back([&, r] {
-      const auto me = static_cast<std::size_t>(r);
-      const std::vector<int> a{0, 1}, b{1, 2, 3};
-      pair[me] = world[me]->new_group(a);
-      trio[me] = world[me]->new_group(b);
-    });
-  }
-  for (auto& t : threads) t.join();
-  threads.clear();
   std::string rank_0_error;
   threads.emplace_back([&] {
     std::vector<float> data(4);
@@ -573,6 +574,8 @@ TEST_CASE("a mock world's slot or arena size above its limit is refused rather t
   // The largest slot allowed is sized without wrapping around (a world of
   // it would take 12 GiB here, so only the arithmetic is checked).
   CHECK(shm::default_arena_bytes(2, std::size_t{1} << 30) > (std::size_t{6} * 2 * 2) << 30);
+  REQUIRE_THROWS_WITH(shm::default_arena_bytes(2, (std::size_t{1} << 30) + 1),
+                      "arena: the slot size of 1073741825 bytes is above the limit of 1024 MiB");
 }
 
 TEST_CASE("sizes in messages are written one way: bytes, then KiB or MiB with one decimal", "[errors]") {

@@ -140,17 +140,29 @@ std::string ArenaBackend::describe_shared_memory() const {
   return shm::describe(impl_->state->allocator.usage());
 }
 
-std::string ArenaBackend::describe_group() const {
-  const RankNames& names = impl_->state->waits.names();
-  const std::vector<int> job_ranks = names.job_ranks(impl_->channel.world_ranks());
-  // A PyTorch subgroup's arena is its own, so its world size is not the
-  // job's: new_group([0, 1]) of four ranks is still a group to name.
-  bool whole_job = !names.part_of_a_job() &&
-                   static_cast<int>(job_ranks.size()) == static_cast<int>(impl_->state->header.world_size);
+namespace {
+
+// The job's ranks of a group's members, or nullopt when the group is the
+// whole job (which messages do not name). A PyTorch subgroup's arena is its
+// own, so its world size is not the job's: new_group([0, 1]) of four ranks
+// is still a group to name.
+std::optional<std::vector<int>> job_ranks_of_subgroup(const RankNames& names, const std::vector<int>& world_ranks,
+                                                      std::uint32_t arena_world_size) {
+  std::vector<int> job_ranks = names.job_ranks(world_ranks);
+  bool whole_job = !names.part_of_a_job() && job_ranks.size() == arena_world_size;
   for (std::size_t m = 0; whole_job && m < job_ranks.size(); ++m) whole_job = job_ranks[m] == static_cast<int>(m);
-  if (whole_job) return {};
-  return " in group " + bracketed(job_ranks) + " (rank " + std::to_string(job_ranks[static_cast<std::size_t>(rank())]) +
-         " of the job)";
+  if (whole_job) return std::nullopt;
+  return job_ranks;
+}
+
+}  // namespace
+
+std::string ArenaBackend::describe_group() const {
+  const auto job_ranks = job_ranks_of_subgroup(impl_->state->waits.names(), impl_->channel.world_ranks(),
+                                               impl_->state->header.world_size);
+  if (!job_ranks) return {};
+  return " in group " + bracketed(*job_ranks) + " (rank " +
+         std::to_string((*job_ranks)[static_cast<std::size_t>(rank())]) + " of the job)";
 }
 
 std::size_t ArenaBackend::arena_bytes() const { return impl_->state->header.arena_bytes; }
@@ -273,9 +285,9 @@ void ArenaBackend::do_recv(MutableBuffer data, int src, int tag) {
   } catch (const RecvMismatch& e) {
     // The ranks are named as the job numbers them; say in which group, as
     // the collectives' messages do (a review found it left out).
-    const std::string group = describe_group();
-    if (group.empty()) throw;
-    throw RecvMismatch(e.facts(), group.substr(0, group.find(" (rank")));
+    const auto job_ranks = job_ranks_of_subgroup(impl_->state->waits.names(), ranks, impl_->state->header.world_size);
+    if (!job_ranks) throw;
+    throw RecvMismatch(e.facts(), " in group " + bracketed(*job_ranks));
   }
 }
 

@@ -287,6 +287,7 @@ class WaitNote {
   bool tried_ = false;
   bool published_ = false;
 };
+
 // A spin-wait hint (PAUSE); inline, as it sits in every poll loop.
 inline void pause_cpu() {
 #if defined(__x86_64__) || defined(__i386__)

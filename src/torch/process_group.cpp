@@ -291,14 +291,14 @@ std::uint64_t next_group_serial() {
 
 // The first failure from its peers (a PeerFailure: a member that exited, a
 // timeout, an abort) that an op or the set-up of an axon group of this
-// process met. A rank that goes on to leave another
-// group while members wait for it there tells them this cause: they were
-// told only that it left "in a collective it never called" (a review: rank
-// 1 killed, rank 2 waiting in a recv from it, rank 0 waiting for rank 2 in
-// new_group([0, 2]) was never told of rank 1). Dropped when any op of this
-// process completes after it: a failure the program handled and went on
-// from is no cause of what it does later (the next review found a caught
-// timeout quoted long after). Not when its group is destroyed: PyTorch's
+// process met. A rank that goes on to leave another group while members
+// wait for it there tells them this cause: they were told only that it left
+// "in a collective it never called" (a review: rank 1 killed, rank 2
+// waiting in a recv from it, rank 0 waiting for rank 2 in new_group([0, 2])
+// was never told of rank 1). Dropped when any op of this process completes
+// after it: a failure the program handled and went on from is no cause of
+// what it does later (the next review found a caught timeout quoted long
+// after). Not when its group is destroyed: PyTorch's
 // destroy_process_group() drops the default group first, before the
 // subgroups whose members the cause is for.
 struct FailureSeen {
