@@ -291,17 +291,8 @@ class LiveWorld {
   std::uint64_t token_ = 0;
 };
 
-// What every rank publishes at "axon/host/<rank>": "hostname boot-id pid
-// token world-size job-rank group", read back by every rank.
-struct HostEntries {
-  std::vector<std::string> hosts;  // "hostname boot-id"
-  std::vector<int> pids;
-  std::vector<int> sizes;          // 0 where an entry has none
-  std::vector<int> job_ranks;      // -1 where an entry has none
-  std::vector<std::string> groups;
-};
-
-// One rank's entry, as publish_host() writes it.
+// One rank's entry at "axon/host/<rank>", as publish_host() writes it:
+// "hostname boot-id pid token world-size job-rank group".
 struct HostEntry {
   std::string host;  // "hostname boot-id"
   int pid = 0;
@@ -348,10 +339,8 @@ std::string process_of(const HostEntry& entry, const std::string& process) {
 
 // Every rank's entry; from each one's arrival on, its process (on this
 // host) is watched by `setup`.
-HostEntries read_hosts(SetupWait& setup, int rank, int world_size, const std::string& mine) {
-  const auto n = static_cast<std::size_t>(world_size);
-  HostEntries e{std::vector<std::string>(n), std::vector<int>(n), std::vector<int>(n), std::vector<int>(n),
-                std::vector<std::string>(n)};
+std::vector<HostEntry> read_hosts(SetupWait& setup, int rank, int world_size, const std::string& mine) {
+  std::vector<HostEntry> e(static_cast<std::size_t>(world_size));
   std::vector<std::string> keys;
   for (int r = 0; r < world_size; ++r) keys.push_back("axon/host/" + std::to_string(r));
   setup.get_all(
@@ -364,26 +353,21 @@ HostEntries read_hosts(SetupWait& setup, int rank, int world_size, const std::st
                " (" + named + ")";
       },
       [&](std::size_t r, const std::string& value) {
-        HostEntry entry = parse_host_entry(value);
-        e.hosts[r] = std::move(entry.host);
-        e.pids[r] = entry.pid;
-        e.sizes[r] = entry.size;
-        e.job_ranks[r] = entry.job_rank;
-        e.groups[r] = std::move(entry.group);
-        if (e.hosts[r] == mine && static_cast<int>(r) != rank && e.pids[r] > 0) {
-          setup.watch(static_cast<int>(r), e.pids[r]);
+        e[r] = parse_host_entry(value);
+        if (e[r].host == mine && static_cast<int>(r) != rank && e[r].pid > 0) {
+          setup.watch(static_cast<int>(r), e[r].pid);
         }
       });
   return e;
 }
 
-void check_one_machine(const HostEntries& e, const std::string& mine, const std::string& who,
+void check_one_machine(const std::vector<HostEntry>& e, const std::string& mine, const std::string& who,
                        const RankNames& names) {
   std::string elsewhere;
-  for (std::size_t r = 0; r < e.hosts.size(); ++r) {
-    if (e.hosts[r] != mine) {
+  for (std::size_t r = 0; r < e.size(); ++r) {
+    if (e[r].host != mine) {
       elsewhere += (elsewhere.empty() ? "" : ", ") + names.rank(static_cast<int>(r)) + " on " +
-                   host_name(e.hosts[r]);
+                   host_name(e[r].host);
     }
   }
   if (!elsewhere.empty()) {
@@ -446,9 +430,9 @@ void check_rank_unclaimed(KeyValueStore& store, int rank, const std::string& min
                         "or the processes" + kGivenDifferentGroups);
 }
 
-void check_same_group(const HostEntries& e, int rank, int world_size, const std::string& group,
+void check_same_group(const std::vector<HostEntry>& e, int rank, int world_size, const std::string& group,
                       const std::string& who, const RankNames& names) {
-  const int claimed_by = e.pids[static_cast<std::size_t>(rank)];
+  const int claimed_by = e[static_cast<std::size_t>(rank)].pid;
   if (claimed_by != ::getpid()) {
     throw InvalidArgument(who + "another process (pid " + std::to_string(claimed_by) + ") set up as rank " +
                           std::to_string(rank) + " of this group too: the processes" + kGivenDifferentGroups);
@@ -456,14 +440,14 @@ void check_same_group(const HostEntries& e, int rank, int world_size, const std:
   auto as_given = [](int size, const std::string& name) {
     return "one of " + std::to_string(size) + " ranks" + (name.empty() ? "" : " (" + name + ")");
   };
-  for (std::size_t r = 0; r < e.pids.size(); ++r) {
-    if (e.sizes[r] > 0 && (e.sizes[r] != world_size || e.groups[r] != group)) {
+  for (std::size_t r = 0; r < e.size(); ++r) {
+    if (e[r].size > 0 && (e[r].size != world_size || e[r].group != group)) {
       // Named by its own account of its rank: this rank's list may give
       // that place to another process of the job.
       const std::string other =
-          e.job_ranks[r] >= 0 ? "rank " + std::to_string(e.job_ranks[r]) : names.position(static_cast<int>(r));
-      throw InvalidArgument(who + other + " (pid " + std::to_string(e.pids[r]) +
-                            ") sets up this group as " + as_given(e.sizes[r], e.groups[r]) + ", this rank as " +
+          e[r].job_rank >= 0 ? "rank " + std::to_string(e[r].job_rank) : names.position(static_cast<int>(r));
+      throw InvalidArgument(who + other + " (pid " + std::to_string(e[r].pid) +
+                            ") sets up this group as " + as_given(e[r].size, e[r].group) + ", this rank as " +
                             as_given(world_size, group) + ": the ranks" + kGivenDifferentGroups);
     }
   }
@@ -596,9 +580,11 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   Fd memfd;
   auto set_up = [&]() -> std::shared_ptr<StoreBackend> {
     // 1. Hosts and pids.
-    const HostEntries hosts = read_hosts(setup, rank, world_size, mine);
+    const std::vector<HostEntry> hosts = read_hosts(setup, rank, world_size, mine);
     check_one_machine(hosts, mine, who, names);
     check_same_group(hosts, rank, world_size, options.group, who, names);
+    std::vector<int> pids;
+    for (const HostEntry& host : hosts) pids.push_back(host.pid);
 
     // 2. Rank 0 makes the arena, the others map it.
     shm::ArenaSpec spec;
@@ -628,10 +614,10 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
       // "pid fd bytes pid-of-rank-0 ... pid-of-rank-n-1": the processes the
       // arena is for, which each checks it is one of.
       std::string published = std::to_string(::getpid()) + " " + std::to_string(memfd.fd) + " " + std::to_string(bytes);
-      for (int pid : hosts.pids) published.append(" ").append(std::to_string(pid));
+      for (int pid : pids) published.append(" ").append(std::to_string(pid));
       store.set("axon/arena", published);
     } else {
-      memory = map_published_arena(setup, rank, hosts.pids[0], world_size, who);
+      memory = map_published_arena(setup, rank, pids[0], world_size, who);
     }
 
     auto* base = static_cast<std::byte*>(memory.get());
@@ -650,7 +636,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     try {
       wait_until_all_mapped(store, setup, rank, world_size);
       if (rank == 0 && setup.store_can_check()) check_own_arena_published(store, world_size, who);
-      auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, hosts.pids, names);
+      auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, pids, names);
       impl->state->waits.name_timeout(timeout_name);  // "AXON_TIMEOUT" when none is given, as by default
       auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)),
                                                    [live](StoreBackend* world) { delete world; });
