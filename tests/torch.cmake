@@ -110,6 +110,15 @@ foreach(mode idle pending)
     FAIL_REGULAR_EXPRESSION "malloc|corrupted|signal|exited with code")
 endforeach()
 
+# A libtorch program's group made without global_ranks waited, as it went,
+# for rank 0 to destroy its group too and then up to 1 s for rank 0's store
+# to close, as torch.distributed's default group must (a review).
+add_executable(torch_group_destroy programs/torch_group_destroy.cpp)
+target_link_libraries(torch_group_destroy PRIVATE axonml::torch axon_warnings)
+set(name "torch: a libtorch group made without global_ranks is destroyed without waiting for its peers (rank 0 2 s late to destroy, three times on 3 ranks)")
+add_test(NAME "${name}" COMMAND axon-launch -n 3 $<TARGET_FILE:torch_group_destroy> 2000 1000)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 120)
+
 # benchmarks/torch_compare.py --quick: the gloo-vs-axon benchmark keeps
 # working (n=2, three sizes, two DDP steps); it exits non-zero on any wrong
 # all_reduce element or when the gloo and axon DDP replicas end apart. Once

@@ -13,7 +13,7 @@ import torch.distributed
 import atexit
 import warnings
 
-from ._C import _program_ends, create_process_group
+from ._C import _close_store_together_as_it_goes, _program_ends, create_process_group
 from ._C import allreduce_in_arena as _allreduce_in_arena
 from ._C import in_arena as _in_arena
 from ._C import place_in_arena as _place_in_arena
@@ -123,8 +123,14 @@ def _create_from_options(options, pg_options=None):
         raise TypeError(f"backend axon: pg_options must be an axonml_torch.Options, not "
                         f"{type(pg_options).__name__}")
     shared_mb = pg_options.shared_mb if pg_options is not None else None
-    return create_process_group(options.store, options.group_rank, options.group_size, options.timeout,
-                                list(options.global_ranks_in_group), shared_mb)
+    group = create_process_group(options.store, options.group_rank, options.group_size, options.timeout,
+                                 list(options.global_ranks_in_group), shared_mb)
+    if not options.global_ranks_in_group:
+        # torch.distributed's default group: its store (rank 0's, under
+        # env:// and tcp://) goes with it, and the program may make the
+        # group again at once.
+        _close_store_together_as_it_goes(group)
+    return group
 
 
 if "AXON" not in torch.distributed.Backend._plugins:

@@ -733,7 +733,7 @@ bool closed_store_gone(const std::string& host, std::uint16_t port) {
 // rank 0's store itself), and then for its listening socket to close
 // (closed_store_gone). Nothing here may throw: a store already gone is no error.
 void ProcessGroupAxon::close_store_together() {
-  if (!default_group_store_ || getSize() == 1) return;
+  if (!closes_store_together_ || !default_group_store_ || getSize() == 1) return;
   constexpr auto kCloseWait = std::chrono::seconds(5);
   constexpr auto kServerGoneWait = std::chrono::seconds(1);
   const std::string key = "axon/closed";
@@ -810,6 +810,13 @@ void ProcessGroupAxon::close_store_together() {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
+
+// Why: a C++ program's group made without global_ranks (the documented
+// way) waited here too, though the program holds its store: every rank but
+// 0 took 1 s to destroy it, waiting for rank 0's store to close, and rank
+// 0's next group waited for them (a review: 100 groups made and destroyed
+// took 100 s).
+void ProcessGroupAxon::close_store_together_as_it_goes() { closes_store_together_ = true; }
 
 c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intrusive_ptr<c10d::Store>& store,
                                                                 int rank, int size,

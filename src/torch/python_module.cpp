@@ -51,6 +51,15 @@ PYBIND11_MODULE(_C, m) {
       "A process group of backend 'axon'; global_ranks: the members' ranks in the job (empty: the "
       "group is the whole job); shared_mb: MiB of room for place_in_arena (None: AXON_TORCH_SHARED_MB or 0)");
   m.def(
+      "_close_store_together_as_it_goes",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+        axon_group(group, "_close_store_together_as_it_goes").close_store_together_as_it_goes();
+      },
+      pybind11::arg("group"),
+      "For torch.distributed's default group (the backend's creator calls it): as the group goes, its "
+      "ranks close the store rank 0 hosts together, so that an init_process_group() right after meets a "
+      "new store");
+  m.def(
       "place_in_arena",
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& tensor) {
         return axon_group(group, "place_in_arena").place_in_arena(tensor);

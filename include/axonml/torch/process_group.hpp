@@ -105,6 +105,15 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // Call it without the GIL.
   static void program_ends();
 
+  // For torch.distributed's default group (the Python module's creator
+  // calls it on a group made without global_ranks): as the group goes, its
+  // ranks close the store together (close_store_together()). Under env://
+  // and tcp:// rank 0 hosts that store and takes it down with the group,
+  // and the program may call init_process_group() again at once, which must
+  // meet a new store, not the old one. Without it (a C++ program, which
+  // holds its store itself) the destructor waits for no peer.
+  void close_store_together_as_it_goes();
+
   // Collectives up to this many bytes run on the caller's thread when the
   // group is idle, unless AXON_TORCH_INLINE_BYTES says otherwise.
   static constexpr std::int64_t kDefaultInlineBytes = 256 << 10;
@@ -242,9 +251,9 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // op of another group failed with is told apart from this group's own.
   std::uint64_t serial_;
   bool subgroup_ = true;           // made with global_ranks (new_group), not the default group
-  // Kept by the default group only (made without global_ranks): see
-  // close_store_together().
+  // Kept by a group made without global_ranks: see close_store_together().
   c10::intrusive_ptr<c10d::Store> default_group_store_;
+  bool closes_store_together_ = false;  // close_store_together_as_it_goes()
   std::chrono::milliseconds timeout_;
   std::unique_ptr<CommThread> thread_;
   // Collectives up to this many bytes run on the caller's thread when the
