@@ -147,6 +147,16 @@ std::vector<at::Tensor> root_tensor_list(const std::vector<std::vector<at::Tenso
   return lists[0];
 }
 
+// Why: given several tensors, allreduce reduced each across the ranks on its
+// own and broadcast ignored rootTensor, where Gloo's multi-device form
+// (all_reduce_multigpu, broadcast_multigpu) combines every tensor of every
+// rank: other results, and no error (a review).
+void check_one_tensor(const std::vector<at::Tensor>& tensors, const std::string& where, const char* coalesced) {
+  check_count(where, "the tensor list", static_cast<std::int64_t>(tensors.size()), 1,
+              std::string("one tensor per process; the multi-device form (*_multigpu) is not supported") +
+                  (*coalesced ? std::string(", ") + coalesced + " takes several tensors" : std::string()));
+}
+
 void check_reducible(const c10d::ReduceOp& op, at::ScalarType type, const std::string& where) {
   if (!native_op(op, where) || !native_type(type)) check_fallback(op, type, where);
 }
@@ -1034,6 +1044,8 @@ bool ProcessGroupAxon::in_arena(const at::Tensor& tensor) const {
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
   const std::string where = where_of("broadcast");
   check_all(tensors, where);
+  check_one_tensor(tensors, where, "");
+  check_count(where, "rootTensor", opts.rootTensor, 0, "the index of the root's tensor in its list of one");
   check_root(opts.rootRank, getSize(), where, "src");
   const int root = static_cast<int>(opts.rootRank);
   return collective(OpType::BROADCAST, tensors, total_bytes(tensors), [b = backend_, tensors, root]() mutable {
@@ -1044,6 +1056,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, con
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
   const std::string where = where_of("allreduce");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
+  check_one_tensor(tensors, where, "all_reduce_coalesced");
   return collective(OpType::ALLREDUCE, tensors, total_bytes(tensors),
                     [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
     for (auto& t : tensors) all_reduce_one(*b, t, op, room, where);
@@ -1075,6 +1088,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& te
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
   const std::string where = where_of("reduce");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
+  check_one_tensor(tensors, where, "");
+  check_count(where, "rootTensor", opts.rootTensor, 0, "the index of the root's tensor in its list of one");
   check_root(opts.rootRank, getSize(), where, "dst");
   const int root = static_cast<int>(opts.rootRank);
   return collective(OpType::REDUCE, tensors, total_bytes(tensors), [b = backend_, tensors, op = opts.reduceOp, root, where]() mutable {

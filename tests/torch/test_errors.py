@@ -42,6 +42,13 @@ def bad_inputs(rank, n):
     raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.uint8), op=dist.ReduceOp.AVG), "AVG", "Byte")
     raises(lambda: dist.all_to_all_single(torch.empty(n + 1), torch.ones(n + 1)), "alltoall_base", "equal parts")
     raises(lambda: dist.recv(torch.ones(1)), "any source")
+    # The multi-device forms (Gloo combines every tensor of every rank) are
+    # refused, not run as one all_reduce per tensor.
+    raises(lambda: dist.all_reduce_multigpu([torch.ones(3), torch.ones(3)]), "allreduce", "tensor list has 2",
+           "multi-device", "all_reduce_coalesced")
+    raises(lambda: dist.broadcast_multigpu([torch.ones(3), torch.ones(3)], src=0, src_tensor=1), "broadcast",
+           "tensor list has 2")
+    raises(lambda: dist.reduce_multigpu([torch.ones(3), torch.ones(3)], dst=0), "reduce", "tensor list has 2")
     # Shapes that differ between ranks: every rank's wait() names both sides.
     w = dist.all_reduce(torch.ones(4 + rank), async_op=True)
     raises(w.wait, "collective mismatch", "all_reduce", "f32, 4", "f32, 5")
