@@ -78,6 +78,7 @@ set(AXON_PROMISES
   "a recv whose buffer is not the message's size or element type throws InvalidArgument naming both, and the job's ranks in a subgroup|recv-size|AXON_TIMEOUT=60"
   "barrier skipped by rank 1 times out naming rank 1|collective-timeout|AXON_TIMEOUT=1"
   "a rank late to an all_reduce the others gave up throws PeerFailure with their reason, and so does their next call|late-rank|AXON_TIMEOUT=2"
+  "Backend::abort() on rank 1 makes every other rank's waiting barrier and its next call throw PeerFailure with rank 1's reason|abort|AXON_TIMEOUT=60"
   "a rank that comes to an all_reduce as the others give it up fails its next call at once|late-at-the-timeout|AXON_TIMEOUT=2"
   "World::init() twice in one process throws InvalidArgument on the caller|init-twice|AXON_TIMEOUT=60"
   "barrier vs all_reduce is a CollectiveMismatch showing both|mismatch barrier-vs-all-reduce|AXON_TIMEOUT=60"

@@ -150,6 +150,9 @@ struct MpiBackend::Impl {
       throw PeerFailure(std::string(op) + " on rank " + std::to_string(world_rank()) +
                         ": the job was aborted: " + abort_reason);
     }
+    if (const auto notice = mpi::job_aborted_received()) {  // another process's abort()
+      throw PeerFailure(std::string(op) + " on rank " + std::to_string(world_rank()) + ": job aborted: " + *notice);
+    }
     // A call from an atexit handler or a static destructor that runs after
     // this library finalized MPI: Open MPI aborts the job from inside the
     // call, naming only its own function (found by a review).
@@ -274,9 +277,11 @@ void MpiBackend::abort(const std::string& reason) {
     impl_->abort_reason = reason.empty() ? "(no reason)" : reason;
     impl_->aborted.store(true, std::memory_order_release);
   }
-  // Ranks of this node waiting in shared memory wake and throw. Ranks of
-  // other nodes are ended by mpirun when this process exits with an error,
-  // or give up after AXON_TIMEOUT.
+  // Every other process's waits, current and future, throw with the reason
+  // (each wait polls for the notice); ranks of this node waiting in shared
+  // memory wake and throw at once.
+  mpi::tell_job_aborted("rank " + std::to_string(impl_->world_rank()) + " aborted: " +
+                        (reason.empty() ? "(no reason)" : reason));
   if (impl_->hierarchy) impl_->hierarchy->arena().abort(reason);
 }
 

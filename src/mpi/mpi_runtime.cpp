@@ -7,6 +7,8 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -19,6 +21,14 @@ namespace {
 
 std::atomic<bool> requests_abandoned{false};
 std::atomic<bool> gave_up_waiting{false};
+
+// Abort notices between processes (tell_job_aborted, receive_job_aborted).
+constexpr int kAbortTag = 1;
+MPI_Comm abort_comm = MPI_COMM_NULL;  // made by Runtime, before any backend
+std::atomic<bool> abort_told{false};
+std::atomic<bool> abort_received{false};
+std::mutex abort_mutex;
+std::string abort_notice;  // written under abort_mutex before abort_received is set
 
 int world_rank() {
   int rank = 0;
@@ -87,6 +97,7 @@ void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
     std::_Exit(1);
   }
   MPI_Comm_free(&exit_comm);
+  if (abort_comm != MPI_COMM_NULL) MPI_Comm_free(&abort_comm);
   MPI_Finalize();
 }
 
@@ -115,6 +126,11 @@ class Runtime {
             "creating the communicator that meets at exit");
       MPI_Comm_set_errhandler(exit_comm_, MPI_ERRORS_RETURN);
     }
+    // Collective too: the channel of MpiBackend::abort()'s notices
+    // (tell_job_aborted), apart from every group's messages.
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &abort_comm), "MPI_Comm_dup", world_rank(),
+          "creating the communicator of abort notices");
+    MPI_Comm_set_errhandler(abort_comm, MPI_ERRORS_RETURN);
     if (provided_ < MPI_THREAD_MULTIPLE) {
       int rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -157,6 +173,55 @@ bool finalized() {
 }
 
 void ensure_initialized() { static Runtime runtime; }
+
+// Why: under MPI, abort() marked only its own process: a peer waiting for
+// the aborting rank waited out AXON_TIMEOUT and then blamed it for never
+// calling the op, where under axon-launch it throws at once with the reason
+// (a review).
+void tell_job_aborted(const std::string& notice) {
+  if (abort_comm == MPI_COMM_NULL || finalized() || abort_told.exchange(true)) return;
+  // MPI may read it after this call returns: kept for good. Short, so it
+  // goes eagerly and the freed requests hold nothing back at MPI_Finalize.
+  const auto* text = new std::string(notice.substr(0, 1024));
+  int size = 1, me = 0;
+  MPI_Comm_size(abort_comm, &size);
+  MPI_Comm_rank(abort_comm, &me);
+  for (int p = 0; p < size; ++p) {
+    if (p == me) continue;
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (MPI_Isend(text->data(), static_cast<int>(text->size()), MPI_CHAR, p, kAbortTag, abort_comm, &request) ==
+        MPI_SUCCESS) {
+      MPI_Request_free(&request);
+    }
+  }
+}
+
+std::optional<std::string> job_aborted_received() {
+  if (!abort_received.load(std::memory_order_acquire)) return std::nullopt;
+  std::lock_guard lock(abort_mutex);
+  return abort_notice;
+}
+
+std::optional<std::string> receive_job_aborted() {
+  if (auto seen = job_aborted_received()) return seen;
+  if (abort_comm == MPI_COMM_NULL || finalized()) return std::nullopt;
+  int arrived = 0;
+  MPI_Message message = MPI_MESSAGE_NULL;
+  MPI_Status status;
+  if (MPI_Improbe(MPI_ANY_SOURCE, kAbortTag, abort_comm, &arrived, &message, &status) != MPI_SUCCESS || !arrived) {
+    return std::nullopt;
+  }
+  int length = 0;
+  MPI_Get_count(&status, MPI_CHAR, &length);
+  std::string notice(static_cast<std::size_t>(std::max(length, 0)), '\0');
+  MPI_Mrecv(notice.data(), length, MPI_CHAR, &message, MPI_STATUS_IGNORE);
+  std::lock_guard lock(abort_mutex);
+  if (!abort_received.load(std::memory_order_relaxed)) {  // another thread's may have come first
+    abort_notice = std::move(notice);
+    abort_received.store(true, std::memory_order_release);
+  }
+  return abort_notice;
+}
 
 void note_abandoned_requests() { requests_abandoned.store(true); }
 

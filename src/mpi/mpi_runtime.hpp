@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -48,6 +49,21 @@ class Comm {
   int rank_ = -1;
   int size_ = 0;
 };
+
+// MpiBackend::abort()'s reach beyond this process: sends `notice` ("rank R
+// aborted: <reason>") to every other process of the job, once per process,
+// on a communicator used for nothing else (made with the runtime). Best
+// effort: nothing here throws.
+void tell_job_aborted(const std::string& notice);
+
+// The first abort notice this process has received from another, probing
+// for one (MPI_Improbe, so any thread may call it) when none has come yet;
+// nullopt when none has. Every wait polls it.
+std::optional<std::string> receive_job_aborted();
+
+// The notice receive_job_aborted() has received, without probing: a flag
+// read, for the start of every call.
+std::optional<std::string> job_aborted_received();
 
 // `count` as MPI's int; throws InvalidArgument naming op and rank when it
 // does not fit.

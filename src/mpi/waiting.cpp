@@ -1,4 +1,5 @@
 #include "mpi/waiting.hpp"
+#include "mpi/mpi_runtime.hpp"
 
 #include <sched.h>
 
@@ -27,6 +28,10 @@ void poll(Test&& test, const WaitContext& context, Describe&& describe) {
   const auto started = std::chrono::steady_clock::now();
   while (!test()) {
     if (context.watch) context.watch();
+    if (const auto notice = receive_job_aborted()) {  // another process's abort()
+      note_gave_up_waiting();
+      throw PeerFailure("rank " + std::to_string(context.rank) + ": " + describe() + ": job aborted: " + *notice);
+    }
     if (context.aborted && context.aborted->load(std::memory_order_acquire)) {
       note_gave_up_waiting();
       throw PeerFailure("rank " + std::to_string(context.rank) + ": " + describe() +

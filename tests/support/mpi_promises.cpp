@@ -25,6 +25,11 @@
 //   late-at-the-timeout  rank 1 waits in a recv while the others wait for it
 //                     in an all_reduce, then calls it as they give up: it may
 //                     finish that call or fail it, but its next fails at once
+//   abort             rank 1 calls Backend::abort() and stays alive: every
+//                     other rank's barrier (waiting for it) throws PeerFailure
+//                     with rank 1's reason, not a Timeout after AXON_TIMEOUT
+//                     (under MPI it did), and so does its next call, and
+//                     rank 1's own
 //   init-twice        a second World::init() throws InvalidArgument
 //   mismatch KIND     rank 0 calls one collective, the others another:
 //                     CollectiveMismatch on every rank showing both sides.
@@ -346,6 +351,44 @@ void late_at_the_timeout(Backend& b) {
          "the all_reduce rank 1 is late to fails: '" + first + "'");
 }
 
+// Backend::abort() "marks the whole job failed: every rank's current and
+// future waits throw PeerFailure carrying `reason`", under either launcher
+// (found by a review: under mpirun the others waited out AXON_TIMEOUT and
+// then blamed rank 1 for never calling the barrier).
+void abort_reaches_every_rank(Backend& b) {
+  if (b.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    b.abort("rank 1 gives up on purpose");
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, calling nothing
+    std::string own;
+    try {
+      b.barrier();
+    } catch (const PeerFailure& e) {
+      own = e.what();
+    }
+    expect(contains(own, "rank 1 gives up on purpose"), "rank 1's own call after its abort() throws PeerFailure "
+                                                        "with its reason: '" + own + "'");
+    return;
+  }
+  auto error_of = [&] {
+    try {
+      b.barrier();
+    } catch (const PeerFailure& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto started = std::chrono::steady_clock::now();
+  const std::string current = error_of();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const std::string next = error_of();
+  if (b.rank() == 0) std::printf("[rank 0] after %.2f s: %s\n[rank 0] next: %s\n", seconds, current.c_str(), next.c_str());
+  expect(contains(current, "job aborted: rank 1 aborted: rank 1 gives up on purpose") && !contains(current, "timed out"),
+         "a barrier waiting for rank 1 when it aborts throws PeerFailure with its reason: '" + current + "'");
+  expect(contains(next, "rank 1 aborted: rank 1 gives up on purpose"),
+         "the next call throws PeerFailure with rank 1's reason: '" + next + "'");
+}
+
 // World::init() attaches a process once, under either launcher.
 void init_twice() {
   std::string error;
@@ -518,6 +561,8 @@ int main(int argc, char** argv) {
       late_rank(b, std::chrono::milliseconds(3000));
     } else if (mode == "late-at-the-timeout") {
       late_at_the_timeout(b);
+    } else if (mode == "abort") {
+      abort_reaches_every_rank(b);
     } else if (mode == "init-twice") {
       init_twice();
     } else if (mode == "mismatch") {
@@ -530,12 +575,12 @@ int main(int argc, char** argv) {
       group_of_one_untouched(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
+                           "abort | late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
       return 2;
     }
     int total = failures;
     // Under axon-launch a timeout aborts the whole job, the tally's group too.
-    const bool job_aborted = mode == "collective-timeout" || mode == "hung-peer" ||
+    const bool job_aborted = mode == "collective-timeout" || mode == "hung-peer" || mode == "abort" ||
                              ((mode == "late-rank" || mode == "late-at-the-timeout") && b.name() != "mpi");
     if (!job_aborted) {
       tally->all_reduce(std::span<int>(&total, 1), ReduceOp::Sum);

@@ -220,18 +220,7 @@ void check_groups_and_point_to_point(Backend& b) {
                       " with tag 9: the message has 12 bytes but the buffer has 16",
          "recv of a shorter message throws InvalidArgument naming the sizes: '" + error + "'");
 
-  // abort() makes this endpoint's later calls throw PeerFailure.
-  std::vector<int> all(static_cast<std::size_t>(n));
-  for (int q = 0; q < n; ++q) all[static_cast<std::size_t>(q)] = q;
-  auto doomed = b.new_group(all);
-  doomed->abort("test");
-  bool threw = false;
-  try {
-    doomed->barrier();
-  } catch (const PeerFailure& e) {
-    threw = std::string(e.what()).find("aborted: test") != std::string::npos;
-  }
-  expect(threw, "calls after abort() throw PeerFailure naming the reason");
+  // abort() ends the whole job, under either launcher: mpi_promises abort.
   b.barrier();
 }
 
