@@ -20,6 +20,7 @@
 #include "base/env.hpp"
 #include "job_arena.hpp"
 #include "options.hpp"
+#include "output_relay.hpp"
 #include "placement.hpp"
 #include "rank_process.hpp"
 #include "shm/arena_layout.hpp"
@@ -72,6 +73,13 @@ bool signal_pending(int signal_fd) {
   }
   if (stop) ::raise(SIGSTOP);  // a SIGCONT continues it; the next attempt reads that one
   return pending;
+}
+
+// Writes out what the relays still hold before the launcher exits, as long
+// as their reader takes; a SIGINT, SIGTERM or SIGHUP meanwhile gives up on
+// it (a reader that never resumes would keep the launcher forever).
+void finish_output(int signal_fd) {
+  flush_relays(signal_fd, [signal_fd] { return signal_pending(signal_fd); });
 }
 
 // One attempt: a fresh arena, every rank started, supervised to the end.
@@ -155,10 +163,12 @@ int launch(const LaunchOptions& options) {
       outcome = run_attempt(options, *program, arena_bytes, slot_bytes, attempt, signal_fd, original,
                             times, placement);
     } catch (const axonml::distributed::InvalidArgument& e) {
-      std::cerr << "axon-launch: " << e.what() << "\n";
+      say("axon-launch: " + std::string(e.what()) + "\n");
+      finish_output(signal_fd);
       return kExitBadArguments;
     } catch (const std::exception& e) {
-      std::cerr << "axon-launch: " << e.what() << "\n";
+      say("axon-launch: " + std::string(e.what()) + "\n");
+      finish_output(signal_fd);
       return kExitSetupFailed;
     }
     if (options.max_restarts == 0) break;
@@ -167,17 +177,24 @@ int launch(const LaunchOptions& options) {
                        std::to_string(attempts) + ": " + outcome.summary + " (exit status " +
                        std::to_string(outcome.exit_code) + ")";
     const bool interrupted = outcome.interrupted || signal_pending(signal_fd);
-    const bool restart = outcome.exit_code != 0 && !interrupted && attempt + 1 < attempts;
+    // A closed output is as final as an interrupt: every attempt would die
+    // of SIGPIPE at its first line (found by a review: `| head -1` used up
+    // every restart).
+    const bool output_gone = OutputRelay::of(STDOUT_FILENO).gone() || OutputRelay::of(STDERR_FILENO).gone();
+    const bool restart = outcome.exit_code != 0 && !interrupted && !output_gone && attempt + 1 < attempts;
     if (restart) {
       line += "; restarting every rank with AXON_RESTART_COUNT=" + std::to_string(attempt + 1);
     } else if (outcome.exit_code != 0 && interrupted) {
       line += "; interrupted, so no restart";
+    } else if (outcome.exit_code != 0 && output_gone) {
+      line += "; nobody reads the job's output any more, so no restart";
     } else if (outcome.exit_code != 0) {
       line += "; no restarts left";
     }
-    std::cerr << line << std::endl;
+    say(line + "\n");
     if (!restart) break;
   }
+  finish_output(signal_fd);
   return outcome.exit_code;
 }
 

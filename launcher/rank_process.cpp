@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 #include <stdexcept>
 
 #include "base/text.hpp"
@@ -35,7 +34,8 @@ bool g_fd_limit_raised = false;
 // signals and the other ranks (found by a review: SIGTERM went unheeded).
 constexpr int kReadsPerDrain = 4;
 
-// False when the write failed for good (our stdout or stderr is gone: EPIPE).
+// False when the write failed for good. Only for a child's last words
+// before exec: the relays' threads are the launcher's, not the child's.
 bool write_all(int fd, const char* data, std::size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);
@@ -47,15 +47,6 @@ bool write_all(int fd, const char* data, std::size_t size) {
     size -= static_cast<std::size_t>(n);
   }
   return true;
-}
-
-// The launcher's own outputs that nobody reads any more (EPIPE): the
-// ranks' streams into them are closed, so that a rank writing there gets
-// SIGPIPE as it would writing to that pipe itself (`axon-launch ... | head`
-// ends like `yes | head`), instead of the launcher copying into the void.
-std::set<int>& gone_targets() {
-  static std::set<int> gone;
-  return gone;
 }
 
 [[noreturn]] void child_fail(const char* what, const std::string& detail) {
@@ -151,10 +142,7 @@ OutputStream::OutputStream(OutputStream&& other) noexcept
 
 OutputStream::~OutputStream() { close(); }
 
-void OutputStream::write_out(const std::string& lines) {
-  if (lines.empty() || gone_targets().count(target_)) return;
-  if (!write_all(target_, lines.data(), lines.size())) gone_targets().insert(target_);
-}
+void OutputStream::write_out(std::string lines) { relay().write(std::move(lines)); }
 
 // Each line tagged and whole. The launcher is the only writer of its
 // outputs, so the lines of one read go out in one write: a write per line
@@ -163,7 +151,10 @@ void OutputStream::write_out(const std::string& lines) {
 void OutputStream::drain() {
   char buffer[16 << 10];
   for (int reads = 0; reads < kReadsPerDrain && fd_ >= 0; ++reads) {
-    if (gone_targets().count(target_)) {
+    // Nobody reads the target any more: the rank writing there gets
+    // SIGPIPE, as writing to that pipe itself (`axon-launch ... | head`
+    // ends like `yes | head`), instead of the launcher copying into the void.
+    if (relay().gone()) {
       pending_.clear();
       close();
       return;
@@ -192,7 +183,7 @@ void OutputStream::drain() {
       lines += '\n';
     }
     pending_.erase(0, start);
-    write_out(lines);
+    write_out(std::move(lines));
   }
 }
 

@@ -9,7 +9,9 @@
 // The child inherits the arena's descriptor (the only one it inherits).
 // With tagged output its stdout and stderr are pipes that the launcher reads
 // (OutputStream) and copies to its own stdout and stderr one whole line at a
-// time, each prefixed "[rank k] ", so lines of different ranks never mix.
+// time, each prefixed "[rank k] ", so lines of different ranks never mix,
+// through their relays (output_relay.hpp), so that a reader that stops
+// reading never blocks the launcher.
 // Without tagging the child writes straight to the launcher's stdout/stderr.
 //
 // Thread safety: single-threaded (the launcher's main loop).
@@ -22,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "output_relay.hpp"
 #include "placement.hpp"
 
 namespace axon_launch {
@@ -37,6 +40,8 @@ class OutputStream {
 
   int fd() const { return fd_; }
   bool open() const { return fd_ >= 0; }
+  // Where its lines go: the relay of the launcher's stdout or stderr.
+  OutputRelay& relay() const { return OutputRelay::of(target_); }
   // Reads what is available and writes out the complete lines. At end of
   // file writes the unterminated rest as a line of its own and closes.
   void drain();
@@ -44,9 +49,9 @@ class OutputStream {
   void close();
 
  private:
-  // Writes to the target unless nobody reads it any more; notes when that
-  // happens (EPIPE), after which every stream into it closes at its next drain().
-  void write_out(const std::string& lines);
+  // Queues on the target's relay; once nobody reads the target any more
+  // (the relay is gone), every stream into it closes at its next drain().
+  void write_out(std::string lines);
 
   int fd_;
   int target_;

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "base/text.hpp"
+#include "output_relay.hpp"
 #include "shm/wait.hpp"
 
 namespace axon_launch {
@@ -134,8 +135,8 @@ void Supervisor::handle_signals() {
     if (forwarded_count_ == 1) {
       forwarded_signal_ = sig;
       // Who sent it is often the first question when a job ends this way.
-      std::cerr << "axon-launch: got SIG" << ::sigabbrev_np(sig) << " from pid " << info.ssi_pid
-                << ": forwarding it to every rank (a second one kills them)" << std::endl;
+      say("axon-launch: got SIG" + std::string(::sigabbrev_np(sig)) + " from pid " + std::to_string(info.ssi_pid) +
+          ": forwarding it to every rank (a second one kills them)\n");
       signal_running(sig);
     } else {
       // A second interrupt: the user means it.
@@ -454,14 +455,14 @@ void Supervisor::start_abort(const Failure& failure) {
 void Supervisor::advance_phase(Clock::time_point now) {
   if (running_count() == 0) return;
   if (phase_ == Phase::Aborting && now >= phase_deadline_) {
-    std::cerr << "axon-launch: " << running_count() << " rank(s) still running "
-              << times_.abort_grace.count() << " ms after the abort: sending SIGTERM" << std::endl;
+    say("axon-launch: " + std::to_string(running_count()) + " rank(s) still running " +
+        std::to_string(times_.abort_grace.count()) + " ms after the abort: sending SIGTERM\n");
     signal_running(SIGTERM);
     phase_ = Phase::Terminating;
     phase_deadline_ = now + times_.term_grace;
   } else if (phase_ == Phase::Terminating && now >= phase_deadline_) {
-    std::cerr << "axon-launch: " << running_count() << " rank(s) still running "
-              << times_.term_grace.count() << " ms after SIGTERM: sending SIGKILL" << std::endl;
+    say("axon-launch: " + std::to_string(running_count()) + " rank(s) still running " +
+        std::to_string(times_.term_grace.count()) + " ms after SIGTERM: sending SIGKILL\n");
     signal_running(SIGKILL);
     phase_ = Phase::Killing;
   }
@@ -501,11 +502,22 @@ Outcome Supervisor::run() {
       if (!any_stream_open() || now >= *all_exited_at_ + times_.drain_grace) break;
     }
 
+    // [0] the signals, [1] and [2] the progress of stdout's and stderr's
+    // relays, then the ranks' streams. A stream whose relay is full is left
+    // unread while ranks run (they block in their writes, as writing to that
+    // output themselves); its relay's progress wakes the loop to read it
+    // again.
     fds.assign(1, pollfd{signal_fd_, POLLIN, 0});
-    owners.assign(1, nullptr);
+    owners.assign(3, nullptr);
+    fds.push_back(pollfd{-1, POLLIN, 0});
+    fds.push_back(pollfd{-1, POLLIN, 0});
     for (auto& r : ranks_) {
       for (auto& s : r.streams) {
         if (!s.open()) continue;
+        if (running_count() > 0 && s.relay().full()) {
+          fds[&s.relay() == &OutputRelay::of(STDOUT_FILENO) ? 1 : 2].fd = s.relay().progress_fd();
+          continue;
+        }
         fds.push_back(pollfd{s.fd(), POLLIN, 0});
         owners.push_back(&s);
       }
@@ -515,7 +527,9 @@ Outcome Supervisor::run() {
       throw std::runtime_error(std::string("poll failed: ") + std::strerror(errno));
     }
     if (fds[0].revents & POLLIN) handle_signals();  // first: output never delays a signal
-    for (std::size_t i = 1; i < fds.size(); ++i) {
+    if (fds[1].revents & POLLIN) OutputRelay::of(STDOUT_FILENO).clear_progress();
+    if (fds[2].revents & POLLIN) OutputRelay::of(STDERR_FILENO).clear_progress();
+    for (std::size_t i = 3; i < fds.size(); ++i) {
       if (fds[i].revents != 0) owners[i]->drain();
     }
     reap();
@@ -535,7 +549,7 @@ Outcome Supervisor::run() {
     // PeerFailure): the job did not succeed, and the summary says why.
     outcome.exit_code = 1;
     outcome.summary = "every rank exited 0, but the job was aborted: " + *reason;
-    std::cerr << "axon-launch: " << outcome.summary << " (exit status 1)" << std::endl;
+    say("axon-launch: " + outcome.summary + " (exit status 1)\n");
   } else {
     if (const auto failure = group_failure_reason()) {
       // A PyTorch program's groups keep arenas of their own, and the first
@@ -545,8 +559,8 @@ Outcome Supervisor::run() {
       // job succeeded, as under other launchers; but the reason is not kept
       // from the user. (Exit 1 here, tried, failed such jobs, and
       // --max-restarts reran them.)
-      std::cerr << "axon-launch: every rank exited 0; a group of the job had failed on the way, and its ranks "
-                   "went on: " << *failure << std::endl;
+      say("axon-launch: every rank exited 0; a group of the job had failed on the way, and its ranks went on: " +
+          *failure + "\n");
     }
     outcome.summary = "every rank exited 0";
   }
@@ -564,8 +578,7 @@ std::optional<std::string> Supervisor::group_failure_reason() const {
 void Supervisor::print_summary() const {
   if (!first_failure_) {
     if (forwarded_signal_ != 0) {
-      std::cerr << "axon-launch: every rank exited 0 after SIG" << ::sigabbrev_np(forwarded_signal_)
-                << "\n";
+      say("axon-launch: every rank exited 0 after SIG" + std::string(::sigabbrev_np(forwarded_signal_)) + "\n");
     }
     return;
   }
@@ -584,7 +597,7 @@ void Supervisor::print_summary() const {
                       : "; the job was aborted and the other ranks ended";
   }
   line += " (exit status " + std::to_string(exit_code(f)) + ")";
-  std::cerr << line << std::endl;
+  say(line + "\n");
   if (f.blame == Blame::AbortedByRank) return;  // the line gave the abort's reason
   // The rank that exited first is often not where the job went wrong: a
   // rank that timed out waiting for a hung peer aborted the job, and it or a
@@ -593,11 +606,11 @@ void Supervisor::print_summary() const {
   // the job: its reason is the line above, or a rank blamed since.)
   const int aborter = arena_.header().abort_rank;
   if (const auto reason = abort_reason(); reason && aborter >= 0 && *reason != launcher_abort_reason_) {
-    std::cerr << "axon-launch: the job had been aborted: " << *reason << std::endl;
+    say("axon-launch: the job had been aborted: " + *reason + "\n");
   } else if (const auto failure = group_failure_reason()) {
     // A PyTorch program's groups keep arenas of their own; the first of them
     // to fail said why here (shm/launcher_report.hpp).
-    std::cerr << "axon-launch: the job had been aborted: " << *failure << std::endl;
+    say("axon-launch: the job had been aborted: " + *failure + "\n");
   }
 }
 

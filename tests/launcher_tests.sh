@@ -388,6 +388,35 @@ RANK_SH
     [[ "$err" == *"killed by signal 13 (SIGPIPE)"* ]] || fail "the summary does not say the output pipe broke: $err"
     [ $(($(date +%s) - start)) -lt 60 ] || fail "took $(($(date +%s) - start)) s after the reader left"
     ;;
+  stalled-reader)
+    # A reader that stops reading the launcher's stdout (a paused `| less`,
+    # Ctrl-S) blocked the launcher in its own write: it neither reaped a
+    # failed rank nor stopped the others nor heeded SIGINT until the reader
+    # read again (found by a review). Here rank 0 floods stdout, whose reader
+    # never reads, and rank 1 fails: the summary must come on stderr (a
+    # file) while the reader still does not read.
+    cat >"$work/rank.sh" <<'RANK'
+#!/bin/sh
+if [ "$RANK" = 0 ]; then exec yes; fi
+sleep 1
+exit 3
+RANK
+    chmod +x "$work/rank.sh"
+    mkfifo "$work/fifo"
+    : >"$work/out"
+    "$launch" -n 2 "$work/rank.sh" >"$work/fifo" 2>"$work/err" &
+    pid=$!
+    exec 3<"$work/fifo"  # a reader that never reads
+    limit=60 wait_for grep -q "axon-launch: rank 1 exited with code 3" "$work/err" ||
+      fail "no summary while stdout's reader did not read: $(cat "$work/err")"
+    [[ "$(cat "$work/err")" == *"the ranks still running were stopped (exit status 3)"* ]] ||
+      fail "rank 0 was not stopped: $(cat "$work/err")"
+    # The reader goes: the launcher, which held what it had not written yet,
+    # ends too.
+    exec 3<&-
+    await_launcher "the launcher did not end after its reader left"
+    expect_status 3
+    ;;
   early-exit)
     # A rank that exits 0 without calling World::init() while the others
     # wait for it: a clear error at once, not a wait until --timeout.
@@ -644,6 +673,13 @@ RANK_SH
     expect_status $((128 + 2))
     [[ "$err" == *"attempt 1 of 6:"*"interrupted, so no restart"* ]] || fail "no line saying why: $err"
     [ "$(ready_count)" -eq 3 ] || fail "a second attempt started: $(cat "$work/out")"
+    # Nobody reads the job's output any more (| head): no restart, which
+    # would die of SIGPIPE at its first line, each of them (a review).
+    timeout 120 "$launch" -n 2 --max-restarts 3 yes 2>"$work/err" | head -1 >/dev/null
+    err=$(cat "$work/err")
+    [[ "$err" == *"attempt 1 of 4: rank "[01]" was killed by signal 13 (SIGPIPE) (exit status 141); nobody reads the job's output any more, so no restart"* ]] ||
+      fail "no line saying why there is no restart: $err"
+    [ "$(grep -c 'axon-launch: attempt' "$work/err")" -eq 1 ] || fail "restarted after its output was gone: $err"
     # A Ctrl-Z while a failed attempt's leftovers are stopped (a child that
     # ignores SIGTERM keeps the launcher there 2-3 s) stops the launcher:
     # it was dropped, and the next attempt started (a review).

@@ -1,0 +1,76 @@
+// OutputRelay: the launcher's stdout or stderr, written by a thread of the
+// launcher's own (one for both when they are one file, as with 2>&1).
+//
+// Everything the launcher writes while it runs a job, the ranks' tagged
+// lines and its own messages, goes through the relay of its target. A reader
+// that stops reading (a paused `| less`, Ctrl-S on a terminal, a full pipe)
+// then stalls only that thread: the supervisor still reaps ranks, publishes
+// their ends, aborts, forwards signals and kills (it blocked in write() and
+// did none of that; found by a review). Bytes wait in the relay's queue; past
+// kHighWater the supervisor stops reading the ranks' pipes into it, so the
+// ranks block in their own writes, as they would writing to that output
+// themselves, and the launcher's memory stays bounded. The order of what is
+// queued is kept, so rank lines and the launcher's messages interleave as
+// they were queued.
+//
+// Once a write fails for good (EPIPE: nobody reads any more), the relay is
+// gone(): what is queued and what comes after is dropped, and the ranks'
+// streams into it close, so that a rank writing there gets SIGPIPE
+// (OutputStream).
+//
+// Thread safety: write(), full(), gone() and flush() from any thread; the
+// relays live until the process exits (their threads may be blocked in a
+// write when it does).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace axon_launch {
+
+class OutputRelay {
+ public:
+  // Queued bytes past which the supervisor stops reading ranks' output into
+  // the relay (see above).
+  static constexpr std::size_t kHighWater = 4 << 20;
+
+  // The relay of STDOUT_FILENO or STDERR_FILENO, made on first use.
+  static OutputRelay& of(int fd);
+
+  // Queues `bytes` for writing; never blocks.
+  void write(std::string bytes);
+  // More than kHighWater bytes wait.
+  bool full() const;
+  // A write failed for good (EPIPE).
+  bool gone() const;
+  // Readable (an eventfd, the same for relays that share a writer) whenever
+  // the relay's writer has written a batch: poll it to learn that full() may
+  // have ended, or that a flush may be done. Reading it (clear_progress())
+  // rearms it.
+  int progress_fd() const;
+  void clear_progress() const;
+  // Nothing waits (everything queued is written, or the relay is gone).
+  bool empty() const;
+
+  OutputRelay(const OutputRelay&) = delete;
+  OutputRelay& operator=(const OutputRelay&) = delete;
+
+ private:
+  OutputRelay(int fd, void* writer);
+
+ public:
+  struct State;  // the writer's (output_relay.cpp)
+
+ private:
+  State* state_;  // never freed: the writer may outlive main()
+};
+
+// Waits until every relay is empty (true), or until `interrupted()`, asked
+// whenever `signal_fd` is readable, says to stop (false).
+bool flush_relays(int signal_fd, const std::function<bool()>& interrupted);
+
+// A line of the launcher's own, "axon-launch: ...\n", queued on stderr's relay.
+void say(const std::string& line);
+
+}  // namespace axon_launch
