@@ -43,11 +43,17 @@ ReduceOp combining(ReduceOp op) { return op == ReduceOp::Average ? ReduceOp::Sum
 // f() on the node hierarchy, whose node arena waits as the shared-memory
 // backend does: when such a wait gives up on a peer, so has this process,
 // as when one of MPI's own waits does (mpi::note_gave_up_waiting).
-template <typename F> void through_hierarchy(F&& f) {
+// Why: a cross-node wait that gives up (a timeout, another process's abort
+// notice) leaves this node's other ranks waiting for this one in the node
+// arena, which no MPI notice reaches; they waited out AXON_TIMEOUT and then
+// blamed this rank (found by a review). Wake them with the reason, as
+// Impl::begin() does for the exchange.
+template <typename F> void through_hierarchy(mpi::Hierarchy& hierarchy, F&& f) {
   try {
     f();
-  } catch (const PeerFailure&) {  // Timeout included
+  } catch (const PeerFailure& e) {  // Timeout included
     mpi::note_gave_up_waiting();
+    hierarchy.arena().abort(e.what());
     throw;
   }
 }
@@ -312,7 +318,7 @@ void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
     values = bytes_of(wide);
     type = DataType::F32;
   }
-  through_hierarchy([&] { impl_->hierarchy->all_reduce(values, data.count, type, combining(op), impl_->collective_wait); });
+  through_hierarchy(*impl_->hierarchy, [&] { impl_->hierarchy->all_reduce(values, data.count, type, combining(op), impl_->collective_wait); });
   if (op == ReduceOp::Average) mpi::finish_average(values, data.count, type, impl_->size());
   if (!wide.empty()) mpi::round_to_storage(wide.data(), data.data, data.count, data.type);
 }
@@ -328,7 +334,7 @@ void MpiBackend::do_broadcast(MutableBuffer data, int src) {
     return;
   }
   if (impl_->hierarchy) {
-    return through_hierarchy([&] { impl_->hierarchy->broadcast(data.data, data.count, data.type, src, impl_->collective_wait); });
+    return through_hierarchy(*impl_->hierarchy, [&] { impl_->hierarchy->broadcast(data.data, data.count, data.type, src, impl_->collective_wait); });
   }
   for (std::size_t done = 0; done < bytes;) {
     const std::size_t part = std::min(kMaxChunk, bytes - done);
@@ -365,7 +371,7 @@ void MpiBackend::do_all_gather(ConstBuffer send, MutableBuffer recv) {
       send.data = copy.data();
     }
     return through_hierarchy(
-        [&] { impl_->hierarchy->all_gather(send.data, recv.data, send.count, send.type, impl_->collective_wait); });
+        *impl_->hierarchy, [&] { impl_->hierarchy->all_gather(send.data, recv.data, send.count, send.type, impl_->collective_wait); });
   }
   const int n = int_count(bytes, "all_gather", impl_->world_rank());
   MPI_Request request = MPI_REQUEST_NULL;
