@@ -484,10 +484,20 @@ std::shared_ptr<void> map_published_arena(SetupWait& setup, int rank, int owner,
     setup.throw_if_a_peer_failed([&] { return "rank 0's arena (" + path + ", gone)"; });  // rank 0 gave up, closed it
     // The hint fits a refusal, not a full descriptor table (found by a
     // review: "Too many open files" with 100 groups under ulimit -n 60).
-    const std::string hint = error == EMFILE || error == ENFILE
-                                 ? " (this process has no descriptor left: each live group holds a few; raise "
-                                   "ulimit -n, or destroy groups no longer used)"
-                                 : " (every rank must run as the same user in one PID namespace)";
+    // A descriptor gone from a live rank 0 is most often one of a group
+    // rank 0 has destroyed since, whose keys this rank read from a store
+    // that outlived it (found by a review: a libtorch program that made its
+    // next TCPStore on the same port while rank 0's old one still served).
+    const std::string hint =
+        error == EMFILE || error == ENFILE
+            ? " (this process has no descriptor left: each live group holds a few; raise "
+              "ulimit -n, or destroy groups no longer used)"
+        : error == ENOENT
+            ? " (rank 0 no longer holds it: most often the store gave this rank the keys of a group rank 0 has "
+              "destroyed since, as a store rank 0 still served from before does: one store namespace makes one "
+              "group; give each group a new prefix, or make sure the old store is gone first; otherwise, every "
+              "rank must run as the same user in one PID namespace)"
+            : " (every rank must run as the same user in one PID namespace)";
     throw Error(who + "cannot open rank 0's arena " + path + ": " + reason + hint);
   }
   // Rank 0 may have given up since (and its descriptor's number may already

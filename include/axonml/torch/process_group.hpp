@@ -111,7 +111,9 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // and tcp:// rank 0 hosts that store and takes it down with the group,
   // and the program may call init_process_group() again at once, which must
   // meet a new store, not the old one. Without it (a C++ program, which
-  // holds its store itself) the destructor waits for no peer.
+  // holds its store itself) the destructor waits for no peer; a C++ program
+  // that makes its next TCPStore at the same port may call it too. No effect
+  // on a group made with global_ranks.
   void close_store_together_as_it_goes();
 
   // Collectives up to this many bytes run on the caller's thread when the
