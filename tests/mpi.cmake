@@ -112,6 +112,22 @@ foreach(promise IN LISTS AXON_PROMISES)
   endif()
 endforeach()
 
+# The same abort in the middle of large broadcasts on 2 pretend nodes of 2
+# ranks: a rank waiting in its node's arena for a node-mate whose cross-node
+# wait ended with the notice waited out AXON_TIMEOUT (a review: 5 runs in 10).
+set(name "mpi: Backend::abort() from rank 1's thread ends every rank's loop of 64 MiB broadcasts with its reason, on 2 pretend nodes x 2 ranks")
+add_test(NAME "${name}"
+  COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 ${AXON_PRETEND_TWO_NODES}
+          $<TARGET_FILE:mpi_promises> abort-in-broadcast ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
+                     FAIL_REGULAR_EXPRESSION "\\] FAILED: " ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
+if(TARGET axon-launch)
+  set(name "shm: Backend::abort() from rank 1's thread ends every rank's loop of 64 MiB broadcasts with its reason (axon-launch -n 4)")
+  add_test(NAME "${name}" COMMAND $<TARGET_FILE:axon-launch> -n 4 --timeout 60 $<TARGET_FILE:mpi_promises> abort-in-broadcast ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
+                       FAIL_REGULAR_EXPRESSION "\\] FAILED: ")
+endif()
+
 # Rank 1 hangs (60 s) while the others time out: they print the tally (rank
 # 0's own, no collective) and return, and mpirun must end the job within
 # seconds rather than wait in MPI_Finalize for rank 1: the test's 30 s

@@ -30,6 +30,16 @@
 //                     with rank 1's reason, not a Timeout after AXON_TIMEOUT
 //                     (under MPI it did), and so does its next call, and
 //                     rank 1's own
+//   abort-in-broadcast DIR  every rank loops over 64 MiB broadcasts from the
+//                     last rank; rank 1's watchdog thread calls abort(): every
+//                     other rank's loop ends with PeerFailure carrying rank
+//                     1's reason, not a Timeout (on pretend nodes, a rank
+//                     waiting in its node's arena for a node-mate whose
+//                     cross-node wait gave up waited out AXON_TIMEOUT). The
+//                     ranks then meet through files in DIR before exiting:
+//                     under MPI, a rank whose broadcast was abandoned calls
+//                     MPI_Abort at exit, which would kill the others before
+//                     they print
 //   init-twice        a second World::init() throws InvalidArgument
 //   mismatch KIND     rank 0 calls one collective, the others another:
 //                     CollectiveMismatch on every rank showing both sides.
@@ -389,6 +399,55 @@ void abort_reaches_every_rank(Backend& b) {
          "the next call throws PeerFailure with rank 1's reason: '" + next + "'");
 }
 
+// The job's own name for the files of meet_through_files(): rank 0's
+// random number, broadcast while the job is well.
+std::uint64_t job_token(Backend& b) {
+  std::int64_t token = b.rank() == 0 ? static_cast<std::int64_t>(std::random_device()() >> 1) << 32 | std::random_device()() : 0;
+  b.broadcast(std::span<std::int64_t>(&token, 1), 0);
+  return static_cast<std::uint64_t>(token);
+}
+
+// Each rank leaves a file "<dir>/mpi_promises.<token>.<rank>" and waits (up
+// to 60 s) until every rank's is there: no collective, for a job that has
+// been aborted.
+void meet_through_files(const std::string& dir, std::uint64_t token, int rank, int size) {
+  auto name = [&](int r) { return dir + "/mpi_promises." + std::to_string(token) + "." + std::to_string(r); };
+  std::fclose(std::fopen(name(rank).c_str(), "w"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int r = 0; r < size && std::chrono::steady_clock::now() < deadline;) {
+    if (std::FILE* f = std::fopen(name(r).c_str(), "r")) {
+      std::fclose(f);
+      ++r;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+void abort_in_broadcast(Backend& b) {
+  std::thread watchdog;
+  if (b.rank() == 1) {
+    watchdog = std::thread([&b] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      b.abort("rank 1's watchdog gives up");
+    });
+  }
+  // Large: each call spends long in the cross-node step, where the node's
+  // other rank waits in the node arena.
+  std::vector<float> v(std::size_t{1} << 24, 1.0f);
+  std::string error = "no error";
+  try {
+    for (int i = 0; i < 100000; ++i) b.broadcast(std::span<float>(v), b.world_size() - 1);
+  } catch (const PeerFailure& e) {
+    error = e.what();
+  }
+  if (watchdog.joinable()) watchdog.join();
+  if (b.rank() == 1) return;  // its own loop ends however its abort found it
+  std::printf("[rank %d] %s\n", b.rank(), error.c_str());
+  expect(contains(error, "rank 1's watchdog gives up") && !contains(error, "timed out"),
+         "a broadcast loop ends with PeerFailure carrying rank 1's reason: '" + error + "'");
+}
+
 // World::init() attaches a process once, under either launcher.
 void init_twice() {
   std::string error;
@@ -544,6 +603,7 @@ int main(int argc, char** argv) {
     for (int q = 0; q < world.world_size(); ++q) everyone.push_back(q);
     // A group of its own for the tally: the modes may leave the world unusable.
     auto tally = b.new_group(everyone);
+    std::uint64_t token = 0;  // abort-in-broadcast's
     if (mode == "ring") {
       ring(b, std::stoul(arg));
     } else if (mode == "threads") {
@@ -563,6 +623,9 @@ int main(int argc, char** argv) {
       late_at_the_timeout(b);
     } else if (mode == "abort") {
       abort_reaches_every_rank(b);
+    } else if (mode == "abort-in-broadcast") {
+      token = job_token(b);
+      abort_in_broadcast(b);
     } else if (mode == "init-twice") {
       init_twice();
     } else if (mode == "mismatch") {
@@ -575,12 +638,13 @@ int main(int argc, char** argv) {
       group_of_one_untouched(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "abort | late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
+                           "abort | abort-in-broadcast | late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
       return 2;
     }
     int total = failures;
     // Under axon-launch a timeout aborts the whole job, the tally's group too.
     const bool job_aborted = mode == "collective-timeout" || mode == "hung-peer" || mode == "abort" ||
+                             mode == "abort-in-broadcast" ||
                              ((mode == "late-rank" || mode == "late-at-the-timeout") && b.name() != "mpi");
     if (!job_aborted) {
       tally->all_reduce(std::span<int>(&total, 1), ReduceOp::Sum);
@@ -588,7 +652,9 @@ int main(int argc, char** argv) {
     if (me == 0) {
       std::printf("mpi_promises %s%s%s: %d checks per rank, %d failures\n", mode.c_str(), arg.empty() ? "" : " ",
                   arg.c_str(), checks, total);
+      std::fflush(stdout);
     }
+    if (mode == "abort-in-broadcast") meet_through_files(arg, token, me, world.world_size());
     return total == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] error: %s\n", me, e.what());
