@@ -36,20 +36,6 @@ struct OutputRelay::State {
 
 namespace {
 
-// False when the write failed for good (EPIPE, or another error).
-bool write_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
 void write_forever(Writer* w) {
   for (;;) {
     std::deque<std::pair<OutputRelay::State*, std::string>> batch;
@@ -155,5 +141,18 @@ bool flush_relays(int signal_fd, const std::function<bool()>& interrupted) {
 }
 
 void say(const std::string& line) { OutputRelay::of(STDERR_FILENO).write(line); }
+
+bool write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
 
 }  // namespace axon_launch

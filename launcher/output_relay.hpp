@@ -73,4 +73,9 @@ bool flush_relays(int signal_fd, const std::function<bool()>& interrupted);
 // A line of the launcher's own, "axon-launch: ...\n", queued on stderr's relay.
 void say(const std::string& line);
 
+// Writes all of `data` to `fd`, blocking; false when a write failed for good
+// (EPIPE, or another error). The relays' threads use it, and a forked
+// child's last words before exec, which has no relay threads.
+bool write_all(int fd, const char* data, std::size_t size);
+
 }  // namespace axon_launch

@@ -34,21 +34,6 @@ bool g_fd_limit_raised = false;
 // signals and the other ranks (found by a review: SIGTERM went unheeded).
 constexpr int kReadsPerDrain = 4;
 
-// False when the write failed for good. Only for a child's last words
-// before exec: the relays' threads are the launcher's, not the child's.
-bool write_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
 [[noreturn]] void child_fail(const char* what, const std::string& detail) {
   const std::string line = std::string("axon-launch: ") + what + detail + ": " + std::strerror(errno) + "\n";
   write_all(STDERR_FILENO, line.data(), line.size());

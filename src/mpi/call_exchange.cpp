@@ -90,20 +90,7 @@ void CallExchange::abandon(std::span<MPI_Request> requests) {
   }
 }
 
-void CallExchange::tell_peers_gave_up(const std::string& reason) {
-  // MPI may read it after this call (and this object) are gone: kept for
-  // good, as abandon() keeps its sends. Short: sent eagerly, so the freed
-  // request holds nothing back at MPI_Finalize.
-  const auto* notice = new std::string(reason.substr(0, 1024));
-  for (int p = 0; p < size_; ++p) {
-    if (p == member_) continue;
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Isend(notice->data(), static_cast<int>(notice->size()), MPI_CHAR, p, kGaveUpTag, comm_, &request) ==
-        MPI_SUCCESS) {
-      MPI_Request_free(&request);
-    }
-  }
-}
+void CallExchange::tell_peers_gave_up(const std::string& reason) { send_notice_to_all(comm_, reason, kGaveUpTag); }
 
 void CallExchange::fail_if_a_peer_gave_up() {
   int arrived = 0;

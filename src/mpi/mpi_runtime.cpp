@@ -180,17 +180,18 @@ void ensure_initialized() { static Runtime runtime; }
 // (a review).
 void tell_job_aborted(const std::string& notice) {
   if (abort_comm == MPI_COMM_NULL || finalized() || abort_told.exchange(true)) return;
-  // MPI may read it after this call returns: kept for good. Short, so it
-  // goes eagerly and the freed requests hold nothing back at MPI_Finalize.
-  const auto* text = new std::string(notice.substr(0, 1024));
+  send_notice_to_all(abort_comm, notice, kAbortTag);
+}
+
+void send_notice_to_all(MPI_Comm comm, const std::string& text, int tag) {
+  const auto* kept = new std::string(text.substr(0, 1024));  // deliberately leaked: MPI may read it
   int size = 1, me = 0;
-  MPI_Comm_size(abort_comm, &size);
-  MPI_Comm_rank(abort_comm, &me);
+  MPI_Comm_size(comm, &size);
+  MPI_Comm_rank(comm, &me);
   for (int p = 0; p < size; ++p) {
     if (p == me) continue;
     MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Isend(text->data(), static_cast<int>(text->size()), MPI_CHAR, p, kAbortTag, abort_comm, &request) ==
-        MPI_SUCCESS) {
+    if (MPI_Isend(kept->data(), static_cast<int>(kept->size()), MPI_CHAR, p, tag, comm, &request) == MPI_SUCCESS) {
       MPI_Request_free(&request);
     }
   }

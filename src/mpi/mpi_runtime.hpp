@@ -50,6 +50,12 @@ class Comm {
   int size_ = 0;
 };
 
+// Sends the first 1024 characters of `text` to every other member of
+// `comm` with `tag`, and returns at once: the requests are freed and the
+// text is kept for good (MPI may read it after this returns); short, so it
+// goes eagerly and holds nothing back at MPI_Finalize. Best effort.
+void send_notice_to_all(MPI_Comm comm, const std::string& text, int tag);
+
 // MpiBackend::abort()'s reach beyond this process: sends `notice` ("rank R
 // aborted: <reason>") to every other process of the job, once per process,
 // on a communicator used for nothing else (made with the runtime). Best
