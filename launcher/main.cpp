@@ -11,9 +11,11 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "axonml/distributed/error.hpp"
@@ -77,9 +79,14 @@ bool signal_pending(int signal_fd) {
 
 // Writes out what the relays still hold before the launcher exits, as long
 // as their reader takes; a SIGINT, SIGTERM or SIGHUP meanwhile gives up on
-// it (a reader that never resumes would keep the launcher forever).
-void finish_output(int signal_fd) {
-  flush_relays(signal_fd, [signal_fd] { return signal_pending(signal_fd); });
+// it (a reader that never resumes would keep the launcher forever). After a
+// job the launcher forwarded such a signal to, one second: that signal
+// already said to end (found by a review: a single SIGTERM, as from
+// `timeout` or a scheduler, left the launcher waiting for a paused reader).
+void finish_output(int signal_fd, bool interrupted) {
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (interrupted) deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  flush_relays(signal_fd, [signal_fd] { return signal_pending(signal_fd); }, deadline);
 }
 
 // One attempt: a fresh arena, every rank started, supervised to the end.
@@ -138,6 +145,12 @@ int launch(const LaunchOptions& options) {
     return kExitSetupFailed;
   }
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor
+  try {
+    OutputRelay::start();
+  } catch (const std::exception& e) {
+    std::cerr << "axon-launch: cannot start the threads that write its output: " << e.what() << "\n";
+    return kExitSetupFailed;
+  }
   // What a rank leaves behind when it ends (a background child, a daemon in
   // a session of its own) comes to us rather than to init, so that a failed
   // job's leftovers can be found, stopped by pid and reaped (Supervisor).
@@ -164,11 +177,11 @@ int launch(const LaunchOptions& options) {
                             times, placement);
     } catch (const axonml::distributed::InvalidArgument& e) {
       say("axon-launch: " + std::string(e.what()) + "\n");
-      finish_output(signal_fd);
+      finish_output(signal_fd, false);
       return kExitBadArguments;
     } catch (const std::exception& e) {
       say("axon-launch: " + std::string(e.what()) + "\n");
-      finish_output(signal_fd);
+      finish_output(signal_fd, false);
       return kExitSetupFailed;
     }
     if (options.max_restarts == 0) break;
@@ -194,7 +207,7 @@ int launch(const LaunchOptions& options) {
     say(line + "\n");
     if (!restart) break;
   }
-  finish_output(signal_fd);
+  finish_output(signal_fd, outcome.interrupted);
   return outcome.exit_code;
 }
 

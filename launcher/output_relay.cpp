@@ -9,8 +9,11 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -45,7 +48,13 @@ void write_forever(Writer* w) {
       batch.swap(w->queue);
     }
     for (auto& [state, bytes] : batch) {
-      if (!state->gone.load() && !write_all(state->fd, bytes.data(), bytes.size())) state->gone.store(true);
+      // Gone only when nobody reads (EPIPE): another failure (a full disk,
+      // a closed descriptor) loses that piece, and is no reason to stop the
+      // ranks' output or the job's restarts (found by a review: 2>/dev/full
+      // stopped --max-restarts).
+      if (!state->gone.load() && !write_all(state->fd, bytes.data(), bytes.size()) && errno == EPIPE) {
+        state->gone.store(true);
+      }
       std::lock_guard lock(w->mutex);
       state->queued_bytes -= bytes.size();
     }
@@ -56,7 +65,8 @@ void write_forever(Writer* w) {
 
 Writer* start_writer() {
   auto* w = new Writer;  // never destroyed: its thread may be blocked in a write when main() returns
-  std::thread(write_forever, w).detach();
+  if (w->progress_fd < 0) throw std::runtime_error(std::string("cannot create an eventfd: ") + std::strerror(errno));
+  std::thread(write_forever, w).detach();  // std::system_error when no thread can start
   return w;
 }
 
@@ -93,6 +103,8 @@ OutputRelay& OutputRelay::of(int fd) {
   return fd == STDOUT_FILENO ? *relays.out : *relays.err;
 }
 
+void OutputRelay::start() { (void)of(STDOUT_FILENO); }
+
 void OutputRelay::write(std::string bytes) {
   if (bytes.empty() || gone()) return;
   Writer* w = state_->writer;
@@ -104,9 +116,9 @@ void OutputRelay::write(std::string bytes) {
   w->wake.notify_one();
 }
 
-bool OutputRelay::full() const {
+bool OutputRelay::holds_more_than(std::size_t bytes) const {
   std::lock_guard lock(state_->writer->mutex);
-  return state_->queued_bytes > kHighWater;
+  return state_->queued_bytes > bytes;
 }
 
 bool OutputRelay::gone() const { return state_->gone.load(); }
@@ -123,18 +135,25 @@ void OutputRelay::clear_progress() const {
   (void)!::read(state_->writer->progress_fd, &count, sizeof(count));
 }
 
-bool flush_relays(int signal_fd, const std::function<bool()>& interrupted) {
+bool flush_relays(int signal_fd, const std::function<bool()>& interrupted,
+                  std::optional<std::chrono::steady_clock::time_point> deadline) {
   OutputRelay* relays[] = {&OutputRelay::of(STDOUT_FILENO), &OutputRelay::of(STDERR_FILENO)};
   for (;;) {
     bool empty = true;
     for (OutputRelay* relay : relays) empty = empty && relay->empty();
     if (empty) return true;
+    int wait_ms = -1;
+    if (deadline) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      wait_ms = static_cast<int>(left.count());
+    }
     pollfd fds[] = {{signal_fd, POLLIN, 0},
                     {relays[0]->progress_fd(), POLLIN, 0},
                     {relays[1]->progress_fd(), POLLIN, 0}};
     // A batch written between empty() and here has rung its eventfd
     // already, so the poll returns at once.
-    if (::poll(fds, 3, -1) < 0 && errno != EINTR) return false;
+    if (::poll(fds, 3, wait_ms) < 0 && errno != EINTR) return false;
     if ((fds[0].revents & POLLIN) && interrupted()) return false;
     for (OutputRelay* relay : relays) relay->clear_progress();
   }
@@ -147,6 +166,12 @@ bool write_all(int fd, const char* data, std::size_t size) {
     const ssize_t n = ::write(fd, data, size);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        // A non-blocking output (the shell's, shared with us): wait for
+        // room rather than lose the rest (found by a review).
+        pollfd room{fd, POLLOUT, 0};
+        if (::poll(&room, 1, -1) >= 0 || errno == EINTR) continue;
+      }
       return false;
     }
     data += n;

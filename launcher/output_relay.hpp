@@ -13,18 +13,21 @@
 // queued is kept, so rank lines and the launcher's messages interleave as
 // they were queued.
 //
-// Once a write fails for good (EPIPE: nobody reads any more), the relay is
+// Once a write fails with EPIPE (nobody reads any more), the relay is
 // gone(): what is queued and what comes after is dropped, and the ranks'
 // streams into it close, so that a rank writing there gets SIGPIPE
-// (OutputStream).
+// (OutputStream). Another failure (a full disk) loses that piece only; a
+// non-blocking output's EAGAIN waits for room.
 //
-// Thread safety: write(), full(), gone() and flush() from any thread; the
+// Thread safety: every member from any thread, and flush_relays(); the
 // relays live until the process exits (their threads may be blocked in a
 // write when it does).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace axon_launch {
@@ -37,17 +40,21 @@ class OutputRelay {
 
   // The relay of STDOUT_FILENO or STDERR_FILENO, made on first use.
   static OutputRelay& of(int fd);
+  // Makes both relays and their threads now; throws std::runtime_error or
+  // std::system_error when it cannot (of() then never throws).
+  static void start();
 
   // Queues `bytes` for writing; never blocks.
   void write(std::string bytes);
-  // More than kHighWater bytes wait.
-  bool full() const;
+  // More than `bytes` wait to be written (the supervisor stops reading
+  // ranks' output into the relay past kHighWater).
+  bool holds_more_than(std::size_t bytes) const;
   // A write failed for good (EPIPE).
   bool gone() const;
   // Readable (an eventfd, the same for relays that share a writer) whenever
-  // the relay's writer has written a batch: poll it to learn that full() may
-  // have ended, or that a flush may be done. Reading it (clear_progress())
-  // rearms it.
+  // the relay's writer has written a batch: poll it to learn that the relay
+  // may hold less now, or that a flush may be done. Reading it
+  // (clear_progress()) rearms it.
   int progress_fd() const;
   void clear_progress() const;
   // Nothing waits (everything queued is written, or the relay is gone).
@@ -67,8 +74,10 @@ class OutputRelay {
 };
 
 // Waits until every relay is empty (true), or until `interrupted()`, asked
-// whenever `signal_fd` is readable, says to stop (false).
-bool flush_relays(int signal_fd, const std::function<bool()>& interrupted);
+// whenever `signal_fd` is readable, says to stop, or `deadline` passes
+// (false).
+bool flush_relays(int signal_fd, const std::function<bool()>& interrupted,
+                  std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
 // A line of the launcher's own, "axon-launch: ...\n", queued on stderr's relay.
 void say(const std::string& line);

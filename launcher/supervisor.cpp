@@ -503,10 +503,15 @@ Outcome Supervisor::run() {
     }
 
     // [0] the signals, [1] and [2] the progress of stdout's and stderr's
-    // relays, then the ranks' streams. A stream whose relay is full is left
-    // unread while ranks run (they block in their writes, as writing to that
-    // output themselves); its relay's progress wakes the loop to read it
-    // again.
+    // relays, then the ranks' streams. A stream whose relay holds more than
+    // kHighWater is left unread while ranks run (they block in their
+    // writes, as writing to that output themselves); its relay's progress
+    // wakes the loop to read it again. Once every rank has ended, the
+    // drain reads on to twice that, so that the ranks' last lines still in
+    // their pipes get out, but no further: a child a rank left may write
+    // there without end (the launcher's memory grew by 1 GB a second; a
+    // review).
+    const std::size_t hold_above = OutputRelay::kHighWater * (running_count() > 0 ? 1 : 2);
     fds.assign(1, pollfd{signal_fd_, POLLIN, 0});
     owners.assign(3, nullptr);
     fds.push_back(pollfd{-1, POLLIN, 0});
@@ -514,7 +519,7 @@ Outcome Supervisor::run() {
     for (auto& r : ranks_) {
       for (auto& s : r.streams) {
         if (!s.open()) continue;
-        if (running_count() > 0 && s.relay().full()) {
+        if (s.relay().holds_more_than(hold_above)) {
           fds[&s.relay() == &OutputRelay::of(STDOUT_FILENO) ? 1 : 2].fd = s.relay().progress_fd();
           continue;
         }

@@ -416,6 +416,27 @@ RANK
     exec 3<&-
     await_launcher "the launcher did not end after its reader left"
     expect_status 3
+    # Ranks that end, leaving a child that floods the paused reader's pipe:
+    # the launcher read it without bound after the last rank ended (1 GB in
+    # a second; a review), and one SIGTERM (as from `timeout`) then left it
+    # waiting for the reader. Its memory stays near the relay's 4 MiB, and
+    # the SIGTERM ends it.
+    cat >"$work/rank.sh" <<'RANK'
+#!/bin/sh
+yes &
+exit 0
+RANK
+    rm -f "$work/fifo" && mkfifo "$work/fifo"
+    "$launch" -n 2 "$work/rank.sh" >"$work/fifo" 2>"$work/err" &
+    pid=$!
+    exec 3<"$work/fifo"
+    sleep 3
+    rss=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")
+    [ "${rss:-0}" -lt 65536 ] || fail "the launcher holds ${rss} kB of a paused reader's output"
+    kill -TERM "$pid"
+    await_launcher "one SIGTERM did not end the launcher while its reader did not read"
+    exec 3<&-
+    pkill -x yes -P "$pid" 2>/dev/null
     ;;
   early-exit)
     # A rank that exits 0 without calling World::init() while the others
@@ -673,6 +694,14 @@ RANK
     expect_status $((128 + 2))
     [[ "$err" == *"attempt 1 of 6:"*"interrupted, so no restart"* ]] || fail "no line saying why: $err"
     [ "$(ready_count)" -eq 3 ] || fail "a second attempt started: $(cat "$work/out")"
+    # An output that fails otherwise (a full disk) is no reason to stop
+    # restarting: 2>/dev/full stopped it after one attempt (a review).
+    "$launch" -n 2 --max-restarts 2 /bin/sh -c 'echo "attempt $AXON_RESTART_COUNT"; exit 3' >"$work/out" 2>/dev/full
+    status=$?
+    out=$(cat "$work/out")
+    err="(stderr was /dev/full)"
+    expect_status 3
+    [ "$(grep -c '^\[rank [01]\] attempt [0-2]$' "$work/out")" -eq 6 ] || fail "not three attempts: $out"
     # Nobody reads the job's output any more (| head): no restart, which
     # would die of SIGPIPE at its first line, each of them (a review).
     timeout 120 "$launch" -n 2 --max-restarts 3 yes 2>"$work/err" | head -1 >/dev/null
