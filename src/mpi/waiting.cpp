@@ -25,15 +25,16 @@ template <typename Test, typename Describe>
 void poll(Test&& test, const WaitContext& context, Describe&& describe) {
   constexpr auto kYieldPhase = std::chrono::milliseconds(1);
   constexpr auto kSleep = std::chrono::microseconds(50);
-  // Another process's abort notice is probed for only in waits this long: a
-  // probe costs about a microsecond, as much as a whole small all_reduce
-  // (a review measured 7%), and an abort need not be seen within less.
-  constexpr auto kAbortNoticeAfter = std::chrono::microseconds(100);
+  // Notices (another process's abort, a peer that gave up the call: the
+  // watch) are probed for only in waits this long: a probe costs about a
+  // microsecond, as much as a whole small all_reduce (a review measured 7%
+  // for one), and a notice need not be seen within less.
+  constexpr auto kNoticesAfter = std::chrono::microseconds(100);
   const auto started = std::chrono::steady_clock::now();
   while (!test()) {
-    if (context.watch) context.watch();
     const auto waited = distributed::shm::waited_since(started);
-    if (waited >= kAbortNoticeAfter) {
+    if (waited >= kNoticesAfter) {
+      if (context.watch) context.watch();
       if (const auto notice = receive_job_aborted()) {  // another process's abort()
         note_gave_up_waiting();
         throw PeerFailure("rank " + std::to_string(context.rank) + ": " + describe() + ": job aborted: " + *notice);

@@ -27,9 +27,10 @@ struct WaitContext {
   std::chrono::milliseconds timeout{300'000};   // AXON_TIMEOUT (shm::default_timeout())
   const std::atomic<bool>* aborted = nullptr;   // set by MpiBackend::abort()
   const std::string* abort_reason = nullptr;    // read only once *aborted
-  // When set, runs after every test that found the wait not over, to look
-  // for news the wait should end on (a peer's notice that it gave up the
-  // call); it ends the wait by throwing.
+  // When set, runs after every test that found the wait not over, once the
+  // wait has lasted 100 us (a probe costs as much as a small collective),
+  // to look for news the wait should end on (a peer's notice that it gave
+  // up the call); it ends the wait by throwing.
   std::function<void()> watch;
 };
 
