@@ -80,13 +80,14 @@ bool signal_pending(int signal_fd) {
 // Writes out what the relays still hold before the launcher exits, as long
 // as their reader takes; a SIGINT, SIGTERM or SIGHUP meanwhile gives up on
 // it (a reader that never resumes would keep the launcher forever). After a
-// job the launcher forwarded such a signal to, one second: that signal
-// already said to end (found by a review: a single SIGTERM, as from
-// `timeout` or a scheduler, left the launcher waiting for a paused reader).
+// job the launcher got such a signal for, only while the reader reads: a
+// second without progress ends it, since that signal already said to end
+// (found by a review: a single SIGTERM, as from `timeout` or a scheduler,
+// left the launcher waiting for a paused reader).
 void finish_output(int signal_fd, bool interrupted) {
-  std::optional<std::chrono::steady_clock::time_point> deadline;
-  if (interrupted) deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  flush_relays(signal_fd, [signal_fd] { return signal_pending(signal_fd); }, deadline);
+  std::optional<std::chrono::milliseconds> idle_limit;
+  if (interrupted) idle_limit = std::chrono::seconds(1);
+  flush_relays(signal_fd, [signal_fd] { return signal_pending(signal_fd); }, idle_limit);
 }
 
 // One attempt: a fresh arena, every rank started, supervised to the end.
@@ -171,6 +172,7 @@ int launch(const LaunchOptions& options) {
   times.start_deadline = axonml::distributed::env::timeout_milliseconds(options.start_timeout_s);
   const int attempts = options.max_restarts + 1;
   Outcome outcome;
+  bool interrupted = false;  // a SIGINT, SIGTERM or SIGHUP came, in an attempt or between them
   for (int attempt = 0; attempt < attempts; ++attempt) {
     try {
       outcome = run_attempt(options, *program, arena_bytes, slot_bytes, attempt, signal_fd, original,
@@ -189,7 +191,9 @@ int launch(const LaunchOptions& options) {
     std::string line = "axon-launch: attempt " + std::to_string(attempt + 1) + " of " +
                        std::to_string(attempts) + ": " + outcome.summary + " (exit status " +
                        std::to_string(outcome.exit_code) + ")";
-    const bool interrupted = outcome.interrupted || signal_pending(signal_fd);
+    // Read off the signalfd here, it would no longer cut the exit flush short
+    // (found by a review).
+    interrupted = outcome.interrupted || signal_pending(signal_fd);
     // A closed output is as final as an interrupt: every attempt would die
     // of SIGPIPE at its first line (found by a review: `| head -1` used up
     // every restart).
@@ -207,7 +211,7 @@ int launch(const LaunchOptions& options) {
     say(line + "\n");
     if (!restart) break;
   }
-  finish_output(signal_fd, outcome.interrupted);
+  finish_output(signal_fd, interrupted || outcome.interrupted);
   return outcome.exit_code;
 }
 

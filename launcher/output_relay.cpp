@@ -48,18 +48,24 @@ void write_forever(Writer* w) {
       batch.swap(w->queue);
     }
     for (auto& [state, bytes] : batch) {
-      // Gone only when nobody reads (EPIPE): another failure (a full disk,
-      // a closed descriptor) loses that piece, and is no reason to stop the
-      // ranks' output or the job's restarts (found by a review: 2>/dev/full
-      // stopped --max-restarts).
-      if (!state->gone.load() && !write_all(state->fd, bytes.data(), bytes.size()) && errno == EPIPE) {
+      // Gone only when nobody reads (EPIPE) or the terminal has hung up
+      // (EIO): another failure (a full disk, a closed descriptor) loses that
+      // piece, and is no reason to stop the ranks' output or the job's
+      // restarts (found by a review: 2>/dev/full stopped --max-restarts).
+      if (!state->gone.load() && !write_all(state->fd, bytes.data(), bytes.size()) &&
+          (errno == EPIPE || errno == EIO)) {
         state->gone.store(true);
       }
-      std::lock_guard lock(w->mutex);
-      state->queued_bytes -= bytes.size();
+      {
+        std::lock_guard lock(w->mutex);
+        state->queued_bytes -= bytes.size();
+      }
+      // After every piece, not every batch: a slow reader takes seconds
+      // for a batch of megabytes, and a flush bounded by a second without
+      // progress would give it up (found by a review).
+      const std::uint64_t one = 1;
+      (void)!::write(w->progress_fd, &one, sizeof(one));
     }
-    const std::uint64_t one = 1;
-    (void)!::write(w->progress_fd, &one, sizeof(one));
   }
 }
 
@@ -136,15 +142,17 @@ void OutputRelay::clear_progress() const {
 }
 
 bool flush_relays(int signal_fd, const std::function<bool()>& interrupted,
-                  std::optional<std::chrono::steady_clock::time_point> deadline) {
+                  std::optional<std::chrono::milliseconds> idle_limit) {
   OutputRelay* relays[] = {&OutputRelay::of(STDOUT_FILENO), &OutputRelay::of(STDERR_FILENO)};
+  auto last_progress = std::chrono::steady_clock::now();
   for (;;) {
     bool empty = true;
     for (OutputRelay* relay : relays) empty = empty && relay->empty();
     if (empty) return true;
     int wait_ms = -1;
-    if (deadline) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+    if (idle_limit) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(last_progress + *idle_limit -
+                                                                     std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
       wait_ms = static_cast<int>(left.count());
     }
@@ -155,6 +163,7 @@ bool flush_relays(int signal_fd, const std::function<bool()>& interrupted,
     // already, so the poll returns at once.
     if (::poll(fds, 3, wait_ms) < 0 && errno != EINTR) return false;
     if ((fds[0].revents & POLLIN) && interrupted()) return false;
+    if ((fds[1].revents | fds[2].revents) & POLLIN) last_progress = std::chrono::steady_clock::now();
     for (OutputRelay* relay : relays) relay->clear_progress();
   }
 }

@@ -13,7 +13,8 @@
 // queued is kept, so rank lines and the launcher's messages interleave as
 // they were queued.
 //
-// Once a write fails with EPIPE (nobody reads any more), the relay is
+// Once a write fails with EPIPE (nobody reads any more) or EIO (the
+// terminal has hung up), the relay is
 // gone(): what is queued and what comes after is dropped, and the ranks'
 // streams into it close, so that a rank writing there gets SIGPIPE
 // (OutputStream). Another failure (a full disk) loses that piece only; a
@@ -74,10 +75,10 @@ class OutputRelay {
 };
 
 // Waits until every relay is empty (true), or until `interrupted()`, asked
-// whenever `signal_fd` is readable, says to stop, or `deadline` passes
-// (false).
+// whenever `signal_fd` is readable, says to stop, or nothing has been
+// written for `idle_limit` (false).
 bool flush_relays(int signal_fd, const std::function<bool()>& interrupted,
-                  std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+                  std::optional<std::chrono::milliseconds> idle_limit = std::nullopt);
 
 // A line of the launcher's own, "axon-launch: ...\n", queued on stderr's relay.
 void say(const std::string& line);

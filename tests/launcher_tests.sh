@@ -702,6 +702,24 @@ RANK
     err="(stderr was /dev/full)"
     expect_status 3
     [ "$(grep -c '^\[rank [01]\] attempt [0-2]$' "$work/out")" -eq 6 ] || fail "not three attempts: $out"
+    # A terminal that hung up (EIO; SIGHUP ignored, as after disown) is as
+    # final as a closed pipe: the launcher copied `yes` into it at a core's
+    # speed and restarted the job (a review). Now rank 0 dies of SIGPIPE and
+    # the job is not restarted.
+    printf '#!/bin/sh\nif [ "$RANK" = 0 ]; then exec yes; fi\nsleep 1; exit 3\n' >"$work/hup.sh"
+    chmod +x "$work/hup.sh"
+    status=$(timeout 60 python3 - "$launch" "$work/hup.sh" <<'PY'
+import os, pty, subprocess, sys, time
+master, slave = pty.openpty()
+p = subprocess.Popen(["sh", "-c", 'trap "" HUP; exec "$0" "$@"', sys.argv[1], "-n", "2", "--max-restarts", "2",
+                      sys.argv[2]], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, start_new_session=True)
+os.close(slave)
+time.sleep(0.5)
+os.close(master)  # the terminal goes away
+print(p.wait(timeout=50))
+PY
+)
+    [ "$status" = 141 ] || fail "a hung-up terminal: exit status '$status', not 141 (SIGPIPE, no restart)"
     # Nobody reads the job's output any more (| head): no restart, which
     # would die of SIGPIPE at its first line, each of them (a review).
     timeout 120 "$launch" -n 2 --max-restarts 3 yes 2>"$work/err" | head -1 >/dev/null
