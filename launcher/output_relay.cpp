@@ -18,17 +18,14 @@
 #include <utility>
 
 namespace axon_launch {
-namespace {
 
 // A thread that writes what its relays queue, in the order they queued it.
-struct Writer {
+struct OutputRelay::Writer {
   std::mutex mutex;
   std::condition_variable wake;
   std::deque<std::pair<OutputRelay::State*, std::string>> queue;
-  int progress_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // rung after every batch written
+  int progress_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // rung after every piece written
 };
-
-}  // namespace
 
 struct OutputRelay::State {
   int fd = -1;
@@ -38,6 +35,8 @@ struct OutputRelay::State {
 };
 
 namespace {
+
+using Writer = OutputRelay::Writer;
 
 void write_forever(Writer* w) {
   for (;;) {
@@ -90,9 +89,9 @@ struct Relays {
 
 }  // namespace
 
-OutputRelay::OutputRelay(int fd, void* writer) : state_(new State) {
+OutputRelay::OutputRelay(int fd, Writer* writer) : state_(new State) {
   state_->fd = fd;
-  state_->writer = static_cast<Writer*>(writer);
+  state_->writer = writer;
 }
 
 // stdout and stderr that are one file share a writer: two would cut each
@@ -159,7 +158,7 @@ bool flush_relays(int signal_fd, const std::function<bool()>& interrupted,
     pollfd fds[] = {{signal_fd, POLLIN, 0},
                     {relays[0]->progress_fd(), POLLIN, 0},
                     {relays[1]->progress_fd(), POLLIN, 0}};
-    // A batch written between empty() and here has rung its eventfd
+    // A piece written between empty() and here has rung its eventfd
     // already, so the poll returns at once.
     if (::poll(fds, 3, wait_ms) < 0 && errno != EINTR) return false;
     if ((fds[0].revents & POLLIN) && interrupted()) return false;

@@ -50,10 +50,10 @@ class OutputRelay {
   // More than `bytes` wait to be written (the supervisor stops reading
   // ranks' output into the relay past kHighWater).
   bool holds_more_than(std::size_t bytes) const;
-  // A write failed for good (EPIPE).
+  // A write found nobody reading (EPIPE) or the terminal hung up (EIO).
   bool gone() const;
   // Readable (an eventfd, the same for relays that share a writer) whenever
-  // the relay's writer has written a batch: poll it to learn that the relay
+  // the relay's writer has written a piece: poll it to learn that the relay
   // may hold less now, or that a flush may be done. Reading it
   // (clear_progress()) rearms it.
   int progress_fd() const;
@@ -64,13 +64,14 @@ class OutputRelay {
   OutputRelay(const OutputRelay&) = delete;
   OutputRelay& operator=(const OutputRelay&) = delete;
 
- private:
-  OutputRelay(int fd, void* writer);
+  // output_relay.cpp's: a relay's queue and flags, and the thread that
+  // writes for it.
+  struct State;
+  struct Writer;
 
- public:
-  struct State;  // the writer's (output_relay.cpp)
-
  private:
+  OutputRelay(int fd, Writer* writer);
+
   State* state_;  // never freed: the writer may outlive main()
 };
 

@@ -548,6 +548,26 @@ TEST_CASE("a rank that rank 0's arena was not made for fails naming the process 
   ::waitpid(child, &status, 0);
 }
 
+TEST_CASE("a rank that reads the arena of a group rank 0 has destroyed since is told the store's keys are stale",
+          "[store][errors]") {
+  // Rank 0 lives but no longer holds the descriptor it published: what a
+  // store that outlived its group hands a rank (a review: a libtorch
+  // program's next TCPStore at the same port met rank 0's old one).
+  const pid_t child = start_child_that_sleeps(10'000'000);
+  MemoryStore store(true);
+  store.set("axon/host/0", this_host_entry(child) + " 0 2");
+  store.set("axon/arena", std::to_string(child) + " 999 4096 " + std::to_string(child) + " " +
+                              std::to_string(::getpid()));
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 1, 2, options),
+                      Contains("cannot open rank 0's arena /proc/" + std::to_string(child) + "/fd/999") &&
+                          Contains("rank 0 no longer holds it") && Contains("one store namespace makes one group"));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+}
+
 TEST_CASE("a forked child that drops a shared buffer leaves it to the parent, whose next allocation does not overlap it",
           "[store][zero-copy]") {
   MemoryStore store;

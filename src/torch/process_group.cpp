@@ -157,6 +157,14 @@ void check_one_tensor(const std::vector<at::Tensor>& tensors, const std::string&
                   (*coalesced ? std::string(", ") + coalesced + " takes several tensors" : std::string()));
 }
 
+// The root's tensor in a list of one (BroadcastOptions, ReduceOptions).
+void check_root_tensor(std::int64_t root_tensor, const std::string& where) {
+  if (root_tensor != 0) {
+    throw ad::InvalidArgument(where + ": invalid rootTensor " + std::to_string(root_tensor) +
+                              " (the index of the root's tensor in its list of one tensor: 0)");
+  }
+}
+
 void check_reducible(const c10d::ReduceOp& op, at::ScalarType type, const std::string& where) {
   if (!native_op(op, where) || !native_type(type)) check_fallback(op, type, where);
 }
@@ -1045,7 +1053,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, con
   const std::string where = where_of("broadcast");
   check_all(tensors, where);
   check_one_tensor(tensors, where, "");
-  check_count(where, "rootTensor", opts.rootTensor, 0, "the index of the root's tensor in its list of one");
+  check_root_tensor(opts.rootTensor, where);
   check_root(opts.rootRank, getSize(), where, "src");
   const int root = static_cast<int>(opts.rootRank);
   return collective(OpType::BROADCAST, tensors, total_bytes(tensors), [b = backend_, tensors, root]() mutable {
@@ -1089,7 +1097,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const 
   const std::string where = where_of("reduce");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   check_one_tensor(tensors, where, "");
-  check_count(where, "rootTensor", opts.rootTensor, 0, "the index of the root's tensor in its list of one");
+  check_root_tensor(opts.rootTensor, where);
   check_root(opts.rootRank, getSize(), where, "dst");
   const int root = static_cast<int>(opts.rootRank);
   return collective(OpType::REDUCE, tensors, total_bytes(tensors), [b = backend_, tensors, op = opts.reduceOp, root, where]() mutable {

@@ -49,6 +49,8 @@ def bad_inputs(rank, n):
     raises(lambda: dist.broadcast_multigpu([torch.ones(3), torch.ones(3)], src=0, src_tensor=1), "broadcast",
            "tensor list has 2")
     raises(lambda: dist.reduce_multigpu([torch.ones(3), torch.ones(3)], dst=0), "reduce", "tensor list has 2")
+    raises(lambda: dist.broadcast_multigpu([torch.ones(3)], src=0, src_tensor=1), "broadcast", "invalid rootTensor 1")
+    raises(lambda: dist.reduce_multigpu([torch.ones(3)], dst=0, dst_tensor=2), "reduce", "invalid rootTensor 2")
     # Shapes that differ between ranks: every rank's wait() names both sides.
     w = dist.all_reduce(torch.ones(4 + rank), async_op=True)
     raises(w.wait, "collective mismatch", "all_reduce", "f32, 4", "f32, 5")
