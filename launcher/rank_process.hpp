@@ -70,7 +70,8 @@ struct RankEnvironment {
   const std::vector<RankPlacement>* placement = nullptr;  // per rank; null: leave affinity alone
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago, or 0.
+// A TCP port that was free a moment ago, below the kernel's ephemeral range
+// where that range leaves room (see the definition), or 0.
 int free_local_port();
 
 struct RankProcess {

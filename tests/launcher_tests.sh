@@ -224,6 +224,14 @@ case "$case_name" in
       >"$work/out" 2>"$work/err"
     ports=$(grep -o 'port=[0-9]*' "$work/out" | sort -u)
     [ "$(echo "$ports" | wc -l)" -eq 1 ] && [ "$ports" != "port=" ] || fail "ranks got MASTER_PORT: $(cat "$work/out")"
+    # Below the kernel's ephemeral range, where no outgoing connection can
+    # take it before rank 0's store binds it (when the range leaves room).
+    low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+    if [ "$low" -ge 3072 ]; then
+      port=${ports#port=}
+      [ "$port" -lt "$low" ] && [ "$port" -ge 1024 ] ||
+        fail "MASTER_PORT=$port is not below the ephemeral range (which starts at $low)"
+    fi
     MASTER_PORT=23456 "$launch" -n 2 sh -c 'echo "port=$MASTER_PORT"' >"$work/out" 2>"$work/err"
     [ "$(grep -c 'port=23456' "$work/out")" -eq 2 ] || fail "a user's MASTER_PORT=23456 was not kept: $(cat "$work/out")"
     # A launcher run inside a rank takes a port of its own: the outer one is

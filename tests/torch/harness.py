@@ -4,6 +4,7 @@ failed and its traceback."""
 import faulthandler
 import os
 import queue as queue_module
+import random
 import socket
 import time
 import traceback
@@ -12,7 +13,25 @@ import torch.multiprocessing as mp
 
 
 def free_port():
-    with socket.socket() as s:
+    """A port free a moment ago, below the kernel's ephemeral range: rank 0's
+    store binds it a second or more later, and a port from that range can be
+    taken in between by any outgoing connection (other tests' ranks
+    connecting to their stores, as ctest runs tests side by side)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    first, last = max(1024, low - 16384), low - 1
+    for _ in range(64 if last - first >= 1024 else 0):
+        port = random.randint(first, last)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+                return port
+            except OSError:
+                continue
+    with socket.socket() as s:  # an unusual range: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
