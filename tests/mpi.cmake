@@ -22,6 +22,9 @@ set(AXON_MPI_TEST_ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
 set(AXON_MPIRUN_ARGS --allow-run-as-root --oversubscribe -np 4)
 set(AXON_PRETEND_TWO_NODES /bin/sh -c
     "AXON_NODE_ID=$((OMPI_COMM_WORLD_RANK / 2)) exec \"$0\" \"$@\"")
+# Nodes of ranks 0, 2 and 1, 3: a rank's number on its node is not its rank.
+set(AXON_PRETEND_TWO_INTERLEAVED_NODES /bin/sh -c
+    "AXON_NODE_ID=$((OMPI_COMM_WORLD_RANK % 2)) exec \"$0\" \"$@\"")
 
 foreach(btl "tcp,self" "vader,self")
   add_test(NAME "mpi: every op on 4 ranks, flat (btl ${btl})"
@@ -115,12 +118,21 @@ endforeach()
 # The same abort in the middle of large broadcasts on 2 pretend nodes of 2
 # ranks: a rank waiting in its node's arena for a node-mate whose cross-node
 # wait ended with the notice waited out AXON_TIMEOUT (a review: 5 runs in 10).
-set(name "mpi: Backend::abort() from rank 1's thread ends every rank's loop of 64 MiB broadcasts with its reason, on 2 pretend nodes x 2 ranks")
-add_test(NAME "${name}"
-  COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 ${AXON_PRETEND_TWO_NODES}
-          $<TARGET_FILE:mpi_promises> abort-in-broadcast ${CMAKE_CURRENT_BINARY_DIR})
-set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
-                     FAIL_REGULAR_EXPRESSION "\\] FAILED: " ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
+# On interleaved nodes a node-mate's relayed error named it by its number on
+# the node ("rank 1 aborted: rank 2: ...", a review).
+foreach(layout "0 1 | 2 3" "0 2 | 1 3")
+  if(layout STREQUAL "0 1 | 2 3")
+    set(pretend ${AXON_PRETEND_TWO_NODES})
+  else()
+    set(pretend ${AXON_PRETEND_TWO_INTERLEAVED_NODES})
+  endif()
+  set(name "mpi: Backend::abort() from rank 1's thread ends every rank's loop of 64 MiB broadcasts with its reason, on 2 pretend nodes (${layout})")
+  add_test(NAME "${name}"
+    COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 ${pretend}
+            $<TARGET_FILE:mpi_promises> abort-in-broadcast ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
+                       FAIL_REGULAR_EXPRESSION "\\] FAILED: " ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
+endforeach()
 if(TARGET axon-launch)
   set(name "shm: Backend::abort() from rank 1's thread ends every rank's loop of 64 MiB broadcasts with its reason (axon-launch -n 4)")
   add_test(NAME "${name}" COMMAND $<TARGET_FILE:axon-launch> -n 4 --timeout 60 $<TARGET_FILE:mpi_promises> abort-in-broadcast ${CMAKE_CURRENT_BINARY_DIR})

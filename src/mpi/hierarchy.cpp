@@ -90,7 +90,11 @@ std::unique_ptr<Hierarchy> Hierarchy::build(const Comm& world, const MpiOptions&
     h->world_rank_of_[static_cast<std::size_t>(h->position_of_[static_cast<std::size_t>(r)])] = r;
   }
 
-  h->arena_ = attach_node_arena(h->node_, me);
+  std::vector<int> node_mates(static_cast<std::size_t>(L));
+  for (int l = 0; l < L; ++l) {
+    node_mates[static_cast<std::size_t>(l)] = h->world_rank_of_[static_cast<std::size_t>(h->node_index_ * L + l)];
+  }
+  h->arena_ = attach_node_arena(h->node_, me, std::move(node_mates));
   log::log(log::Level::Debug, me, "MpiBackend: hierarchical, {} nodes x {} ranks, node {} local rank {}",
            h->nodes_, L, h->node_index_, local);
   return h;

@@ -8,9 +8,13 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
+#include "base/check.hpp"
+#include "base/rank_names.hpp"
 #include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/arena_view.hpp"
@@ -23,10 +27,12 @@ namespace {
 
 class NodeArenaBackend final : public ArenaBackend {
  public:
-  // This node's arena at `base`, mapped by `owner`, as node rank `rank`.
-  static std::shared_ptr<NodeArenaBackend> attach(std::shared_ptr<void> owner, std::byte* base, int rank) {
+  // This node's arena at `base`, mapped by `owner`, as node rank `rank`;
+  // `names` gives each node rank's rank in the job.
+  static std::shared_ptr<NodeArenaBackend> attach(std::shared_ptr<void> owner, std::byte* base, int rank,
+                                                  RankNames names) {
     return std::shared_ptr<NodeArenaBackend>(new NodeArenaBackend(
-        Impl::attach_world(std::move(owner), base, rank, shm::default_timeout())));
+        Impl::attach_world(std::move(owner), base, rank, shm::default_timeout(), {}, std::move(names))));
   }
 
  private:
@@ -46,7 +52,10 @@ std::shared_ptr<bip::mapped_region> open(const std::string& name, std::size_t by
 
 }  // namespace
 
-std::shared_ptr<ArenaBackend> attach_node_arena(const Comm& node, int world_rank) {
+std::shared_ptr<ArenaBackend> attach_node_arena(const Comm& node, int world_rank,
+                                                std::vector<int> world_rank_of_node_rank) {
+  check::equal(world_rank_of_node_rank.size(), static_cast<std::size_t>(node.size()),
+               "attach_node_arena: one world rank per node rank");
   const std::size_t bytes = shm::default_arena_bytes(node.size());
   const std::string where = "node arena (local rank " + std::to_string(node.rank()) + " of " +
                             std::to_string(node.size()) + ")";
@@ -94,7 +103,10 @@ std::shared_ptr<ArenaBackend> attach_node_arena(const Comm& node, int world_rank
   auto* base = static_cast<std::byte*>(region->get_address());
   shm::ArenaView(base).header().attached.fetch_add(1, std::memory_order_acq_rel);
   std::shared_ptr<void> owner = region;
-  return NodeArenaBackend::attach(std::move(owner), base, node.rank());
+  // Named by their ranks in the job: a node-mate's abort or timeout relayed
+  // through this arena named "rank 0" for the job's rank 2 (a review).
+  return NodeArenaBackend::attach(std::move(owner), base, node.rank(),
+                                  RankNames(std::move(world_rank_of_node_rank)));
 }
 
 }  // namespace axonml::distributed::mpi

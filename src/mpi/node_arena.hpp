@@ -9,14 +9,18 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "axonml/distributed/arena_backend.hpp"
 #include "mpi/mpi_runtime.hpp"
 
 namespace axonml::distributed::mpi {
 
-// This rank's endpoint of its node's arena (ranks = local ranks of `node`).
+// This rank's endpoint of its node's arena (ranks = local ranks of `node`),
+// whose messages name node rank l by world_rank_of_node_rank[l].
 // Throws Error on every rank of the node when the arena cannot be made.
-std::shared_ptr<ArenaBackend> attach_node_arena(const Comm& node, int world_rank);
+// REQUIRES: world_rank_of_node_rank.size() == node.size().
+std::shared_ptr<ArenaBackend> attach_node_arena(const Comm& node, int world_rank,
+                                                std::vector<int> world_rank_of_node_rank);
 
 }  // namespace axonml::distributed::mpi

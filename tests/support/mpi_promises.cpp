@@ -58,6 +58,7 @@
 //                     and an all_reduce on a group of one hands its buffer back
 //                     untouched, NaN payloads too, in both backends alike
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -424,6 +425,27 @@ void meet_through_files(const std::string& dir, std::uint64_t token, int rank, i
   }
 }
 
+// Whether every "rank R aborted: TEXT" in `error` is rank 1's abort() or rank
+// R relaying its own error (TEXT starts "rank R:"). A node arena once named
+// its ranks by their number on the node: "rank 1 aborted: rank 2: ..." was
+// the job's rank 2 passing on its error (a review).
+bool abort_relays_name_their_rank(const std::string& error) {
+  const std::string marker = " aborted: ";
+  for (std::size_t at = error.find(marker); at != std::string::npos; at = error.find(marker, at + 1)) {
+    const std::size_t digits_end = at;
+    std::size_t digits_begin = digits_end;
+    while (digits_begin > 0 && std::isdigit(static_cast<unsigned char>(error[digits_begin - 1]))) --digits_begin;
+    if (digits_begin == digits_end || digits_begin < 5 || error.compare(digits_begin - 5, 5, "rank ") != 0) {
+      continue;  // "job aborted: ", as every receiver says
+    }
+    const std::string rank = error.substr(digits_begin, digits_end - digits_begin);
+    const std::string text = error.substr(at + marker.size());
+    if (rank == "1" && text.rfind("rank 1's watchdog gives up", 0) == 0) continue;
+    if (text.rfind("rank " + rank + ":", 0) != 0) return false;
+  }
+  return true;
+}
+
 void abort_in_broadcast(Backend& b) {
   std::thread watchdog;
   if (b.rank() == 1) {
@@ -446,6 +468,8 @@ void abort_in_broadcast(Backend& b) {
   std::printf("[rank %d] %s\n", b.rank(), error.c_str());
   expect(contains(error, "rank 1's watchdog gives up") && !contains(error, "timed out"),
          "a broadcast loop ends with PeerFailure carrying rank 1's reason: '" + error + "'");
+  expect(abort_relays_name_their_rank(error),
+         "every 'rank R aborted: ' in the error is rank 1's own abort or rank R passing on its own error: '" + error + "'");
 }
 
 // World::init() attaches a process once, under either launcher.
