@@ -862,3 +862,45 @@ TEST_CASE("a group held for another thread refuses this thread's collectives, qu
   CHECK(data == std::vector<float>{1.0f});
   other.join();
 }
+
+// A call refused on one rank only (its arguments failed a check there) was
+// not counted: when that rank caught the error and went on, its next call
+// paired with the call the others were still in, and every rank got another
+// step's data with no error (found by a review). It counts now, so the next
+// call is a mismatch saying the ranks are out of step.
+TEST_CASE("a collective refused on one rank only still counts there: its next call is a mismatch saying the ranks "
+          "are out of step, never another step's data",
+          "[errors][mismatch]") {
+  run_ranks(3, [](std::shared_ptr<Backend> b, int r) {
+    for (int step = 1; step <= 2; ++step) {
+      std::vector<float> send(2, float(100 * step + r));
+      std::vector<float> recv(r == 1 && step == 1 ? 5 : 6, -1.0f);  // one short on rank 1 at step 1
+      const std::string error = error_of([&] { b->all_gather<float>(send, recv); });
+      if (r == 1 && step == 1) {
+        RANK_REQUIRE_THAT(error, Contains("all_gather on rank 1 of 3: recv has 5 elements but must have 6"));
+        continue;
+      }
+      if (r != 1 && step == 2) {
+        RANK_REQUIRE_THAT(error, Contains("unusable") || Contains("collective mismatch"));  // the group broke at step 1
+        continue;
+      }
+      // Rank 1's step 2 against the others' step 1.
+      RANK_REQUIRE_THAT(error, Contains("collective mismatch in group [0, 1, 2]") && Contains("out of step") &&
+                                   Contains(r == 1 ? "this rank has made 1 more collective in this group than rank"
+                                                   : "rank 1 has made 1 more collective in this group than this rank"));
+      RANK_REQUIRE(recv == std::vector<float>(6, -1.0f));  // nothing of another step's data
+    }
+  });
+}
+
+TEST_CASE("new_group refused on one rank only still counts there: its next call is a mismatch, not a pairing",
+          "[errors][mismatch][groups]") {
+  run_ranks(2, [](std::shared_ptr<Backend> b, int r) {
+    const std::vector<int> members = r == 0 ? std::vector<int>{0, 1} : std::vector<int>{0, 7};
+    const std::string refused = error_of([&] { (void)b->new_group(members); });
+    RANK_REQUIRE_THAT(refused, Contains(r == 1 ? "rank 7 is out of range" : "rank 1 has made 1 more collective"));
+    std::vector<float> data(3, 1.0f);
+    RANK_REQUIRE_THAT(error_of([&] { b->all_reduce(data, ReduceOp::Sum); }),
+                      Contains("collective mismatch") || Contains("out of step"));
+  });
+}

@@ -263,6 +263,8 @@ void ArenaBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
   collectives::all_to_all(impl_->channel, send.data, recv.data, block, send.type);
 }
 
+void ArenaBackend::do_count_refused_collective() { impl_->channel.count_refused_call(); }
+
 void ArenaBackend::do_barrier() {
   impl_->channel.begin(call_of(CollectiveOp::Barrier, DataType::F32, 0));
   // The arena's creator chose for every rank (ArenaHeader::flat_barrier).

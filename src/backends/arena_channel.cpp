@@ -335,7 +335,7 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
   } else {
     broken_ = "collective mismatch in group " + group_name() + " " + where + ": " +
               waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " + describe(mine) +
-              " vs " + peer + ": " + describe(theirs);
+              " vs " + peer + ": " + describe(theirs) + out_of_step_text(mine.call, theirs.call, peer);
     // The same all-reduce, by another algorithm or with zero copy on one
     // side only: the ranks' settings differ, not their calls.
     const bool same_call_but_path = static_cast<CollectiveOp>(mine.op) == CollectiveOp::AllReduce &&

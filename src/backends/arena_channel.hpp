@@ -59,6 +59,10 @@ class ArenaChannel final : public collectives::RoundChannel {
 
   // Starts a collective: its first exchange() posts and checks `call`.
   void begin(const CollectiveCall& call);
+  // Counts a call this member refused before begin() (its arguments failed a
+  // check): its next call then carries the number after it, which its peers
+  // still in the refused call see as out of step (Backend::count_refused_collective).
+  void count_refused_call() { ++calls_; }
 
   int rank() const override { return member_; }
   int size() const override { return static_cast<int>(world_ranks_.size()); }

@@ -119,20 +119,22 @@ void Backend::release_collectives(std::thread::id holder) {
 }
 
 std::shared_ptr<Backend> Backend::new_group(std::span<const int> ranks) {
-  const std::string prefix = where("new_group");
-  if (ranks.empty()) throw InvalidArgument(prefix + ": the list of ranks is empty");
-  std::vector<int> seen(ranks.begin(), ranks.end());
-  for (int r : ranks) {
-    if (r < 0 || r >= world_size()) {
-      throw InvalidArgument(prefix + ": rank " + std::to_string(r) + " is out of range (ranks are 0.." +
-                            std::to_string(world_size() - 1) + ")");
-    }
-  }
-  std::sort(seen.begin(), seen.end());
-  if (auto dup = std::adjacent_find(seen.begin(), seen.end()); dup != seen.end()) {
-    throw InvalidArgument(prefix + ": rank " + std::to_string(*dup) + " is listed twice");
-  }
   const ThreadClaim claim(*this, "new_group");
+  check_collective([&] {
+    const std::string prefix = where("new_group");
+    if (ranks.empty()) throw InvalidArgument(prefix + ": the list of ranks is empty");
+    for (int r : ranks) {
+      if (r < 0 || r >= world_size()) {
+        throw InvalidArgument(prefix + ": rank " + std::to_string(r) + " is out of range (ranks are 0.." +
+                              std::to_string(world_size() - 1) + ")");
+      }
+    }
+    std::vector<int> seen(ranks.begin(), ranks.end());
+    std::sort(seen.begin(), seen.end());
+    if (auto dup = std::adjacent_find(seen.begin(), seen.end()); dup != seen.end()) {
+      throw InvalidArgument(prefix + ": rank " + std::to_string(*dup) + " is listed twice");
+    }
+  });
   return do_new_group(std::vector<int>(ranks.begin(), ranks.end()));
 }
 

@@ -36,4 +36,15 @@ std::string call_text(std::uint8_t op, std::uint8_t dtype, std::uint64_t count,
   return s + ")";
 }
 
+std::string out_of_step_text(std::uint64_t mine, std::uint64_t theirs, const std::string& peer) {
+  if (mine == theirs) return {};
+  const std::uint64_t ahead = mine > theirs ? mine - theirs : theirs - mine;
+  const std::string who = mine > theirs ? "this rank has" : peer + " has";
+  const std::string other = mine > theirs ? peer : "this rank";
+  return "; the ranks are out of step: " + who + " made " + std::to_string(ahead) + " more collective" +
+         (ahead == 1 ? "" : "s") + " in this group than " + other +
+         " (a collective refused with an error on some ranks only still counts on them: a program that caught "
+         "that error and went on is out of step with the others)";
+}
+
 }  // namespace axonml::distributed

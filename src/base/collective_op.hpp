@@ -37,4 +37,10 @@ std::string call_text(std::uint8_t op, std::uint8_t dtype, std::uint64_t count,
                       std::uint8_t reduce_op, std::int32_t root, std::uint64_t detail,
                       std::string_view note = {});
 
+// What a mismatch between call numbers means, for its error: "; the ranks
+// are out of step: rank 1 has made 1 more collective in this group than
+// this rank (...)". `peer` is the other rank's name ("rank 1"); empty when
+// the numbers agree.
+std::string out_of_step_text(std::uint64_t mine, std::uint64_t theirs, const std::string& peer);
+
 }  // namespace axonml::distributed

@@ -183,7 +183,8 @@ void CallExchange::run(CallDescriptor call,
     broken_by_mismatch_ = true;
     broken_ = "collective mismatch in group " + group_name() + " " + where + ": rank " +
               std::to_string(world_rank(member_)) + ": " + to_string(call) + " vs rank " +
-              std::to_string(world_rank(m)) + ": " + to_string(theirs);
+              std::to_string(world_rank(m)) + ": " + to_string(theirs) +
+              out_of_step_text(call.call, theirs.call, "rank " + std::to_string(world_rank(m)));
     throw CollectiveMismatch(broken_);
   }
 }

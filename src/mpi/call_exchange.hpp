@@ -75,6 +75,11 @@ class CallExchange {
   void run(CallDescriptor call, const std::function<std::span<const std::byte>(int peer)>& payload,
            bool check, const WaitContext& wait);
 
+  // Counts a call this member refused before run() (its arguments failed a
+  // check), so that its next call's number tells its peers it is out of
+  // step (Backend::count_refused_collective).
+  void count_refused_call() { ++calls_; }
+
   // Throws PeerFailure, and breaks the exchange, when a peer has given up
   // a call (its notice has arrived). Run by every wait of the group's
   // collectives (WaitContext::watch), so a rank whose peers gave up the call

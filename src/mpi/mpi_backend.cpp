@@ -109,12 +109,14 @@ struct MpiBackend::Impl {
   std::mutex sends_mutex;  // send() may run beside this group's collectives, which reap too
   std::deque<PendingSend> sends;
   std::vector<std::byte> scratch, copy;
+  std::string group_name;  // "[0, 1]", for messages made on every call
 
   Impl(MPI_Comm made, std::vector<int> ranks_in_world) : comm(made), world_ranks(std::move(ranks_in_world)) {
     MPI_Comm dup = MPI_COMM_NULL;
     check(MPI_Comm_dup(comm.get(), &dup), "MPI_Comm_dup", world_rank(), "creating a group's collective channel");
     coll = mpi::Comm(dup);
     exchange = std::make_unique<CallExchange>(coll, world_ranks);
+    group_name = exchange->group_name();
     wait.rank = world_rank();
     wait.timeout = shm::default_timeout();
     wait.aborted = &aborted;
@@ -125,7 +127,12 @@ struct MpiBackend::Impl {
 
   ~Impl() {
     // What was sent must arrive (the promise of unlimited buffering), so
-    // wait for it, but not forever.
+    // wait for it, but not forever; after MPI_Finalize (the last copy of a
+    // group dropped by a thread as the process exits) nothing can be.
+    if (mpi::finalized()) {
+      for (auto& send : sends) new std::vector<std::byte>(std::move(send.data));  // deliberately leaked
+      return;
+    }
     try {
       while (!sends.empty()) {
         const int rc = mpi::wait_all(std::span<MPI_Request>(&sends.front().request, 1), wait,
@@ -292,6 +299,7 @@ void MpiBackend::abort(const std::string& reason) {
 }
 
 void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
+  const mpi::CallInFlight in_flight("all_reduce", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("all_reduce");
   const std::size_t bytes = data.count * size_of(data.type);
   const auto call = mpi::describe_call(CollectiveOp::AllReduce, data.type, data.count, -1, &op);
@@ -324,6 +332,7 @@ void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
 }
 
 void MpiBackend::do_broadcast(MutableBuffer data, int src) {
+  const mpi::CallInFlight in_flight("broadcast", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("broadcast");
   const std::size_t bytes = data.count * size_of(data.type);
   const auto call = mpi::describe_call(CollectiveOp::Broadcast, data.type, data.count, src);
@@ -347,6 +356,7 @@ void MpiBackend::do_broadcast(MutableBuffer data, int src) {
 }
 
 void MpiBackend::do_all_gather(ConstBuffer send, MutableBuffer recv) {
+  const mpi::CallInFlight in_flight("all_gather", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("all_gather");
   const std::size_t bytes = send.count * size_of(send.type);
   std::byte* mine = recv.data + static_cast<std::size_t>(rank()) * bytes;
@@ -382,6 +392,7 @@ void MpiBackend::do_all_gather(ConstBuffer send, MutableBuffer recv) {
 }
 
 void MpiBackend::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) {
+  const mpi::CallInFlight in_flight("reduce_scatter", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("reduce_scatter");
   const std::size_t bytes = recv.count * size_of(recv.type);
   const auto call = mpi::describe_call(CollectiveOp::ReduceScatter, recv.type, recv.count, -1, &op);
@@ -401,6 +412,7 @@ void MpiBackend::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceO
 }
 
 void MpiBackend::do_gather(ConstBuffer send, MutableBuffer recv, int dst) {
+  const mpi::CallInFlight in_flight("gather", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("gather");
   const std::size_t bytes = send.count * size_of(send.type);
   const bool root = rank() == dst;
@@ -430,6 +442,7 @@ void MpiBackend::do_gather(ConstBuffer send, MutableBuffer recv, int dst) {
 }
 
 void MpiBackend::do_scatter(ConstBuffer send, MutableBuffer recv, int src) {
+  const mpi::CallInFlight in_flight("scatter", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("scatter");
   const std::size_t bytes = recv.count * size_of(recv.type);
   const bool root = rank() == src;
@@ -461,6 +474,7 @@ void MpiBackend::do_scatter(ConstBuffer send, MutableBuffer recv, int src) {
 }
 
 void MpiBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, ReduceOp op) {
+  const mpi::CallInFlight in_flight("reduce", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("reduce");
   const std::size_t bytes = send.count * size_of(send.type);
   const bool root = rank() == dst;
@@ -484,6 +498,7 @@ void MpiBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, Reduce
 // there is nothing for a node leader to combine. MPI_Alltoall counts are
 // per block, in bytes.
 void MpiBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
+  const mpi::CallInFlight in_flight("all_to_all", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("all_to_all");
   const std::size_t es = size_of(send.type);
   const std::size_t block = send.count / static_cast<std::size_t>(world_size());
@@ -512,7 +527,10 @@ void MpiBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
   impl_->wait_for(request, "MPI_Ialltoall");
 }
 
+void MpiBackend::do_count_refused_collective() { impl_->exchange->count_refused_call(); }
+
 void MpiBackend::do_barrier() {
+  const mpi::CallInFlight in_flight("barrier", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("barrier");
   // With the check on, the call exchange is the barrier: every member hears
   // from every other.
@@ -533,6 +551,7 @@ std::string p2p_what(const char* op, DataType type, std::size_t count, const cha
 }  // namespace
 
 void MpiBackend::do_send(ConstBuffer data, int dst, int tag) {
+  const mpi::CallInFlight in_flight("send", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("send");
   if (tag > impl_->tag_upper_bound) {
     throw InvalidArgument("send on rank " + std::to_string(impl_->world_rank()) + ": invalid tag " + std::to_string(tag) +
@@ -565,6 +584,7 @@ void MpiBackend::do_send(ConstBuffer data, int dst, int tag) {
 }
 
 void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
+  const mpi::CallInFlight in_flight("recv", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("recv");
   if (tag > impl_->tag_upper_bound) {
     throw InvalidArgument("recv on rank " + std::to_string(impl_->world_rank()) + ": invalid tag " + std::to_string(tag) +
@@ -635,6 +655,7 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
 }
 
 std::shared_ptr<Backend> MpiBackend::do_new_group(const std::vector<int>& ranks) {
+  const mpi::CallInFlight in_flight("new_group", impl_->world_rank(), impl_->group_name);
   impl_->check_usable("new_group");
   std::vector<int> world;
   world.reserve(ranks.size());

@@ -30,6 +30,13 @@ std::atomic<bool> abort_received{false};
 std::mutex abort_mutex;
 std::string abort_notice;  // written under abort_mutex before abort_received is set
 
+// CallInFlight's: the calls inside MPI now, and whether exit has begun
+// (set by the runtime's destructor, before it waits for the count to fall
+// to zero; both sequentially consistent, so a call either sees the flag or
+// is counted).
+std::atomic<int> calls_in_flight{0};
+std::atomic<bool> exiting{false};
+
 int world_rank() {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -53,16 +60,45 @@ int world_rank() {
 // status 1 without finalizing, from outside any MPI call, and mpirun ends the
 // job. A process that did not give up waits as MPI_Finalize itself would:
 // as long as its peers take to finish (sleeping between tests, not spinning).
+// AXON_TIMEOUT, or 300 s. A malformed AXON_TIMEOUT was reported where it
+// was first read; here, at exit, it must not throw (std::terminate).
+std::chrono::milliseconds exit_timeout() {
+  try {
+    return shm::default_timeout();
+  } catch (const std::exception&) {
+    return std::chrono::milliseconds(300'000);
+  }
+}
+
+// New calls fail from here on (CallInFlight); waits for those other threads
+// are still in. Each ends by itself: with its peers' part, or by its own
+// wait's AXON_TIMEOUT, or at once where a peer heard of this exit. If one
+// outlasts that timeout, MPI cannot be finalized under it: exit with status
+// 1 without finalizing, and mpirun ends the job.
+void refuse_calls_then_wait_for_those_in_flight() {
+  exiting.store(true);
+  const auto limit = exit_timeout() + std::chrono::seconds(1);
+  const auto started = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(100);
+  while (calls_in_flight.load() != 0) {
+    if (std::chrono::steady_clock::now() - started >= limit) {
+      log::log(log::Level::Error, world_rank(),
+               "MpiBackend: at exit a thread of this process was still inside a call of this library after {} ms "
+               "(AXON_TIMEOUT and a second); exiting with status 1 without finalizing MPI, so that mpirun ends "
+               "the job; join every thread that uses the library before main returns",
+               limit.count());
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+  }
+}
+
 void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
   const int rank = world_rank();
   const bool gave_up = gave_up_waiting.load();
-  // A malformed AXON_TIMEOUT was reported where it was first read; here, in
-  // a destructor, it must not throw (std::terminate).
-  auto timeout = std::chrono::milliseconds(300'000);
-  try {
-    timeout = shm::default_timeout();
-  } catch (const std::exception&) {
-  }
+  const auto timeout = exit_timeout();
   const auto started = std::chrono::steady_clock::now();
   // Not wait_all(): this runs in a static destructor, after the main
   // thread's thread_local objects (wait_all's scratch vectors) are gone.
@@ -145,6 +181,7 @@ class Runtime {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (owned_ && !finalized) {
+      refuse_calls_then_wait_for_those_in_flight();
       if (requests_abandoned.load()) {
         // MPI_Finalize would wait for them (and for peers that may hang).
         log::log(log::Level::Error, world_rank(),
@@ -223,6 +260,22 @@ std::optional<std::string> receive_job_aborted() {
   }
   return abort_notice;
 }
+
+CallInFlight::CallInFlight(const char* op, int rank, const std::string& group) {
+  calls_in_flight.fetch_add(1);
+  // After MPI_Finalize the call's own check says so (a call from an atexit
+  // handler); before it, this process is on its way there.
+  if (!exiting.load() || finalized()) return;
+  calls_in_flight.fetch_sub(1);
+  tell_job_aborted("rank " + std::to_string(rank) + " is exiting (its main returned, or exit() was called) while a "
+                   "thread of it still called " + op + " in group " + group);
+  throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank) + " in group " + group +
+                        ": this process is exiting (its main returned, or exit() was called) and MPI is about to be "
+                        "finalized, but a thread still calls this library; join every thread that uses it before "
+                        "main returns");
+}
+
+CallInFlight::~CallInFlight() { calls_in_flight.fetch_sub(1); }
 
 void note_abandoned_requests() { requests_abandoned.store(true); }
 

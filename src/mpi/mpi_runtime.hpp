@@ -71,6 +71,25 @@ std::optional<std::string> receive_job_aborted();
 // read, for the start of every call.
 std::optional<std::string> job_aborted_received();
 
+// One call of a backend into MPI, held from its start to its end. At exit
+// the runtime finalizes MPI, and a call another thread is still in, or makes
+// after, would run into a finalized MPI (a segfault; found by a review: a
+// rank whose main returned while a thread of it looped all_reduces). So the
+// runtime's exit first refuses new calls, then waits for those in flight to
+// end, and only then finalizes.
+//
+// Thread safety: any threads.
+class CallInFlight {
+ public:
+  // Throws InvalidArgument naming `op`, `rank` and `group` when this process
+  // has begun to exit, after telling every other process (their waits for
+  // this one then end with the reason, as after MpiBackend::abort()).
+  CallInFlight(const char* op, int rank, const std::string& group);
+  ~CallInFlight();
+  CallInFlight(const CallInFlight&) = delete;
+  CallInFlight& operator=(const CallInFlight&) = delete;
+};
+
 // `count` as MPI's int; throws InvalidArgument naming op and rank when it
 // does not fit.
 int int_count(std::size_t count, std::string_view op, int rank);

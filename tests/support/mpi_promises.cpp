@@ -40,6 +40,17 @@
 //                     under MPI, a rank whose broadcast was abandoned calls
 //                     MPI_Abort at exit, which would kill the others before
 //                     they print
+//   exit-with-thread DIR  every rank's thread loops all_reduces on a group
+//                     of its own; rank 0's main returns with its thread
+//                     still at it: the others' loops end with PeerFailure
+//                     naming rank 0's exit, and rank 0's with the reason
+//                     (under MPI it crashed in a finalized MPI). Ranks 1..
+//                     meet through files in DIR before exiting, as above
+//   refused-on-one-rank  rank 1's all_gather is refused (its recv is one
+//                     short); it goes on to the next all_gather: every rank
+//                     gets a CollectiveMismatch saying the ranks are out of
+//                     step, and no rank another step's data (it paired with
+//                     the others' pending call, a review)
 //   init-twice        a second World::init() throws InvalidArgument
 //   mismatch KIND     rank 0 calls one collective, the others another:
 //                     CollectiveMismatch on every rank showing both sides.
@@ -472,6 +483,90 @@ void abort_in_broadcast(Backend& b) {
          "every 'rank R aborted: ' in the error is rank 1's own abort or rank R passing on its own error: '" + error + "'");
 }
 
+// What a thread looping all_reduces on `group` ended with ("no error" if it
+// never did), the sums checked on the way. Small (inline under MPI) and
+// 256 KiB calls alternate, so that exit finds the thread inside a wait too.
+std::string loop_all_reduces_until_an_error(const std::shared_ptr<Backend>& group, int rank) {
+  try {
+    for (long i = 0; i < 10'000'000; ++i) {
+      std::vector<float> v(i % 2 == 0 ? 1000 : 65536, 1.0f);
+      group->all_reduce(std::span<float>(v), ReduceOp::Sum);
+      if (v.front() != static_cast<float>(group->world_size()) || v.back() != v.front()) {
+        std::printf("[rank %d] FAILED: all_reduce %ld gave %g, %g\n", rank, i, v.front(), v.back());
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Rank 0's main returns while its thread is in, or between, all_reduces
+// with the others' threads.
+void exit_with_thread(Backend& b, const std::string& dir, std::uint64_t token) {
+  std::vector<int> everyone;
+  for (int q = 0; q < b.world_size(); ++q) everyone.push_back(q);
+  const std::shared_ptr<Backend> group = b.new_group(everyone);
+  const int rank = b.rank();
+  auto error = std::make_shared<std::string>();
+  std::thread loop([group, rank, error] {
+    *error = loop_all_reduces_until_an_error(group, rank);
+    std::printf("[rank %d] the thread's loop ended with: %s\n", rank, error->c_str());
+    // Rank 0 may be gone before this prints; the others' checks decide.
+    if (rank == 0 && error->find("this process is exiting") == std::string::npos &&
+        error->find("job aborted") == std::string::npos) {
+      std::printf("[rank 0] FAILED: rank 0's loop ended with neither its exit nor the job's abort\n");
+    }
+    std::fflush(stdout);
+  });
+  if (rank == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    loop.detach();
+    std::fclose(std::fopen((dir + "/mpi_promises." + std::to_string(token) + ".0").c_str(), "w"));
+    return;  // main returns with the thread still looping
+  }
+  loop.join();
+  // MPI: "job aborted: rank 0 is exiting (its main returned, ...) while a
+  // thread of it still called all_reduce in group [...]"; shared memory:
+  // "rank 0 exited (status 0) while this rank still waited for it", or
+  // "job aborted: " and that as another rank saw it.
+  expect(contains(*error, "rank 0 is exiting (its main returned") || contains(*error, "rank 0 exited (status 0)"),
+         "a loop of all_reduces with a rank whose main returned with its thread still looping ends with "
+         "PeerFailure naming that exit: '" + *error + "'");
+}
+
+void refused_on_one_rank(Backend& b) {
+  const int n = b.world_size(), r = b.rank();
+  auto group = b.new_group([&] {
+    std::vector<int> all;
+    for (int q = 0; q < n; ++q) all.push_back(q);
+    return all;
+  }());
+  for (int step = 1; step <= 2; ++step) {
+    std::vector<float> send(2, static_cast<float>(100 * step + r));
+    std::vector<float> recv(static_cast<std::size_t>(2 * n - (r == 1 && step == 1 ? 1 : 0)), -1.0f);
+    std::string error = "no error";
+    try {
+      group->all_gather<float>(send, recv);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (r == 1 && step == 1) {
+      expect(contains(error, "recv has " + std::to_string(2 * n - 1) + " elements"),
+             "rank 1's all_gather with a short recv is refused: '" + error + "'");
+      continue;
+    }
+    if (r != 1 && step == 2) continue;  // the group broke at step 1
+    if (r == 0) std::printf("[rank 0] %s\n", error.c_str());
+    expect(contains(error, "collective mismatch") && contains(error, "out of step") &&
+               contains(error, r == 1 ? "this rank has made 1 more collective" : "rank 1 has made 1 more collective"),
+           "rank 1's next all_gather and the others' pending one are a mismatch saying the ranks are out of step: '" +
+               error + "'");
+    expect(recv == std::vector<float>(recv.size(), -1.0f), "no rank got another step's data");
+  }
+}
+
 // World::init() attaches a process once, under either launcher.
 void init_twice() {
   std::string error;
@@ -650,6 +745,11 @@ int main(int argc, char** argv) {
     } else if (mode == "abort-in-broadcast") {
       token = job_token(b);
       abort_in_broadcast(b);
+    } else if (mode == "exit-with-thread") {
+      token = job_token(b);
+      exit_with_thread(b, arg, token);
+    } else if (mode == "refused-on-one-rank") {
+      refused_on_one_rank(b);
     } else if (mode == "init-twice") {
       init_twice();
     } else if (mode == "mismatch") {
@@ -662,13 +762,13 @@ int main(int argc, char** argv) {
       group_of_one_untouched(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "abort | abort-in-broadcast | late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
+                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | refused-on-one-rank | late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
       return 2;
     }
     int total = failures;
     // Under axon-launch a timeout aborts the whole job, the tally's group too.
     const bool job_aborted = mode == "collective-timeout" || mode == "hung-peer" || mode == "abort" ||
-                             mode == "abort-in-broadcast" ||
+                             mode == "abort-in-broadcast" || mode == "exit-with-thread" ||
                              ((mode == "late-rank" || mode == "late-at-the-timeout") && b.name() != "mpi");
     if (!job_aborted) {
       tally->all_reduce(std::span<int>(&total, 1), ReduceOp::Sum);
@@ -678,7 +778,9 @@ int main(int argc, char** argv) {
                   arg.c_str(), checks, total);
       std::fflush(stdout);
     }
-    if (mode == "abort-in-broadcast") meet_through_files(arg, token, me, world.world_size());
+    if (mode == "abort-in-broadcast" || (mode == "exit-with-thread" && me != 0)) {
+      meet_through_files(arg, token, me, world.world_size());
+    }
     return total == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] error: %s\n", me, e.what());

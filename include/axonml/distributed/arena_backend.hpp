@@ -95,6 +95,7 @@ class ArenaBackend : public Backend {
   void do_send(ConstBuffer data, int dst, int tag) override;
   void do_recv(MutableBuffer data, int src, int tag) override;
   std::shared_ptr<Backend> do_new_group(const std::vector<int>& ranks) override;
+  void do_count_refused_collective() override;
 
  private:
   std::string name_;

@@ -106,6 +106,21 @@ class Backend {
   // Ends the hold for `holder`; does nothing when it is not held for it.
   void release_collectives(std::thread::id holder);
 
+  // Counts, on this rank, a collective that was refused before it reached
+  // the transport (its arguments failed a check), as if it had been made.
+  // Why: the peers may be in that call, waiting; this rank's next call would
+  // otherwise pair with it and every rank would get another step's data
+  // with no error (found by a review). Counted, the next call is out of
+  // step and every rank gets a CollectiveMismatch saying so; a call every
+  // rank refused leaves them in step, and the group goes on. Every
+  // collective entry point here does this for its own checks; a layer above
+  // with checks of its own (the PyTorch backend) calls it. Not collective;
+  // from the thread that makes this endpoint's collectives, in call order.
+  void count_refused_collective() {
+    const ThreadClaim claim(*this, "count_refused_collective");
+    do_count_refused_collective();
+  }
+
   // Marks the whole job failed: every rank's current and future waits throw
   // PeerFailure carrying `reason` (as MPI_Abort, without killing anyone).
   virtual void abort(const std::string& reason) = 0;
@@ -184,6 +199,9 @@ class Backend {
   // REQUIRES: ranks valid and distinct (Backend::new_group checked them), in
   // the caller's order, not sorted.
   virtual std::shared_ptr<Backend> do_new_group(const std::vector<int>& ranks) = 0;
+  // count_refused_collective(): advances the transport's call count where
+  // it has one (the number its mismatch check compares).
+  virtual void do_count_refused_collective() {}
 
  private:
   // The argument checks, one per op; each throws InvalidArgument.
@@ -255,6 +273,18 @@ class Backend {
   };
   [[noreturn]] void held_by_another_thread(std::string_view op) const;
 
+  // Runs a collective's argument checks; when one throws, the call is
+  // counted as refused (count_refused_collective) before the error goes on.
+  // The try costs nothing on the way through.
+  template <class Checks> void check_collective(Checks&& checks) {
+    try {
+      checks();
+    } catch (...) {
+      count_refused_collective();
+      throw;
+    }
+  }
+
   // The thread inside a collective here or holding the endpoint; none when free.
   std::atomic<std::thread::id> holder_{};
   // Why it is held (hold_collectives_for), or nullptr while a collective
@@ -273,80 +303,96 @@ class Backend {
 
 template <Element T> void Backend::all_reduce(std::span<T> data, ReduceOp op) {
   const ThreadClaim claim(*this, "all_reduce");
-  check_reduce_op("all_reduce", op);
-  check_count("all_reduce", "data", data.size(), sizeof(T));
-  check_data("all_reduce", "data", data.data(), data.size());
+  check_collective([&] {
+    check_reduce_op("all_reduce", op);
+    check_count("all_reduce", "data", data.size(), sizeof(T));
+    check_data("all_reduce", "data", data.data(), data.size());
+  });
   do_all_reduce(view(data), op);
 }
 
 template <Element T> void Backend::broadcast(std::span<T> data, int src) {
   const ThreadClaim claim(*this, "broadcast");
-  check_root("broadcast", src, "src");
-  check_count("broadcast", "data", data.size(), sizeof(T));
-  check_data("broadcast", "data", data.data(), data.size());
+  check_collective([&] {
+    check_root("broadcast", src, "src");
+    check_count("broadcast", "data", data.size(), sizeof(T));
+    check_data("broadcast", "data", data.data(), data.size());
+  });
   do_broadcast(view(data), src);
 }
 
 template <Element T> void Backend::all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
   const ThreadClaim claim(*this, "all_gather");
-  const std::size_t expected = times_world_size("all_gather", "send", send.size(), sizeof(T));
-  check_size("all_gather", "recv", recv.size(), expected, "send count x world size");
-  check_data("all_gather", "send", send.data(), send.size());
-  check_data("all_gather", "recv", recv.data(), recv.size());
+  check_collective([&] {
+    const std::size_t expected = times_world_size("all_gather", "send", send.size(), sizeof(T));
+    check_size("all_gather", "recv", recv.size(), expected, "send count x world size");
+    check_data("all_gather", "send", send.data(), send.size());
+    check_data("all_gather", "recv", recv.data(), recv.size());
+  });
   do_all_gather(view(send), view(recv));
 }
 
 template <Element T>
 void Backend::reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op) {
   const ThreadClaim claim(*this, "reduce_scatter");
-  check_reduce_op("reduce_scatter", op);
-  const std::size_t expected = times_world_size("reduce_scatter", "recv", recv.size(), sizeof(T));
-  check_size("reduce_scatter", "send", send.size(), expected, "recv count x world size");
-  check_data("reduce_scatter", "send", send.data(), send.size());
-  check_data("reduce_scatter", "recv", recv.data(), recv.size());
+  check_collective([&] {
+    check_reduce_op("reduce_scatter", op);
+    const std::size_t expected = times_world_size("reduce_scatter", "recv", recv.size(), sizeof(T));
+    check_size("reduce_scatter", "send", send.size(), expected, "recv count x world size");
+    check_data("reduce_scatter", "send", send.data(), send.size());
+    check_data("reduce_scatter", "recv", recv.data(), recv.size());
+  });
   do_reduce_scatter(view(send), view(recv), op);
 }
 
 template <Element T> void Backend::gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst) {
   const ThreadClaim claim(*this, "gather");
-  check_root("gather", dst, "dst");
-  const std::size_t expected = times_world_size("gather", "send", send.size(), sizeof(T));
-  if (rank() == dst) check_size("gather", "recv", recv.size(), expected, "send count x world size on dst");
-  check_data("gather", "send", send.data(), send.size());
-  if (rank() == dst) check_data("gather", "recv", recv.data(), recv.size());
+  check_collective([&] {
+    check_root("gather", dst, "dst");
+    const std::size_t expected = times_world_size("gather", "send", send.size(), sizeof(T));
+    if (rank() == dst) check_size("gather", "recv", recv.size(), expected, "send count x world size on dst");
+    check_data("gather", "send", send.data(), send.size());
+    if (rank() == dst) check_data("gather", "recv", recv.data(), recv.size());
+  });
   do_gather(view(send), view(recv), dst);
 }
 
 template <Element T> void Backend::scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int src) {
   const ThreadClaim claim(*this, "scatter");
-  check_root("scatter", src, "src");
-  const std::size_t expected = times_world_size("scatter", "recv", recv.size(), sizeof(T));
-  if (rank() == src) check_size("scatter", "send", send.size(), expected, "recv count x world size on src");
-  if (rank() == src) check_data("scatter", "send", send.data(), send.size());
-  check_data("scatter", "recv", recv.data(), recv.size());
+  check_collective([&] {
+    check_root("scatter", src, "src");
+    const std::size_t expected = times_world_size("scatter", "recv", recv.size(), sizeof(T));
+    if (rank() == src) check_size("scatter", "send", send.size(), expected, "recv count x world size on src");
+    if (rank() == src) check_data("scatter", "send", send.data(), send.size());
+    check_data("scatter", "recv", recv.data(), recv.size());
+  });
   do_scatter(view(send), view(recv), src);
 }
 
 template <Element T>
 void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst, ReduceOp op) {
   const ThreadClaim claim(*this, "reduce");
-  check_reduce_op("reduce", op);
-  check_root("reduce", dst, "dst");
-  check_count("reduce", "send", send.size(), sizeof(T));
-  if (rank() == dst) check_size("reduce", "recv", recv.size(), send.size(), "send count on dst");
-  check_data("reduce", "send", send.data(), send.size());
-  if (rank() == dst) check_data("reduce", "recv", recv.data(), recv.size());
+  check_collective([&] {
+    check_reduce_op("reduce", op);
+    check_root("reduce", dst, "dst");
+    check_count("reduce", "send", send.size(), sizeof(T));
+    if (rank() == dst) check_size("reduce", "recv", recv.size(), send.size(), "send count on dst");
+    check_data("reduce", "send", send.data(), send.size());
+    if (rank() == dst) check_data("reduce", "recv", recv.data(), recv.size());
+  });
   do_reduce(view(send), view(recv), dst, op);
 }
 
 template <Element T>
 void Backend::all_to_all(std::span<const std::type_identity_t<T>> send, std::span<T> recv) {
   const ThreadClaim claim(*this, "all_to_all");
-  check_count("all_to_all", "send", send.size(), sizeof(T));
-  check_blocks("all_to_all", "send", send.size());
-  check_size("all_to_all", "recv", recv.size(), send.size(), "send count");
-  check_data("all_to_all", "send", send.data(), send.size());
-  check_data("all_to_all", "recv", recv.data(), recv.size());
+  check_collective([&] {
+    check_count("all_to_all", "send", send.size(), sizeof(T));
+    check_blocks("all_to_all", "send", send.size());
+    check_size("all_to_all", "recv", recv.size(), send.size(), "send count");
+    check_data("all_to_all", "send", send.data(), send.size());
+    check_data("all_to_all", "recv", recv.data(), recv.size());
+  });
   do_all_to_all(view(send), view(recv));
 }
 
