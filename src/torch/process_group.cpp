@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
 #include <atomic>
 #include <array>
 #include <cctype>
@@ -893,8 +894,58 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
   }
 }
 
+// Held by every collective entry point from its first check until it calls
+// collective(): an exception before then is a refusal of this rank alone
+// (wrong arguments here), and the call is counted as made, so that this
+// rank's next call shows the peers still in it that it is out of step
+// instead of pairing with their call (found by a review: the ranks got each
+// other's steps' sums with no error). Once collective() is reached the
+// runtime's own calls count.
+class ProcessGroupAxon::RefusalCount {
+ public:
+  explicit RefusalCount(ProcessGroupAxon& group)
+      : group_(group), exceptions_(std::uncaught_exceptions()), outer_(innermost_) {
+    innermost_ = this;
+  }
+  ~RefusalCount() {
+    innermost_ = outer_;
+    if (!reached_ && std::uncaught_exceptions() > exceptions_) group_.count_refused_collective();
+  }
+  RefusalCount(const RefusalCount&) = delete;
+  RefusalCount& operator=(const RefusalCount&) = delete;
+
+  // The innermost entry point of `group` on this thread, and those of the
+  // same group it was called from, reached collective().
+  static void reached(const ProcessGroupAxon& group) {
+    for (RefusalCount* c = innermost_; c; c = c->outer_) {
+      if (&c->group_ == &group) c->reached_ = true;
+    }
+  }
+
+ private:
+  ProcessGroupAxon& group_;
+  int exceptions_;
+  RefusalCount* outer_;
+  bool reached_ = false;
+  static thread_local RefusalCount* innermost_;
+};
+
+thread_local ProcessGroupAxon::RefusalCount* ProcessGroupAxon::RefusalCount::innermost_ = nullptr;
+
+void ProcessGroupAxon::count_refused_collective() noexcept {
+  if (in_forked_child() || !thread_) return;
+  try {
+    // In call order with this group's other collectives, on the thread that runs them.
+    auto work = c10::make_intrusive<AxonWork>(getRank(), OpType::UNKNOWN, Tensors{});
+    thread_->push(work, [b = backend_] { b->count_refused_collective(); });
+  } catch (...) {
+    // Out of memory, say: the refusal's own error is on its way to the caller.
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors outputs, std::int64_t bytes,
                                                           std::function<void()> run) {
+  RefusalCount::reached(*this);
   refuse_in_forked_child(type);
   auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
   // From a callback of this group's op, push() and run_here_or_push() run
@@ -989,6 +1040,38 @@ bool any_two_overlap(const std::vector<at::Tensor>& tensors) {
   return false;
 }
 
+// allreduce_coalesced's first step: the ranks compare their lists (how many
+// tensors; each one's dtype and element count, folded into a hash) in one
+// all_reduce of four int64, and every rank throws CollectiveMismatch when
+// they differ. Why: the list runs as one all_reduce per tensor, so a rank
+// with a longer list paired its extra tensor with the others' next call,
+// and those ranks got that call's sum with no error (found by a review).
+void agree_on_the_list(ad::StoreBackend& b, const std::vector<at::Tensor>& tensors, const std::string& where) {
+  std::uint64_t fold = 0xcbf29ce484222325ull;
+  auto mix = [&fold](std::uint64_t v) { fold = (fold ^ v) * 0x100000001b3ull; };
+  for (const auto& t : tensors) {
+    mix(static_cast<std::uint64_t>(t.scalar_type()));
+    mix(static_cast<std::uint64_t>(t.numel()));
+  }
+  const auto count = static_cast<std::int64_t>(tensors.size());
+  const auto hash = static_cast<std::int64_t>(fold >> 1);  // >= 0: its negation fits
+  std::array<std::int64_t, 4> least{count, -count, hash, -hash};  // min, -max of each
+  b.all_reduce(std::span<std::int64_t>(least), ad::ReduceOp::Min);
+  if (least[0] == -least[1] && least[2] == -least[3]) return;
+  std::string mine;
+  for (std::size_t i = 0; i < tensors.size() && i < 8; ++i) {
+    mine += (i ? ", " : "") + std::string(c10::toString(tensors[i].scalar_type())) + " of " +
+            std::to_string(tensors[i].numel());
+  }
+  if (tensors.size() > 8) mine += ", ...";
+  throw ad::CollectiveMismatch(
+      where + ": the ranks passed different tensor lists (" +
+      (least[0] != -least[1] ? std::to_string(least[0]) + " to " + std::to_string(-least[1]) + " tensors"
+                             : "the same number of tensors, of different dtypes or sizes") +
+      "); this rank passed " + std::to_string(count) + ": [" + mine + "]. Every rank must pass tensors of the same "
+      "dtypes and sizes, in the same order");
+}
+
 void all_reduce_one(ad::StoreBackend& b, at::Tensor& t, const c10d::ReduceOp& op, bool room,
                     const std::string& where) {
   if (may_meet_placed(room, t, op, where)) return all_reduce_where_agreed(b, t, op, /*move=*/false, where);
@@ -1034,6 +1117,7 @@ bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_in_arena(at::Tensor& tensor,
                                                                   const c10d::AllreduceOptions& opts) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("allreduce_in_arena");
   const at::ScalarType type = check_all({tensor}, where);
   check_reducible(opts.reduceOp, type, where);
@@ -1050,6 +1134,7 @@ bool ProcessGroupAxon::in_arena(const at::Tensor& tensor) const {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("broadcast");
   check_all(tensors, where);
   check_one_tensor(tensors, where, "");
@@ -1062,6 +1147,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, con
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("allreduce");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   check_one_tensor(tensors, where, "all_reduce_coalesced");
@@ -1073,10 +1159,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, con
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& tensors,
                                                                    const c10d::AllreduceCoalescedOptions& opts) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("allreduce_coalesced");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   return collective(OpType::ALLREDUCE_COALESCED, tensors, total_bytes(tensors),
                     [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
+    agree_on_the_list(*b, tensors, where);
     if (!any_two_overlap(tensors)) {
       for (auto& t : tensors) all_reduce_one(*b, t, op, room, where);
       return;
@@ -1094,6 +1182,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& te
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("reduce");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   check_one_tensor(tensors, where, "");
@@ -1122,6 +1211,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>& outputs, Tensors& inputs,
                                                          const c10d::AllgatherOptions&) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("allgather");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one list per process");
@@ -1144,6 +1234,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>&
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                const c10d::AllgatherOptions&) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("_allgather_base");
   check_all({output, input}, where);
   check_count(where, "the output tensor", output.numel(), input.numel() * getSize(),
@@ -1155,6 +1246,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_allgather_base(at::Tensor& out
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector<Tensors>& outputs, Tensors& inputs,
                                                                    const c10d::AllgatherOptions&) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("allgather_coalesced");
   const at::ScalarType type = check_all(inputs, where);
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), getSize(), "one list per rank");
@@ -1184,6 +1276,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& outputs, Tensors& inputs,
                                                       const c10d::GatherOptions& opts) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("gather");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
   check_all(inputs, where);
@@ -1203,6 +1296,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& ou
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                                        const c10d::ScatterOptions& opts) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("scatter");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
   check_all(outputs, where);
@@ -1218,6 +1312,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                                               const c10d::ReduceScatterOptions& opts) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("reduce_scatter");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one list per process");
@@ -1240,6 +1335,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                     const c10d::ReduceScatterOptions& opts) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("_reduce_scatter_base");
   const at::ScalarType type = check_all({output, input}, where);
   check_reducible(opts.reduceOp, type, where);
@@ -1320,6 +1416,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
                                                              std::vector<int64_t>& output_splits,
                                                              std::vector<int64_t>& input_splits,
                                                              const c10d::AllToAllOptions&) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("alltoall_base");
   check_all({output, input}, where);
   const std::int64_t n = getSize();
@@ -1368,6 +1465,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall(Tensors& outputs, Tensors& inputs,
                                                         const c10d::AllToAllOptions&) {
+  const RefusalCount refusal(*this);
   const std::string where = where_of("alltoall");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), getSize(), "one tensor per rank");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), getSize(), "one tensor per rank");

@@ -58,6 +58,49 @@ def bad_inputs(rank, n):
     return True
 
 
+def refused_on_one_rank(rank, n):
+    """A collective refused on one rank only (a bitwise op on floats) still
+    counts there: that rank's next call and the others' pending one fail on
+    every rank with a mismatch saying the ranks are out of step. It used to
+    pair with the others' call, and every rank got another step's sum with no
+    error (a review)."""
+    dist.init_process_group("axon")
+    step1 = torch.full((4,), float(rank + 1))
+    if rank == 1:
+        raises(lambda: dist.all_reduce(step1, op=dist.ReduceOp.BAND), "bitwise", "Float")
+        step2 = torch.full((4,), 100.0)
+        text = raises(lambda: dist.all_reduce(step2), "collective mismatch", "out of step",
+                      "this rank has made 1 more collective")
+        assert step2.tolist() == [100.0] * 4, step2  # never another step's sum
+    else:
+        w = dist.all_reduce(step1, async_op=True)  # rank 1 refused its part of this one
+        text = raises(w.wait, "collective mismatch", "out of step", "rank 1 has made 1 more collective")
+        assert step1.tolist() == [float(rank + 1)] * 4, step1
+    dist.destroy_process_group()
+    return text
+
+
+def coalesced_lists_differ(rank, n):
+    """all_reduce_coalesced of lists that differ between ranks fails on every
+    rank, naming the lists; it ran as one all_reduce per tensor, and a longer
+    list's extra tensor met the others' next all_reduce (a review)."""
+    dist.init_process_group("axon")
+    texts = []
+    for group, tensors in [(dist.new_group(), [torch.ones(3) for _ in range(2 + (rank == 1))]),
+                           (dist.new_group(), [torch.ones(3), torch.ones(2 + rank)])]:
+        texts.append(raises(lambda: dist.all_reduce_coalesced(tensors, group=group), "allreduce_coalesced",
+                            "different tensor lists", f"this rank passed {len(tensors)}"))
+        # Every rank agreed that the lists differ: the group goes on.
+        t = torch.ones(5)
+        dist.all_reduce(t, group=group)
+        assert t.tolist() == [float(n)] * 5, t
+    same = [torch.ones(3), torch.ones(4) * (rank + 1)]
+    dist.all_reduce_coalesced(same)
+    assert same[0].tolist() == [float(n)] * 3 and same[1].tolist() == [n * (n + 1) / 2] * 4, same
+    dist.destroy_process_group()
+    return texts[0]
+
+
 def raw_byte_mismatch(rank, n):
     """Data movement of a dtype the runtime does not reduce goes as raw words;
     a size mismatch then also says what this rank passed, in its dtype."""
@@ -729,6 +772,11 @@ if __name__ == "__main__":
     print("test_errors: a bad AXON_TORCH_INLINE_BYTES, AXON_LOG_LEVEL or AXON_KERNEL is reported before the rendezvous")
     run_ranks(2, bad_inputs)
     print("test_errors: bad inputs give errors naming the op and the sizes")
+    texts = run_ranks(3, refused_on_one_rank)
+    print(f"test_errors: a call refused on rank 1 only made its next call and the others' pending one a mismatch: "
+          f"{texts[0].splitlines()[0][:200]}")
+    texts = run_ranks(3, coalesced_lists_differ)
+    print(f"test_errors: all_reduce_coalesced of lists that differ raised on every rank: {texts[0].splitlines()[0][:200]}")
     run_ranks(2, raw_byte_mismatch)
     print("test_errors: a size mismatch of raw-byte data movement names this rank's dtype and size")
     run_ranks(2, recv_mismatch)

@@ -207,6 +207,12 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   c10::intrusive_ptr<Work> point_to_point(CommThread& thread, c10d::OpType type, Tensors outputs,
                                           std::function<void()> run, int source_rank = -1);
 
+  // Counts, in call order on thread_, a collective this rank refused before
+  // collective() (its arguments failed a check here): see
+  // distributed::Backend::count_refused_collective. Nothing here throws.
+  void count_refused_collective() noexcept;
+  class RefusalCount;  // every collective entry point holds one (see its definition)
+
   // Throws when a process another live group watches has exited (see the
   // constructor); called while this group sets up.
   void give_up_if_a_process_exited() const;
