@@ -427,3 +427,29 @@ TEST_CASE("GradientSynchronizer Overlapped needs the group before gradients arri
   plain.add_gradient(0, Tensor::zeros({2}));
   CHECK_THROWS_WITH(plain.add_gradient(0, Tensor::zeros({2})), Catch::Contains("already added"));
 }
+
+// Rank 1 added gradients of sizes 3 and 2, the others 2 and 3: the buckets
+// were of equal length, and every rank averaged one gradient's values into
+// another's with no error (found by a review).
+TEST_CASE("GradientSynchronizer gradients whose sizes differ between ranks are a mismatch on every rank, not a "
+          "silent average of other gradients",
+          "[grad_sync][errors]") {
+  const auto strategy = GENERATE(GradSyncStrategy::Synchronous, GradSyncStrategy::Overlapped);
+  const bool fixed = GENERATE(false, true);
+  run_ranks(3, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup pg(backend);
+    const std::vector<Shape> shapes = r == 1 ? std::vector<Shape>{{3}, {2}} : std::vector<Shape>{{2}, {3}};
+    GradientSynchronizer sync(strategy, 16);
+    sync.set_group(pg);
+    if (fixed) sync.prepare(shapes); else sync.prepare(shapes.size());
+    std::vector<Tensor> grads{Tensor::full(shapes[0], 1.0f), Tensor::full(shapes[1], 100.0f)};
+    const std::string error = error_of([&] {
+      for (std::size_t i = grads.size(); i-- > 0;) sync.add_gradient(i, grads[i]);
+      sync.sync_all(pg);
+    });
+    RANK_REQUIRE_THAT(error, Catch::Contains("GradientSynchronizer on rank " + std::to_string(r)) &&
+                                 Catch::Contains("laid out a bucket differently") &&
+                                 Catch::Contains(r == 1 ? "gradient 1 of 2, gradient 0 of 3" : "gradient 1 of 3, gradient 0 of 2"));
+    RANK_REQUIRE(grads[0].to_vec() == std::vector<float>(numel_of(shapes[0]), 1.0f));  // untouched
+  });
+}

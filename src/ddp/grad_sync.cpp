@@ -1,8 +1,11 @@
 #include "axonml/distributed/grad_sync.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <string>
 
 #include "axonml/distributed/error.hpp"
 #include "ddp/comm_worker.hpp"
@@ -273,7 +276,40 @@ void GradientSynchronizer::launch(std::size_t b) {
   }
 }
 
+// Why: buckets of equal length whose gradients differ between ranks (rank 1
+// added sizes 3 and 2, the others 2 and 3) were averaged element by element
+// with no error, each rank reading another gradient's values (found by a
+// review). Once per bucket and layout: the first round's cost, not every
+// round's.
+void GradientSynchronizer::agree_on_layout(const Bucket& bucket, const ProcessGroup& pg) const {
+  std::uint64_t fold = 0xcbf29ce484222325ull;  // FNV-1a over the bucket's (index, offset) pairs and size
+  auto mix = [&fold](std::uint64_t v) { fold = (fold ^ v) * 0x100000001b3ull; };
+  for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
+    mix(bucket.indices[k]);
+    mix(bucket.offsets[k]);
+  }
+  mix(bucket.size);
+  const auto hash = static_cast<std::int64_t>(fold >> 1);  // >= 0: its negation fits
+  std::array<std::int64_t, 2> least{hash, -hash};          // min, -max
+  pg.backend().all_reduce(std::span<std::int64_t>(least), ReduceOp::Min);
+  if (least[0] == -least[1]) return;
+  std::string layout;
+  for (std::size_t k = 0; k < bucket.indices.size() && k < 8; ++k) {
+    const std::size_t end = k + 1 < bucket.offsets.size() ? bucket.offsets[k + 1] : bucket.size;
+    layout += (k ? ", " : "") + std::string("gradient ") + std::to_string(bucket.indices[k]) + " of " +
+              std::to_string(end - bucket.offsets[k]);
+  }
+  if (bucket.indices.size() > 8) layout += ", ...";
+  throw CollectiveMismatch("GradientSynchronizer on rank " + std::to_string(pg.rank()) +
+                           ": the ranks laid out a bucket differently; this rank's holds " + layout +
+                           " floats. Every rank must add the same indices with the same sizes");
+}
+
 void GradientSynchronizer::reduce(Bucket& bucket, const ProcessGroup& pg) {
+  if (!bucket.layout_agreed) {
+    agree_on_layout(bucket, pg);
+    bucket.layout_agreed = true;
+  }
   if (compression_ == GradientCompression::BF16) {
     pg.backend().all_reduce(std::span<bfloat16>(bucket.wire.get(), bucket.size), ReduceOp::Average);
     for (std::size_t k = 0; k < bucket.indices.size(); ++k) {

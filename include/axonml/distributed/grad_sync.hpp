@@ -47,7 +47,9 @@
 //          significant bits). The twin, not the f32 bucket, is what goes in
 //          shared memory for the zero-copy all-reduce.
 //
-// Every rank must add the same indices with the same sizes.
+// Every rank must add the same indices with the same sizes: the first time a
+// bucket is reduced, the ranks compare its layout (one small all-reduce) and
+// throw CollectiveMismatch, naming this rank's layout, when they differ.
 //
 // Thread safety: one owner thread; the communication thread is internal.
 // buckets_reduced() may be read from any thread.
@@ -126,6 +128,7 @@ class GradientSynchronizer {
     bool shared = false;               // the all-reduced buffer is in the group's shared memory
     std::size_t missing = 0;           // members not yet added this round
     bool closed = false;               // no more members will join
+    bool layout_agreed = false;        // the ranks compared its layout (agree_on_layout)
   };
 
   std::size_t capacity_of(std::size_t bucket) const;
@@ -136,6 +139,7 @@ class GradientSynchronizer {
   void launch_ready(bool force);
   void launch(std::size_t bucket);
   void reduce(Bucket& bucket, const ProcessGroup& pg);
+  void agree_on_layout(const Bucket& bucket, const ProcessGroup& pg) const;
   void wait_for_worker();
   void release_held_group();
   void check_index(const char* op, std::size_t index) const;
