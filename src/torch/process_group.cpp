@@ -11,13 +11,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <exception>
-#include <atomic>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -26,6 +27,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/store_backend.hpp"
@@ -244,6 +246,20 @@ void agree_on_fallback(ad::Backend& b, Fallback kind, const at::Tensor& t, const
 // reducing without a runtime kernel shows as the all_gather(i64, 4) that
 // begins it (agree_on_fallback): then the message also says what this rank
 // called and what that all_gather is.
+// The runtime repeats a group's mismatch, word for word, on every later call
+// (the group is unusable): such a repeat gets the words its first throw got,
+// which said what this rank called then, not what it calls now (found by a
+// review: later calls said "this rank called allreduce(Float, ...)" of a
+// mismatch between int8 calls). Keyed by the runtime's text; cold path.
+std::string explained_once(const std::string& what, const std::function<std::string()>& explain) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::string> first;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, fresh] = first.try_emplace(what);
+  if (fresh) it->second = what + explain();
+  return it->second;
+}
+
 template <class Fn>
 void reducing(Fallback kind, const at::Tensor& t, const c10d::ReduceOp& op, Fn&& fn) {
   try {
@@ -251,10 +267,11 @@ void reducing(Fallback kind, const at::Tensor& t, const c10d::ReduceOp& op, Fn&&
   } catch (const ad::CollectiveMismatch& e) {
     const std::string what = e.what();
     if (what.find("all_gather(i64, 4)") == std::string::npos) throw;
-    throw ad::CollectiveMismatch(what + " (this rank called " + name_of(static_cast<std::int64_t>(kind)) + "(" +
-                                 c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + ", " +
-                                 op_name(op) + "); an all_gather(i64, 4) begins a reduction the runtime has "
-                                 "no kernel for: of int8, uint8, int16, bool or complex tensors, or BAND, BOR, BXOR)");
+    throw ad::CollectiveMismatch(explained_once(what, [&] {
+      return std::string(" (this rank called ") + name_of(static_cast<std::int64_t>(kind)) + "(" + c10::toString(t.scalar_type()) +
+             ", " + std::to_string(t.numel()) + ", " + op_name(op) + "); an all_gather(i64, 4) begins a reduction the "
+             "runtime has no kernel for: of int8, uint8, int16, bool or complex tensors, or BAND, BOR, BXOR)";
+    }));
   }
 }
 
@@ -1365,7 +1382,18 @@ void uneven_all_to_all(ad::Backend& b, const std::vector<at::Tensor>& send_block
     mine[n + q] = static_cast<std::int64_t>(recv_blocks[static_cast<std::size_t>(q)].numel());
   }
   auto all = at::empty({n * 2 * n}, at::kLong);
-  axonml::torch::all_gather(b, mine, all);
+  try {
+    axonml::torch::all_gather(b, mine, all);
+  } catch (const ad::CollectiveMismatch& e) {
+    // The runtime names the all_gather, which the caller never wrote.
+    const std::string gather = "all_gather(i64, " + std::to_string(2 * n) + ")";
+    const std::string what = e.what();
+    if (what.find(gather) == std::string::npos) throw;
+    throw ad::CollectiveMismatch(explained_once(what, [&] {
+      return " (" + where + ": an " + gather + " begins this rank's all_to_all, where the ranks share their split "
+             "sizes)";
+    }));
+  }
   auto table = all.view({n, 2 * n});
   const std::int64_t widest = std::max<std::int64_t>(table.narrow(1, 0, n).max().item<std::int64_t>(), 0);
   const auto* cells = table.data_ptr<std::int64_t>();

@@ -620,6 +620,20 @@ def fallback_mismatch(rank, n):
     mine = "allreduce(Float, 4, SUM)" if rank == 0 else "allreduce(Char, 16, SUM)"
     raises(lambda: dist.all_reduce(torch.ones(4) if rank == 0 else torch.ones(16, dtype=torch.int8), group=group),
            "collective mismatch", "all_gather(i64, 4)", f"this rank called {mine}", "no kernel for")
+    # The failed group repeats the mismatch on every later call, with the
+    # words of its first throw: later calls said "this rank called" of
+    # themselves (a review).
+    later = raises(lambda: dist.all_reduce(torch.ones(7, dtype=torch.int16), group=group), "collective mismatch",
+                   f"this rank called {mine}")
+    assert "Short" not in later, later
+    # An all_to_all's first step is an all_gather of its split sizes: a
+    # mismatch there says so.
+    a2a = dist.new_group()
+    text = raises(lambda: dist.all_to_all([torch.zeros(2) for _ in range(n)], [torch.ones(2) for _ in range(n)],
+                                           group=a2a) if rank == 0 else dist.all_reduce(torch.ones(4), group=a2a),
+                  "collective mismatch")
+    if rank == 0:
+        assert f"all_gather(i64, {2 * n}) begins this rank's all_to_all" in text, text
     dist.destroy_process_group()
     return True
 
