@@ -904,3 +904,21 @@ TEST_CASE("new_group refused on one rank only still counts there: its next call 
                       Contains("collective mismatch") || Contains("out of step"));
   });
 }
+
+// ProcessGroup::reduce_scatter_tensor checks the split itself, before the
+// backend: rank 1's refused call was not counted, and its next call paired
+// with rank 0's pending one (rank 0 got 1 + 100, the next step's data; a
+// review).
+TEST_CASE("a ProcessGroup reduce_scatter_tensor refused on one rank only counts there too", "[errors][mismatch]") {
+  run_ranks(2, [](std::shared_ptr<Backend> b, int r) {
+    ProcessGroup pg(b);
+    const std::string first = error_of([&] { (void)pg.reduce_scatter_tensor(Tensor::full({r == 1 ? 5u : 4u}, 1.0f), ReduceOp::Sum); });
+    if (r == 1) {
+      RANK_REQUIRE_THAT(first, Contains("do not split evenly"));
+      RANK_REQUIRE_THAT(error_of([&] { (void)pg.reduce_scatter_tensor(Tensor::full({4}, 100.0f), ReduceOp::Sum); }),
+                        Contains("out of step"));
+    } else {
+      RANK_REQUIRE_THAT(first, Contains("out of step") && Contains("rank 1 has made 1 more collective"));
+    }
+  });
+}

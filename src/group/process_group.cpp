@@ -106,6 +106,7 @@ Tensor ProcessGroup::reduce_scatter_tensor(const Tensor& tensor, ReduceOp op) co
   Backend& b = member_backend("reduce_scatter");
   const auto n = static_cast<std::size_t>(size());
   if (tensor.numel() % n != 0) {
+    b.count_refused_collective();  // the peers may be in this call: see Backend
     throw InvalidArgument("reduce_scatter on rank " + std::to_string(rank()) + " of " + describe() +
                           ": " + std::to_string(tensor.numel()) +
                           " elements do not split evenly into " + std::to_string(n) + " blocks");

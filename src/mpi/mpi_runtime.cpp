@@ -77,6 +77,18 @@ std::chrono::milliseconds exit_timeout() {
 // 1 without finalizing, and mpirun ends the job.
 void refuse_calls_then_wait_for_those_in_flight() {
   exiting.store(true);
+  if (const int in_flight = calls_in_flight.load(); in_flight != 0) {
+    // Its peers may wait for it in that call for as long as their timeout,
+    // and this exit with them: tell them now, as abort() does (a review
+    // found a thread waiting in a recv nobody answered hold the exit for
+    // AXON_TIMEOUT in silence).
+    tell_job_aborted("rank " + std::to_string(world_rank()) + " is exiting (its main returned, or exit() was "
+                     "called) while a thread of it is still inside a call of this library");
+    log::log(log::Level::Warn, world_rank(),
+             "MpiBackend: exiting while {} call(s) of this library are still running on other threads; waiting for "
+             "them before MPI_Finalize (join every thread that uses the library before main returns)",
+             in_flight);
+  }
   const auto limit = exit_timeout() + std::chrono::seconds(1);
   const auto started = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(100);
@@ -266,9 +278,11 @@ CallInFlight::CallInFlight(const char* op, int rank, const std::string& group) {
   // After MPI_Finalize the call's own check says so (a call from an atexit
   // handler); before it, this process is on its way there.
   if (!exiting.load() || finalized()) return;
-  calls_in_flight.fetch_sub(1);
+  // Told while still counted: the exit must not free the notices'
+  // communicator or finalize MPI under the send.
   tell_job_aborted("rank " + std::to_string(rank) + " is exiting (its main returned, or exit() was called) while a "
                    "thread of it still called " + op + " in group " + group);
+  calls_in_flight.fetch_sub(1);
   throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank) + " in group " + group +
                         ": this process is exiting (its main returned, or exit() was called) and MPI is about to be "
                         "finalized, but a thread still calls this library; join every thread that uses it before "
@@ -276,6 +290,8 @@ CallInFlight::CallInFlight(const char* op, int rank, const std::string& group) {
 }
 
 CallInFlight::~CallInFlight() { calls_in_flight.fetch_sub(1); }
+
+bool exit_begun() { return exiting.load(std::memory_order_relaxed); }
 
 void note_abandoned_requests() { requests_abandoned.store(true); }
 

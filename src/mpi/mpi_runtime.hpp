@@ -90,6 +90,10 @@ class CallInFlight {
   CallInFlight& operator=(const CallInFlight&) = delete;
 };
 
+// Whether this process has begun to exit (the runtime's destructor runs):
+// waits other threads are in then end (waiting.cpp).
+bool exit_begun();
+
 // `count` as MPI's int; throws InvalidArgument naming op and rank when it
 // does not fit.
 int int_count(std::size_t count, std::string_view op, int rank);

@@ -39,6 +39,15 @@ void poll(Test&& test, const WaitContext& context, Describe&& describe) {
         note_gave_up_waiting();
         throw PeerFailure("rank " + std::to_string(context.rank) + ": " + describe() + ": job aborted: " + *notice);
       }
+      // A thread left waiting as its process exits: the exit waits for it
+      // before MPI_Finalize, and its peers, told of the exit, may never
+      // answer (a recv whose send never comes held the exit for AXON_TIMEOUT).
+      if (exit_begun()) {
+        note_gave_up_waiting();
+        throw InvalidArgument("rank " + std::to_string(context.rank) + ": " + describe() +
+                              ": this process is exiting (its main returned, or exit() was called) while this "
+                              "thread waits here; join every thread that uses the library before main returns");
+      }
     }
     if (context.aborted && context.aborted->load(std::memory_order_acquire)) {
       note_gave_up_waiting();

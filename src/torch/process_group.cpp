@@ -1057,7 +1057,7 @@ bool any_two_overlap(const std::vector<at::Tensor>& tensors) {
   return false;
 }
 
-// allreduce_coalesced's first step: the ranks compare their lists (how many
+// allreduce_coalesced's and allgather_coalesced's first step: the ranks compare their lists (how many
 // tensors; each one's dtype and element count, folded into a hash) in one
 // all_reduce of four int64, and every rank throws CollectiveMismatch when
 // they differ. Why: the list runs as one all_reduce per tensor, so a rank
@@ -1098,6 +1098,7 @@ void all_reduce_one(ad::StoreBackend& b, at::Tensor& t, const c10d::ReduceOp& op
 }  // namespace
 
 bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
+  const RefusalCount refusal(*this);
   refuse_in_forked_child("place_in_arena");  // by its name: its collective's type is UNKNOWN
   const std::string where = where_of("place_in_arena");
   check_tensor(tensor, where);
@@ -1279,7 +1280,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector
       all_outputs.push_back(list[i]);
     }
   }
-  return collective(OpType::ALLGATHER_COALESCED, all_outputs, total_bytes(all_outputs), [b = backend_, inputs, outputs]() mutable {
+  return collective(OpType::ALLGATHER_COALESCED, all_outputs, total_bytes(all_outputs),
+                    [b = backend_, inputs, outputs, where]() mutable {
+    agree_on_the_list(*b, inputs, where);  // one all_gather per tensor: as allreduce_coalesced
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const std::int64_t count = inputs[i].numel();
       auto flat = at::empty({b->world_size() * count}, inputs[i].options());

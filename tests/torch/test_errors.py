@@ -94,6 +94,23 @@ def coalesced_lists_differ(rank, n):
         t = torch.ones(5)
         dist.all_reduce(t, group=group)
         assert t.tolist() == [float(n)] * 5, t
+    # all_gather_coalesced: one all_gather per tensor, as above.
+    group = dist.new_group()
+    inputs = [torch.ones(3) for _ in range(2 + (rank == 1))]
+    outputs = [[torch.empty(3) for _ in inputs] for _ in range(n)]
+    texts.append(raises(lambda: dist.all_gather_coalesced(outputs, inputs, group=group), "allgather_coalesced",
+                        "different tensor lists", f"this rank passed {len(inputs)}"))
+    import axonml_torch
+    # place_in_arena refused on rank 1 alone (a sparse tensor) counts there:
+    # its next call is out of step with rank 0's pending one.
+    group = dist.new_group()
+    if rank == 1:
+        raises(lambda: axonml_torch.place_in_arena(torch.ones(4).to_sparse(), group=group), "place_in_arena")
+        raises(lambda: dist.all_reduce(torch.ones(4), group=group), "out of step")
+    elif rank == 0:
+        raises(lambda: axonml_torch.place_in_arena(torch.ones(4), group=group), "out of step")
+    else:
+        raises(lambda: axonml_torch.place_in_arena(torch.ones(4), group=group), "collective mismatch")
     same = [torch.ones(3), torch.ones(4) * (rank + 1)]
     dist.all_reduce_coalesced(same)
     assert same[0].tolist() == [float(n)] * 3 and same[1].tolist() == [n * (n + 1) / 2] * 4, same
