@@ -46,6 +46,10 @@
 //                     naming rank 0's exit, and rank 0's with the reason
 //                     (under MPI it crashed in a finalized MPI). Ranks 1..
 //                     meet through files in DIR before exiting, as above
+//   exit-with-waiting-thread  rank 0's thread waits in a recv nobody
+//                     answers when its main returns: the exit ends that
+//                     wait at once (the test gives the job 30 s of its
+//                     AXON_TIMEOUT=60; the exit waited the timeout out)
 //   refused-on-one-rank  rank 1's all_gather is refused (its recv is one
 //                     short); it goes on to the next all_gather: every rank
 //                     gets a CollectiveMismatch saying the ranks are out of
@@ -536,6 +540,21 @@ void exit_with_thread(Backend& b, const std::string& dir, std::uint64_t token) {
          "PeerFailure naming that exit: '" + *error + "'");
 }
 
+void exit_with_waiting_thread(Backend& b) {
+  if (b.rank() != 0) return;
+  std::thread waiting([&b] {
+    std::vector<float> never(4);
+    try {
+      b.recv(std::span<float>(never), 1, 99);
+    } catch (const std::exception& e) {
+      std::printf("[rank 0] the thread's recv ended with: %s\n", e.what());
+      std::fflush(stdout);
+    }
+  });
+  waiting.detach();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
 void refused_on_one_rank(Backend& b) {
   const int n = b.world_size(), r = b.rank();
   auto group = b.new_group([&] {
@@ -748,6 +767,8 @@ int main(int argc, char** argv) {
     } else if (mode == "exit-with-thread") {
       token = job_token(b);
       exit_with_thread(b, arg, token);
+    } else if (mode == "exit-with-waiting-thread") {
+      exit_with_waiting_thread(b);
     } else if (mode == "refused-on-one-rank") {
       refused_on_one_rank(b);
     } else if (mode == "init-twice") {
@@ -762,7 +783,7 @@ int main(int argc, char** argv) {
       group_of_one_untouched(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | refused-on-one-rank | late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
+                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | exit-with-waiting-thread | refused-on-one-rank | late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
       return 2;
     }
     int total = failures;
