@@ -8,6 +8,7 @@
 #include <string>
 
 #include "axonml/distributed/error.hpp"
+#include "base/hash.hpp"
 #include "ddp/comm_worker.hpp"
 
 namespace axonml::distributed {
@@ -282,14 +283,10 @@ void GradientSynchronizer::launch(std::size_t b) {
 // review). Once per bucket and layout: the first round's cost, not every
 // round's.
 void GradientSynchronizer::agree_on_layout(const Bucket& bucket, const ProcessGroup& pg) const {
-  std::uint64_t fold = 0xcbf29ce484222325ull;  // FNV-1a over the bucket's (index, offset) pairs and size
-  auto mix = [&fold](std::uint64_t v) { fold = (fold ^ v) * 0x100000001b3ull; };
-  for (std::size_t k = 0; k < bucket.indices.size(); ++k) {
-    mix(bucket.indices[k]);
-    mix(bucket.offsets[k]);
-  }
-  mix(bucket.size);
-  const auto hash = static_cast<std::int64_t>(fold >> 1);  // >= 0: its negation fits
+  Fnv1a fold;  // over the bucket's (index, offset) pairs and size
+  for (std::size_t k = 0; k < bucket.indices.size(); ++k) fold.add(bucket.indices[k]).add(bucket.offsets[k]);
+  fold.add(bucket.size);
+  const auto hash = static_cast<std::int64_t>(fold.value() >> 1);  // >= 0: its negation fits
   std::array<std::int64_t, 2> least{hash, -hash};          // min, -max
   pg.backend().all_reduce(std::span<std::int64_t>(least), ReduceOp::Min);
   if (least[0] == -least[1]) return;

@@ -32,6 +32,7 @@
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/store_backend.hpp"
 #include "base/env.hpp"
+#include "base/hash.hpp"
 #include "base/log.hpp"
 #include "base/text.hpp"
 #include "kernels/reduce.hpp"
@@ -1064,14 +1065,12 @@ bool any_two_overlap(const std::vector<at::Tensor>& tensors) {
 // with a longer list paired its extra tensor with the others' next call,
 // and those ranks got that call's sum with no error (found by a review).
 void agree_on_the_list(ad::StoreBackend& b, const std::vector<at::Tensor>& tensors, const std::string& where) {
-  std::uint64_t fold = 0xcbf29ce484222325ull;
-  auto mix = [&fold](std::uint64_t v) { fold = (fold ^ v) * 0x100000001b3ull; };
+  ad::Fnv1a fold;
   for (const auto& t : tensors) {
-    mix(static_cast<std::uint64_t>(t.scalar_type()));
-    mix(static_cast<std::uint64_t>(t.numel()));
+    fold.add(static_cast<std::uint64_t>(t.scalar_type())).add(static_cast<std::uint64_t>(t.numel()));
   }
   const auto count = static_cast<std::int64_t>(tensors.size());
-  const auto hash = static_cast<std::int64_t>(fold >> 1);  // >= 0: its negation fits
+  const auto hash = static_cast<std::int64_t>(fold.value() >> 1);  // >= 0: its negation fits
   std::array<std::int64_t, 4> least{count, -count, hash, -hash};  // min, -max of each
   b.all_reduce(std::span<std::int64_t>(least), ad::ReduceOp::Min);
   if (least[0] == -least[1] && least[2] == -least[3]) return;
