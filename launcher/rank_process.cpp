@@ -193,8 +193,12 @@ RankProcess spawn_rank(int rank, const std::string& program_path,
       for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
         if (fd >= 0) ::close(fd);
       }
-      throw std::runtime_error("cannot create the output pipes of rank " + std::to_string(rank) +
-                               ": " + std::strerror(err));
+      throw std::runtime_error("cannot create the output pipes of rank " + std::to_string(rank) + ": " +
+                               std::strerror(err) +
+                               (err == EMFILE || err == ENFILE
+                                    ? " (tagging output takes two pipes a rank: raise ulimit -n, or pass "
+                                      "--no-tag-output)"
+                                    : ""));
     }
   }
   const pid_t launcher = ::getpid();
@@ -204,7 +208,8 @@ RankProcess spawn_rank(int rank, const std::string& program_path,
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
       if (fd >= 0) ::close(fd);
     }
-    throw std::runtime_error("cannot fork rank " + std::to_string(rank) + ": " + std::strerror(err));
+    throw std::runtime_error("cannot fork rank " + std::to_string(rank) + ": " + std::strerror(err) +
+                             (err == EAGAIN ? " (the limit on processes, ulimit -u, or the machine's own)" : ""));
   }
   if (pid == 0) {
     become_rank(rank, program_path, command, env, out_pipe[1], err_pipe[1], launcher, child_mask);

@@ -195,6 +195,14 @@ case "$case_name" in
     expect_status 2
     [[ "$err" == *"'abc' is not a decimal number"* && "$err" != *"has no value"* ]] ||
       fail "--timeout abc with a program's --timeout=: $err"
+    # Shared memory counts against the file size limit: sizing the arena
+    # past it raised SIGXFSZ, and the launcher died without a word (exit
+    # 153; a review).
+    (ulimit -f 1000 && run -n 2 --arena-mb 4 "$probe" ok && echo "$status" >"$work/status")
+    status=$(cat "$work/status") err=$(cat "$work/err")
+    expect_status 1
+    [[ "$err" == *"cannot reserve 4 MiB of shared memory for the arena: this process's file size limit is 1000 KiB (ulimit -f)"* ]] ||
+      fail "an arena above ulimit -f: unclear message: $err"
     ;;
   success)
     "$launch" -n 3 "$probe" ok >"$work/out" 2>"$work/err" &

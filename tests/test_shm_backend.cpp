@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -172,4 +173,39 @@ TEST_CASE("World::init without a launcher is a world of one", "[environment]") {
   CHECK(World::init().world_size() == 1);
   env.set("AXON_BACKEND", "nccl");
   REQUIRE_THROWS_WITH(World::init(), Catch::Contains("AXON_BACKEND=nccl") && Catch::Contains("shm, mpi, mock"));
+}
+
+// Shared memory counts against the file size limit: sizing an arena past it
+// raised SIGXFSZ, which killed axon-launch without a word and, under mpirun,
+// left the node arena's name in /dev/shm (a review). Asked first, both kinds
+// of arena are an error naming the limit, and the named one is removed.
+TEST_CASE("an arena above the file size limit (ulimit -f) is an error naming it, never SIGXFSZ", "[shm][errors]") {
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+  rlimit small = saved;
+  small.rlim_cur = 1 << 20;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  shm::ArenaSpec spec;
+  spec.world_size = 2;
+  spec.arena_bytes = std::size_t{4} << 20;
+  std::string memfd_error, file_error;
+  try {
+    shm::MemfdArena arena = shm::create_arena_memfd("axon-test", spec, "(the remedy)");
+    shm::destroy_arena_memfd(arena);
+  } catch (const Error& e) {
+    memfd_error = e.what();
+  }
+  const std::string name = shm::unique_arena_name("axon-test");
+  try {
+    (void)shm::create_arena_file(name, spec, "(the remedy)");
+  } catch (const Error& e) {
+    file_error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  for (const std::string& error : {memfd_error, file_error}) {
+    CHECK(error == "cannot reserve 4 MiB of shared memory for the arena: this process's file size limit is 1 MiB "
+                   "(ulimit -f), and shared memory counts as a file: raise that limit (ulimit -f unlimited), or "
+                   "(the remedy)");
+  }
+  CHECK(::access(("/dev/shm/" + name).c_str(), F_OK) != 0);  // removed
 }

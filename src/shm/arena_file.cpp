@@ -133,6 +133,20 @@ std::size_t available_memory_bytes() {
               " of memory available): " + advice + ", or " + std::string(remedy));
 }
 
+// Shared memory counts as a file: sizing it past this process's file size
+// limit (ulimit -f) raises SIGXFSZ, which killed axon-launch without a word
+// (exit 153) and, under mpirun, the node's first rank with the arena's name
+// still in /dev/shm (a review). Asked first, it is an error that says so.
+void check_file_size_limit(std::size_t bytes, std::string_view remedy) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  if (bytes <= static_cast<std::size_t>(limit.rlim_cur)) return;
+  throw Error("cannot reserve " + format_bytes(bytes) + " of shared memory for the arena: this process's file size "
+              "limit is " + format_bytes(static_cast<std::size_t>(limit.rlim_cur)) +
+              " (ulimit -f), and shared memory counts as a file: raise that limit (ulimit -f unlimited), or " +
+              std::string(remedy));
+}
+
 }  // namespace
 
 std::string unique_arena_name(std::string_view prefix) {
@@ -156,6 +170,7 @@ std::shared_ptr<bip::mapped_region> create_arena_file(const std::string& name, c
     throw Error("cannot create the arena /dev/shm/" + name + ": " + e.what());
   }
   try {
+    check_file_size_limit(bytes, remedy);
     object.truncate(static_cast<bip::offset_t>(bytes));
     // Asking first spares the machine a partial reservation that is undone anyway.
     if (bytes > dev_shm_free_bytes()) no_room(bytes, "not enough space", remedy);
@@ -186,6 +201,7 @@ MemfdArena create_arena_memfd(const std::string& label, const ArenaSpec& spec,
     // Asking first spares the machine a partial reservation that is undone
     // anyway; a reservation beyond memory would otherwise end in the OOM killer.
     if (arena.bytes > available_memory_bytes()) no_memory(arena.bytes, "not enough memory", remedy);
+    check_file_size_limit(arena.bytes, remedy);
     if (::ftruncate(arena.fd, static_cast<off_t>(arena.bytes)) != 0) {
       no_memory(arena.bytes, std::string("ftruncate: ") + std::strerror(errno), remedy);
     }

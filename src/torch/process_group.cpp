@@ -493,6 +493,9 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   if (room > 0) {
     options.size_remedy = "ask for less room for placed tensors than the " + ad::format_bytes(room) +
                           " it includes (axonml_torch.Options(shared_mb=) or AXON_TORCH_SHARED_MB)";
+  } else {
+    // Not the C++ StoreOptions a Python user cannot set (a review).
+    options.size_remedy = "run fewer ranks (a group of " + std::to_string(size) + " ranks needs this much)";
   }
   try {
     backend_ = ad::StoreBackend::create(kv, rank, size, options);
