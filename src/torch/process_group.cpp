@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -27,7 +28,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
-#include <unordered_map>
+#include <utility>
 
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/store_backend.hpp"
@@ -251,24 +252,42 @@ void agree_on_fallback(ad::Backend& b, Fallback kind, const at::Tensor& t, const
 // (the group is unusable): such a repeat gets the words its first throw got,
 // which said what this rank called then, not what it calls now (found by a
 // review: later calls said "this rank called allreduce(Float, ...)" of a
-// mismatch between int8 calls). Keyed by the runtime's text; cold path.
-std::string explained_once(const std::string& what, const std::function<std::string()>& explain) {
-  static std::mutex mutex;
-  static std::unordered_map<std::string, std::string> first;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto [it, fresh] = first.try_emplace(what);
+// mismatch between int8 calls). Keyed by the group's endpoint and the
+// runtime's text: two groups of the same members word a mismatch alike (a
+// review). Cold path; an entry per failed group.
+struct Explanations {
+  std::mutex mutex;
+  std::map<std::pair<const ad::Backend*, std::string>, std::string> first;
+};
+Explanations& explanations() {
+  static auto* kept = new Explanations;  // never destroyed: a group may go after static destructors
+  return *kept;
+}
+
+std::string explained_once(const ad::Backend& group, const std::string& what,
+                           const std::function<std::string()>& explain) {
+  Explanations& e = explanations();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  auto [it, fresh] = e.first.try_emplace({&group, what});
   if (fresh) it->second = what + explain();
   return it->second;
 }
 
+// A group's endpoint goes: its address may come back for another group.
+void forget_explanations(const ad::Backend* group) noexcept {
+  Explanations& e = explanations();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  std::erase_if(e.first, [group](const auto& entry) { return entry.first.first == group; });
+}
+
 template <class Fn>
-void reducing(Fallback kind, const at::Tensor& t, const c10d::ReduceOp& op, Fn&& fn) {
+void reducing(const ad::Backend& b, Fallback kind, const at::Tensor& t, const c10d::ReduceOp& op, Fn&& fn) {
   try {
     fn();
   } catch (const ad::CollectiveMismatch& e) {
     const std::string what = e.what();
     if (what.find("all_gather(i64, 4)") == std::string::npos) throw;
-    throw ad::CollectiveMismatch(explained_once(what, [&] {
+    throw ad::CollectiveMismatch(explained_once(b, what, [&] {
       return std::string(" (this rank called ") + name_of(static_cast<std::int64_t>(kind)) + "(" + c10::toString(t.scalar_type()) +
              ", " + std::to_string(t.numel()) + ", " + op_name(op) + "); an all_gather(i64, 4) begins a reduction the "
              "runtime has no kernel for: of int8, uint8, int16, bool or complex tensors, or BAND, BOR, BXOR)";
@@ -279,7 +298,7 @@ void reducing(Fallback kind, const at::Tensor& t, const c10d::ReduceOp& op, Fn&&
 // t (contiguous) reduced over the group into itself, natively or by
 // gathering every rank's tensor and combining in rank order.
 void all_reduce_tensor(ad::Backend& b, at::Tensor& c, const c10d::ReduceOp& op, const std::string& where) {
-  reducing(Fallback::AllReduce, c, op, [&] {
+  reducing(b, Fallback::AllReduce, c, op, [&] {
     const auto native = native_op(op, where);
     if (native && native_type(c.scalar_type())) return axonml::torch::all_reduce(b, c, *native);
     agree_on_fallback(b, Fallback::AllReduce, c, op, -1, where);
@@ -294,7 +313,7 @@ void all_reduce_tensor(ad::Backend& b, at::Tensor& c, const c10d::ReduceOp& op, 
 // combining in rank order.
 void reduce_scatter_tensor(ad::Backend& b, const at::Tensor& send, at::Tensor& c, const c10d::ReduceOp& op,
                            const std::string& where) {
-  reducing(Fallback::ReduceScatter, c, op, [&] {
+  reducing(b, Fallback::ReduceScatter, c, op, [&] {
     const auto native = native_op(op, where);
     if (native && native_type(c.scalar_type())) return axonml::torch::reduce_scatter(b, send, c, *native);
     agree_on_fallback(b, Fallback::ReduceScatter, c, op, -1, where);
@@ -626,6 +645,7 @@ ProcessGroupAxon::~ProcessGroupAxon() {
     std::lock_guard<std::mutex> lock(live_groups_mutex());
     live_groups().erase(this);
   }
+  forget_explanations(backend_.get());
   if (in_forked_child()) {
     // The threads were not forked: joining them would wait for nothing that
     // exists. Left as they are; the rank's part stays with its parent.
@@ -1212,7 +1232,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const 
   return collective(OpType::REDUCE, tensors, total_bytes(tensors), [b = backend_, tensors, op = opts.reduceOp, root, where]() mutable {
     for (auto& t : tensors) {
       in_place(t, [&](at::Tensor& c) {
-        reducing(Fallback::Reduce, c, op, [&] {
+        reducing(*b, Fallback::Reduce, c, op, [&] {
           const auto native = native_op(op, where);
           if (native && native_type(c.scalar_type())) {
             const at::Tensor send = c.clone();
@@ -1394,7 +1414,7 @@ void uneven_all_to_all(ad::Backend& b, const std::vector<at::Tensor>& send_block
     const std::string gather = "all_gather(i64, " + std::to_string(2 * n) + ")";
     const std::string what = e.what();
     if (what.find(gather) == std::string::npos) throw;
-    throw ad::CollectiveMismatch(explained_once(what, [&] {
+    throw ad::CollectiveMismatch(explained_once(b, what, [&] {
       return " (" + where + ": an " + gather + " begins this rank's all_to_all, where the ranks share their split "
              "sizes)";
     }));

@@ -643,6 +643,13 @@ def fallback_mismatch(rank, n):
     later = raises(lambda: dist.all_reduce(torch.ones(7, dtype=torch.int16), group=group), "collective mismatch",
                    f"this rank called {mine}")
     assert "Short" not in later, later
+    # Another group of the same members words its mismatch alike: its own
+    # call is named, not the first group's (a review).
+    again = dist.new_group()
+    mine = "allreduce(Float, 4, SUM)" if rank == 0 else "allreduce(Short, 16, MAX)"
+    raises(lambda: dist.all_reduce(torch.ones(4) if rank == 0 else torch.ones(16, dtype=torch.int16),
+                                   op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX, group=again),
+           "collective mismatch", f"this rank called {mine}")
     # An all_to_all's first step is an all_gather of its split sizes: a
     # mismatch there says so.
     a2a = dist.new_group()
