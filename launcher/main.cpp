@@ -146,6 +146,10 @@ int launch(const LaunchOptions& options) {
     return kExitSetupFailed;
   }
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor
+  // Nor an output file at the file size limit (ulimit -f): a relayed write
+  // then fails with EFBIG and loses that piece, as on a full disk, where
+  // SIGXFSZ killed the launcher without a word (exit 153; a review).
+  ::signal(SIGXFSZ, SIG_IGN);
   try {
     OutputRelay::start();
   } catch (const std::exception& e) {
@@ -212,6 +216,12 @@ int launch(const LaunchOptions& options) {
     if (!restart) break;
   }
   finish_output(signal_fd, interrupted || outcome.interrupted);
+  // Said last, straight to stderr (the relays are done): lost output must not
+  // pass for the whole of it (a file at ulimit -f was cut short in silence).
+  for (const auto& [fd, name] : {std::pair{STDOUT_FILENO, "stdout"}, std::pair{STDERR_FILENO, "stderr"}}) {
+    const std::string lost = OutputRelay::of(fd).describe_losses();
+    if (!lost.empty()) std::cerr << "axon-launch: " << lost << " to " << name << "\n";
+  }
   return outcome.exit_code;
 }
 

@@ -32,6 +32,8 @@ struct OutputRelay::State {
   Writer* writer = nullptr;
   std::size_t queued_bytes = 0;  // under writer->mutex: queued and being written
   std::atomic<bool> gone{false};
+  std::atomic<std::uint64_t> lost_bytes{0};  // pieces a write failed for (not gone)
+  std::atomic<int> lost_errno{0};            // why the first of them was lost
 };
 
 namespace {
@@ -51,9 +53,14 @@ void write_forever(Writer* w) {
       // (EIO): another failure (a full disk, a closed descriptor) loses that
       // piece, and is no reason to stop the ranks' output or the job's
       // restarts (found by a review: 2>/dev/full stopped --max-restarts).
-      if (!state->gone.load() && !write_all(state->fd, bytes.data(), bytes.size()) &&
-          (errno == EPIPE || errno == EIO)) {
-        state->gone.store(true);
+      if (!state->gone.load() && !write_all(state->fd, bytes.data(), bytes.size())) {
+        if (errno == EPIPE || errno == EIO) {
+          state->gone.store(true);
+        } else {
+          int none = 0;
+          state->lost_errno.compare_exchange_strong(none, errno);
+          state->lost_bytes.fetch_add(bytes.size());
+        }
       }
       {
         std::lock_guard lock(w->mutex);
@@ -127,6 +134,13 @@ bool OutputRelay::holds_more_than(std::size_t bytes) const {
 }
 
 bool OutputRelay::gone() const { return state_->gone.load(); }
+
+std::string OutputRelay::describe_losses() const {
+  const std::uint64_t lost = state_->lost_bytes.load();
+  if (lost == 0) return {};
+  return std::to_string(lost) + " bytes of the job's output could not be written (" +
+         std::strerror(state_->lost_errno.load()) + ")";
+}
 
 bool OutputRelay::empty() const {
   std::lock_guard lock(state_->writer->mutex);

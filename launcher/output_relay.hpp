@@ -17,7 +17,7 @@
 // terminal has hung up), the relay is
 // gone(): what is queued and what comes after is dropped, and the ranks'
 // streams into it close, so that a rank writing there gets SIGPIPE
-// (OutputStream). Another failure (a full disk) loses that piece only; a
+// (OutputStream). Another failure (a full disk, a file at ulimit -f) loses that piece only; a
 // non-blocking output's EAGAIN waits for room.
 //
 // Thread safety: every member from any thread, and flush_relays(); the
@@ -52,6 +52,9 @@ class OutputRelay {
   bool holds_more_than(std::size_t bytes) const;
   // A write found nobody reading (EPIPE) or the terminal hung up (EIO).
   bool gone() const;
+  // "N bytes of the job's output could not be written (File too large)" for
+  // the pieces another failure lost; empty when none was.
+  std::string describe_losses() const;
   // Readable (an eventfd, the same for relays that share a writer) whenever
   // the relay's writer has written a piece: poll it to learn that the relay
   // may hold less now, or that a flush may be done. Reading it

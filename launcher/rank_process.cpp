@@ -50,6 +50,7 @@ constexpr int kReadsPerDrain = 4;
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl took effect
   ::signal(SIGPIPE, SIG_DFL);
+  ::signal(SIGXFSZ, SIG_DFL);  // ignored by the launcher only; exec would keep it ignored
   if (g_fd_limit_raised) ::setrlimit(RLIMIT_NOFILE, &g_original_fd_limit);
   ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
 

@@ -286,6 +286,15 @@ case "$case_name" in
     expect_status 0
     [ "$(awk '{ print length($0) }' "$work/out" | tr '\n' ' ')" = "1048585 1048585 524297 " ] ||
       fail "a 2.5 MiB line: pieces of $(awk '{ print length($0) }' "$work/out" | tr '\n' ' ')"
+    # An output file at the file size limit (ulimit -f) loses what does not
+    # fit, and the launcher says so; SIGXFSZ killed it without a word (exit
+    # 153), the job's status lost (a review).
+    (ulimit -f 4096 && run -n 1 --arena-mb 2 /bin/sh -c 'head -c 6000000 /dev/zero | tr "\0" x | fold -w 99' &&
+      echo "$status" >"$work/status")
+    status=$(cat "$work/status") err=$(cat "$work/err")
+    expect_status 0
+    [[ "$err" == *"bytes of the job's output could not be written (File too large) to stdout"* ]] ||
+      fail "output past ulimit -f: no word of the loss: $err"
     ;;
   rank-killed)
     # One rank dies by kill -9 while every rank waits in a recv: the others
