@@ -453,3 +453,51 @@ TEST_CASE("GradientSynchronizer gradients whose sizes differ between ranks are a
     RANK_REQUIRE(grads[0].to_vec() == std::vector<float>(numel_of(shapes[0]), 1.0f));  // untouched
   });
 }
+
+// An extra bucket on one rank (an unused gradient there) paired its layout
+// check with the other rank's next round, and the ranks, a round apart,
+// then averaged across rounds with no error (a review). Each position's
+// check has a size of its own, so the runtime fails the group instead.
+TEST_CASE("GradientSynchronizer with one more bucket on one rank never averages across rounds", "[grad_sync][errors]") {
+  run_ranks(2, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup pg(backend);
+    GradientSynchronizer sync(GradSyncStrategy::Synchronous, 8);
+    sync.set_group(pg);
+    sync.prepare(3);
+    for (int round = 0; round < 3; ++round) {
+      const float mine = static_cast<float>(10 * round + r);  // the mean of a round is 10 * round + 0.5
+      try {
+        sync.add_gradient(2, Tensor::full({4}, mine));
+        sync.add_gradient(1, Tensor::full({4}, mine));
+        if (r == 1) sync.add_gradient(0, Tensor::full({4}, 7.0f));
+        sync.sync_all(pg);
+        RANK_REQUIRE(sync.gradient(2)->to_vec() == std::vector<float>(4, static_cast<float>(10 * round) + 0.5f));
+      } catch (const CollectiveMismatch&) {
+        // Fine: failing is what the other rank's extra bucket must cause.
+      }
+      sync.clear();
+    }
+  });
+}
+
+// A learned layout is relearned every round; the ranks compare it only the
+// first time (the check ran on every round, doubling the collectives; a
+// review). The call number a deliberate mismatch reports counts them.
+TEST_CASE("GradientSynchronizer compares a learned layout once, not every round", "[grad_sync]") {
+  run_ranks(2, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup pg(backend);
+    GradientSynchronizer sync(GradSyncStrategy::Synchronous, 4);
+    sync.set_group(pg);
+    sync.prepare(2);
+    for (int round = 0; round < 3; ++round) {
+      sync.add_gradient(1, Tensor::full({4}, 1.0f));
+      sync.add_gradient(0, Tensor::full({4}, 1.0f));
+      sync.sync_all(pg);
+      sync.clear();
+    }
+    std::vector<float> probe(r == 0 ? 100 : 200);
+    // 2 layout checks + 3 rounds x 2 buckets = 8 calls before this one.
+    const std::string error = error_of([&] { pg.backend().all_reduce(probe, ReduceOp::Sum); });  // not under RANK_REQUIRE's lock
+    RANK_REQUIRE_THAT(error, Catch::Contains("at call #8"));
+  });
+}

@@ -1,7 +1,6 @@
 #include "axonml/distributed/grad_sync.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -85,6 +84,7 @@ void GradientSynchronizer::check_index(const char* op, std::size_t index) const 
 
 void GradientSynchronizer::prepare(std::size_t num_params) {
   wait_for_worker();
+  agreed_layouts_.clear();  // a new layout: every rank compares again
   fixed_layout_ = false;
   shapes_.clear();
   bucket_of_.clear();
@@ -173,16 +173,22 @@ void GradientSynchronizer::agree_on_shared_buckets() {
 
 void GradientSynchronizer::set_group(ProcessGroup pg) { group_ = std::move(pg); }
 
+GradientSynchronizer::Bucket& GradientSynchronizer::open_bucket() {
+  const std::size_t position = buckets_.size();
+  Bucket& bucket = buckets_.emplace_back();
+  bucket.position = position;
+  return bucket;
+}
+
 // Appends gradient `index` to the open bucket, closing it first when the
 // gradient would not fit and afterwards when it is full.
 void GradientSynchronizer::place(std::size_t index, std::size_t numel) {
-  if (buckets_.empty() || buckets_.back().closed) buckets_.emplace_back();
+  if (buckets_.empty() || buckets_.back().closed) open_bucket();
   Bucket* open = &buckets_.back();
   const std::size_t capacity = capacity_of(buckets_.size() - 1);
   if (!open->indices.empty() && open->size + numel > capacity) {
     close_open_bucket();
-    buckets_.emplace_back();
-    open = &buckets_.back();
+    open = &open_bucket();
   }
   open->indices.push_back(index);
   open->offsets.push_back(open->size);
@@ -280,33 +286,46 @@ void GradientSynchronizer::launch(std::size_t b) {
 // Why: buckets of equal length whose gradients differ between ranks (rank 1
 // added sizes 3 and 2, the others 2 and 3) were averaged element by element
 // with no error, each rank reading another gradient's values (found by a
-// review). Once per bucket and layout: the first round's cost, not every
-// round's.
-void GradientSynchronizer::agree_on_layout(const Bucket& bucket, const ProcessGroup& pg) const {
-  Fnv1a fold;  // over the bucket's (index, offset) pairs and size
+// review). Once per bucket position and layout: a learned layout is
+// relearned every round, and the same one is not compared again.
+//
+// The check's all_reduce has 2 + position elements, so that ranks whose
+// bucket counts differ (an extra bucket, an unused gradient on one rank)
+// never pair one position's check with another's, or with a data
+// all-reduce: the runtime's own check fails the group then (a review: the
+// ranks drifted a round apart and averaged across rounds). A rank whose
+// layout changed compares again while the others, unchanged, reduce data:
+// that too is the runtime's mismatch, never a silent pairing.
+void GradientSynchronizer::agree_on_layout(const Bucket& bucket, const ProcessGroup& pg) {
+  Fnv1a fold;  // over the bucket's (index, offset) pairs, size and wire type
   for (std::size_t k = 0; k < bucket.indices.size(); ++k) fold.add(bucket.indices[k]).add(bucket.offsets[k]);
-  fold.add(bucket.size);
-  const auto hash = static_cast<std::int64_t>(fold.value() >> 1);  // >= 0: its negation fits
-  std::array<std::int64_t, 2> least{hash, -hash};          // min, -max
+  fold.add(bucket.size).add(compression_ == GradientCompression::BF16 ? 1 : 0);
+  const std::uint64_t layout = fold.value() | 1;  // never 0, the "not yet" mark
+  if (agreed_layouts_.size() <= bucket.position) agreed_layouts_.resize(bucket.position + 1, 0);
+  if (agreed_layouts_[bucket.position] == layout) return;
+  const auto hash = static_cast<std::int64_t>(layout >> 1);  // >= 0: its negation fits
+  std::vector<std::int64_t> least(2 + bucket.position, 0);  // min, -max; the rest sizes the call
+  least[0] = hash;
+  least[1] = -hash;
   pg.backend().all_reduce(std::span<std::int64_t>(least), ReduceOp::Min);
-  if (least[0] == -least[1]) return;
-  std::string layout;
+  if (least[0] == -least[1]) {
+    agreed_layouts_[bucket.position] = layout;
+    return;
+  }
+  std::string mine;
   for (std::size_t k = 0; k < bucket.indices.size() && k < 8; ++k) {
     const std::size_t end = k + 1 < bucket.offsets.size() ? bucket.offsets[k + 1] : bucket.size;
-    layout += (k ? ", " : "") + std::string("gradient ") + std::to_string(bucket.indices[k]) + " of " +
+    mine += (k ? ", " : "") + std::string("gradient ") + std::to_string(bucket.indices[k]) + " of " +
               std::to_string(end - bucket.offsets[k]);
   }
-  if (bucket.indices.size() > 8) layout += ", ...";
+  if (bucket.indices.size() > 8) mine += ", ...";
   throw CollectiveMismatch("GradientSynchronizer on rank " + std::to_string(pg.rank()) +
-                           ": the ranks laid out a bucket differently; this rank's holds " + layout +
+                           ": the ranks laid out a bucket differently; this rank's holds " + mine +
                            " floats. Every rank must add the same indices with the same sizes");
 }
 
 void GradientSynchronizer::reduce(Bucket& bucket, const ProcessGroup& pg) {
-  if (!bucket.layout_agreed) {
-    agree_on_layout(bucket, pg);
-    bucket.layout_agreed = true;
-  }
+  agree_on_layout(bucket, pg);
   if (compression_ == GradientCompression::BF16) {
     pg.backend().all_reduce(std::span<bfloat16>(bucket.wire.get(), bucket.size), ReduceOp::Average);
     for (std::size_t k = 0; k < bucket.indices.size(); ++k) {

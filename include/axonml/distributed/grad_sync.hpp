@@ -48,8 +48,9 @@
 //          shared memory for the zero-copy all-reduce.
 //
 // Every rank must add the same indices with the same sizes: the first time a
-// bucket is reduced, the ranks compare its layout (one small all-reduce) and
-// throw CollectiveMismatch, naming this rank's layout, when they differ.
+// bucket position is reduced with a layout, the ranks compare that layout
+// (one small all-reduce) and throw CollectiveMismatch, naming this rank's
+// layout, when they differ.
 //
 // Thread safety: one owner thread; the communication thread is internal.
 // buckets_reduced() may be read from any thread.
@@ -57,6 +58,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -128,10 +130,11 @@ class GradientSynchronizer {
     bool shared = false;               // the all-reduced buffer is in the group's shared memory
     std::size_t missing = 0;           // members not yet added this round
     bool closed = false;               // no more members will join
-    bool layout_agreed = false;        // the ranks compared its layout (agree_on_layout)
+    std::size_t position = 0;          // its place in buckets_ (the order of launch)
   };
 
   std::size_t capacity_of(std::size_t bucket) const;
+  Bucket& open_bucket();  // appends an empty bucket, its position set
   void place(std::size_t index, std::size_t numel);
   void close_open_bucket();
   void allocate_bucket(Bucket& bucket) const;
@@ -139,7 +142,7 @@ class GradientSynchronizer {
   void launch_ready(bool force);
   void launch(std::size_t bucket);
   void reduce(Bucket& bucket, const ProcessGroup& pg);
-  void agree_on_layout(const Bucket& bucket, const ProcessGroup& pg) const;
+  void agree_on_layout(const Bucket& bucket, const ProcessGroup& pg);
   void wait_for_worker();
   void release_held_group();
   void check_index(const char* op, std::size_t index) const;
@@ -159,6 +162,10 @@ class GradientSynchronizer {
   std::deque<Bucket> buckets_;
   std::size_t unplaced_ = 0;     // learned layout: indices below this are not placed yet
   std::size_t next_launch_ = 0;  // buckets launch in index order
+  // The layout hash the ranks agreed on for each bucket position
+  // (agree_on_layout), kept across rounds, as a learned layout is relearned
+  // every round; 0: not yet. Used by the thread that reduces.
+  std::vector<std::uint64_t> agreed_layouts_;
   std::optional<ProcessGroup> group_;
   std::unique_ptr<CommWorker> worker_;
   // Overlapped: the endpoint whose collectives worker_ holds from a round's
