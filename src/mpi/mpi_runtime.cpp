@@ -36,6 +36,9 @@ std::string abort_notice;  // written under abort_mutex before abort_received is
 // is counted).
 std::atomic<int> calls_in_flight{0};
 std::atomic<bool> exiting{false};
+// Set by the exit once calls in flight outlasted a grace period: their waits
+// end then (exit_begun()).
+std::atomic<bool> ending_waits{false};
 
 int world_rank() {
   int rank = 0;
@@ -76,22 +79,39 @@ std::chrono::milliseconds exit_timeout() {
 // outlasts that timeout, MPI cannot be finalized under it: exit with status
 // 1 without finalizing, and mpirun ends the job.
 void refuse_calls_then_wait_for_those_in_flight() {
-  exiting.store(true);
-  if (const int in_flight = calls_in_flight.load(); in_flight != 0) {
-    // Its peers may wait for it in that call for as long as their timeout,
-    // and this exit with them: tell them now, as abort() does (a review
-    // found a thread waiting in a recv nobody answered hold the exit for
-    // AXON_TIMEOUT in silence).
-    tell_job_aborted("rank " + std::to_string(world_rank()) + " is exiting (its main returned, or exit() was "
-                     "called) while a thread of it is still inside a call of this library");
-    log::log(log::Level::Warn, world_rank(),
-             "MpiBackend: exiting while {} call(s) of this library are still running on other threads; waiting for "
-             "them before MPI_Finalize (join every thread that uses the library before main returns)",
-             in_flight);
-  }
-  const auto limit = exit_timeout() + std::chrono::seconds(1);
-  const auto started = std::chrono::steady_clock::now();
+  auto started = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(100);
+  // Up to `grace` for the calls in flight to end; true when they did.
+  auto wait_for_calls = [&](std::chrono::milliseconds grace) {
+    while (calls_in_flight.load() != 0 && std::chrono::steady_clock::now() - started < grace) {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+    }
+    return calls_in_flight.load() == 0;
+  };
+  // First a second in which calls still start and finish: a call whose
+  // peers are in it too (or come within that) completes (a review: ending
+  // such calls at once aborted jobs that would have finished).
+  if (calls_in_flight.load() != 0) {
+    log::log(log::Level::Warn, world_rank(),
+             "MpiBackend: exiting while a call of this library is still running on another thread; giving it "
+             "a second before MPI_Finalize (join every thread that uses the library before main returns)");
+  }
+  const bool ended = wait_for_calls(std::chrono::seconds(1));
+  exiting.store(true);  // from here new calls are refused (CallInFlight)
+  if (!ended || calls_in_flight.load() != 0) {
+    // One that still waits may wait for what never comes (a recv nobody
+    // answers held the exit for AXON_TIMEOUT in silence): after a second
+    // more its wait ends, and the peers are told, as abort() tells them.
+    started = std::chrono::steady_clock::now();
+    if (!wait_for_calls(std::chrono::seconds(1))) {
+      tell_job_aborted("rank " + std::to_string(world_rank()) + " is exiting (its main returned, or exit() was "
+                       "called) while a thread of it is still inside a call of this library");
+      ending_waits.store(true);
+    }
+  }
+  started = std::chrono::steady_clock::now();
+  const auto limit = exit_timeout() + std::chrono::seconds(1);
   while (calls_in_flight.load() != 0) {
     if (std::chrono::steady_clock::now() - started >= limit) {
       log::log(log::Level::Error, world_rank(),
@@ -196,9 +216,15 @@ class Runtime {
       refuse_calls_then_wait_for_those_in_flight();
       if (requests_abandoned.load()) {
         // MPI_Finalize would wait for them (and for peers that may hang).
-        log::log(log::Level::Error, world_rank(),
-                 "MpiBackend: an MPI operation timed out or was aborted and never finished; "
-                 "calling MPI_Abort instead of MPI_Finalize");
+        if (ending_waits.load()) {
+          log::log(log::Level::Error, world_rank(),
+                   "MpiBackend: a call another thread was in when the process exited never finished; "
+                   "calling MPI_Abort instead of MPI_Finalize");
+        } else {
+          log::log(log::Level::Error, world_rank(),
+                   "MpiBackend: an MPI operation timed out or was aborted and never finished; "
+                   "calling MPI_Abort instead of MPI_Finalize");
+        }
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
       meet_at_exit_then_finalize(exit_comm_);
@@ -291,7 +317,7 @@ CallInFlight::CallInFlight(const char* op, int rank, const std::string& group) {
 
 CallInFlight::~CallInFlight() { calls_in_flight.fetch_sub(1); }
 
-bool exit_begun() { return exiting.load(std::memory_order_relaxed); }
+bool exit_begun() { return ending_waits.load(std::memory_order_relaxed); }
 
 void note_abandoned_requests() { requests_abandoned.store(true); }
 

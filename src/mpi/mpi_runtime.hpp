@@ -90,8 +90,8 @@ class CallInFlight {
   CallInFlight& operator=(const CallInFlight&) = delete;
 };
 
-// Whether this process has begun to exit (the runtime's destructor runs):
-// waits other threads are in then end (waiting.cpp).
+// Whether this process's exit has given up on the calls other threads are
+// still in (a second after it began): their waits then end (waiting.cpp).
 bool exit_begun();
 
 // `count` as MPI's int; throws InvalidArgument naming op and rank when it

@@ -540,12 +540,12 @@ void exit_with_thread(Backend& b, const std::string& dir, std::uint64_t token) {
          "PeerFailure naming that exit: '" + *error + "'");
 }
 
-void exit_with_waiting_thread(Backend& b) {
-  if (b.rank() != 0) return;
-  std::thread waiting([&b] {
+void exit_with_waiting_thread(std::shared_ptr<Backend> b) {
+  if (b->rank() != 0) return;
+  std::thread waiting([b] {  // a copy: the World in main goes before the thread's wait ends
     std::vector<float> never(4);
     try {
-      b.recv(std::span<float>(never), 1, 99);
+      b->recv(std::span<float>(never), 1, 99);
     } catch (const std::exception& e) {
       std::printf("[rank 0] the thread's recv ended with: %s\n", e.what());
       std::fflush(stdout);
@@ -768,7 +768,7 @@ int main(int argc, char** argv) {
       token = job_token(b);
       exit_with_thread(b, arg, token);
     } else if (mode == "exit-with-waiting-thread") {
-      exit_with_waiting_thread(b);
+      exit_with_waiting_thread(world.default_group().backend_ptr());
     } else if (mode == "refused-on-one-rank") {
       refused_on_one_rank(b);
     } else if (mode == "init-twice") {
