@@ -535,7 +535,10 @@ void exit_with_thread(Backend& b, const std::string& dir, std::uint64_t token) {
   // thread of it still called all_reduce in group [...]"; shared memory:
   // "rank 0 exited (status 0) while this rank still waited for it", or
   // "job aborted: " and that as another rank saw it.
-  expect(contains(*error, "rank 0 is exiting (its main returned") || contains(*error, "rank 0 exited (status 0)"),
+  // Or rank 0's own wait, ended by its exit and relayed: "job aborted: rank
+  // 0: all_reduce(...) ...: this process is exiting (its main returned, ...".
+  expect(contains(*error, "rank 0") &&
+             (contains(*error, "exiting (its main returned") || contains(*error, "rank 0 exited (status 0)")),
          "a loop of all_reduces with a rank whose main returned with its thread still looping ends with "
          "PeerFailure naming that exit: '" + *error + "'");
 }
