@@ -73,11 +73,12 @@ std::chrono::milliseconds exit_timeout() {
   }
 }
 
-// New calls fail from here on (CallInFlight); waits for those other threads
-// are still in. Each ends by itself: with its peers' part, or by its own
-// wait's AXON_TIMEOUT, or at once where a peer heard of this exit. If one
-// outlasts that timeout, MPI cannot be finalized under it: exit with status
-// 1 without finalizing, and mpirun ends the job.
+// The exit's first step, before MPI_Finalize: a second for the calls other
+// threads are in, then new calls fail (CallInFlight), then a second more,
+// then the waits still running end (exit_begun()) and the peers are told.
+// Should a call outlast even its own AXON_TIMEOUT after that, MPI cannot be
+// finalized under it: exit with status 1 without finalizing, and mpirun
+// ends the job.
 void refuse_calls_then_wait_for_those_in_flight() {
   auto started = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(100);
