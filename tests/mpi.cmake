@@ -161,7 +161,7 @@ foreach(layout flat nodes)
                        FAIL_REGULAR_EXPRESSION "\\] FAILED: |Segmentation fault|signal 11"
                        ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
 endforeach()
-set(name "mpi: a rank whose main returns while its thread waits in a recv nobody answers ends at once, not after AXON_TIMEOUT (mpirun -np 4)")
+set(name "mpi: a rank whose main returns while its thread waits in a recv nobody answers ends within seconds, not after AXON_TIMEOUT (mpirun -np 4)")
 add_test(NAME "${name}"
   COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 $<TARGET_FILE:mpi_promises> exit-with-waiting-thread)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 30 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"

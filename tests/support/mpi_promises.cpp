@@ -48,7 +48,7 @@
 //                     meet through files in DIR before exiting, as above
 //   exit-with-waiting-thread  rank 0's thread waits in a recv nobody
 //                     answers when its main returns: the exit ends that
-//                     wait at once (the test gives the job 30 s of its
+//                     wait within two seconds (the test gives the job 30 s of its
 //                     AXON_TIMEOUT=60; the exit waited the timeout out)
 //   refused-on-one-rank  rank 1's all_gather is refused (its recv is one
 //                     short); it goes on to the next all_gather: every rank
