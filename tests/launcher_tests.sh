@@ -203,6 +203,13 @@ case "$case_name" in
     expect_status 1
     [[ "$err" == *"cannot reserve 4 MiB of shared memory for the arena: this process's file size limit is 1000 KiB (ulimit -f)"* ]] ||
       fail "an arena above ulimit -f: unclear message: $err"
+    # Out of descriptors for the ranks' output pipes: the message says which
+    # limit, and how to need fewer (a review: it gave only strerror).
+    (ulimit -n 24 && run -n 32 /bin/true && echo "$status" >"$work/status")
+    status=$(cat "$work/status") err=$(cat "$work/err")
+    expect_status 1
+    [[ "$err" == *"cannot create the output pipes of rank "*": Too many open files (tagging output takes two pipes a rank: raise ulimit -n, or pass --no-tag-output)"* ]] ||
+      fail "out of descriptors: unclear message: $err"
     ;;
   success)
     "$launch" -n 3 "$probe" ok >"$work/out" 2>"$work/err" &
