@@ -316,7 +316,7 @@ void GradientSynchronizer::agree_on_layout(const Bucket& bucket, const ProcessGr
   for (std::size_t k = 0; k < bucket.indices.size() && k < 8; ++k) {
     const std::size_t end = k + 1 < bucket.offsets.size() ? bucket.offsets[k + 1] : bucket.size;
     mine += (k ? ", " : "") + std::string("gradient ") + std::to_string(bucket.indices[k]) + " of " +
-              std::to_string(end - bucket.offsets[k]);
+            std::to_string(end - bucket.offsets[k]);
   }
   if (bucket.indices.size() > 8) mine += ", ...";
   throw CollectiveMismatch("GradientSynchronizer on rank " + std::to_string(pg.rank()) +
