@@ -128,7 +128,9 @@ struct MpiBackend::Impl {
   ~Impl() {
     // What was sent must arrive (the promise of unlimited buffering), so
     // wait for it, but not forever; after MPI_Finalize (the last copy of a
-    // group dropped by a thread as the process exits) nothing can be.
+    // group dropped by a thread as the process exits) nothing can be, and
+    // MPI_Finalize waits until this is done (finalize_mutex).
+    std::lock_guard lock(mpi::finalize_mutex());
     if (mpi::finalized()) {
       for (auto& send : sends) new std::vector<std::byte>(std::move(send.data));  // deliberately leaked
       return;

@@ -165,6 +165,7 @@ void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
     std::fflush(nullptr);
     std::_Exit(1);
   }
+  std::lock_guard lock(finalize_mutex());
   MPI_Comm_free(&exit_comm);
   if (abort_comm != MPI_COMM_NULL) MPI_Comm_free(&abort_comm);
   MPI_Finalize();
@@ -318,6 +319,11 @@ CallInFlight::CallInFlight(const char* op, int rank, const std::string& group) {
 
 CallInFlight::~CallInFlight() { calls_in_flight.fetch_sub(1); }
 
+std::mutex& finalize_mutex() {
+  static auto* mutex = new std::mutex;  // never destroyed: a thread may free a group after static destructors
+  return *mutex;
+}
+
 bool exit_begun() { return ending_waits.load(std::memory_order_relaxed); }
 
 void note_abandoned_requests() { requests_abandoned.store(true); }
@@ -358,7 +364,9 @@ Comm& Comm::operator=(Comm&& other) noexcept {
 }
 
 Comm::~Comm() {
-  if (comm_ != MPI_COMM_NULL && !finalized()) MPI_Comm_free(&comm_);
+  if (comm_ == MPI_COMM_NULL) return;
+  std::lock_guard lock(finalize_mutex());
+  if (!finalized()) MPI_Comm_free(&comm_);
 }
 
 int int_count(std::size_t count, std::string_view op, int rank) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -89,6 +90,12 @@ class CallInFlight {
   CallInFlight(const CallInFlight&) = delete;
   CallInFlight& operator=(const CallInFlight&) = delete;
 };
+
+// Held while MPI is finalized, and by whatever frees MPI objects and asks
+// finalized() first (Comm's destructor, a group's): a thread that drops the
+// last copy of a group as the process exits frees its communicators either
+// before MPI_Finalize or not at all, never during it.
+std::mutex& finalize_mutex();
 
 // Whether this process's exit has given up on the calls other threads are
 // still in (a second after it began): their waits then end (waiting.cpp).

@@ -523,6 +523,11 @@ void exit_with_thread(Backend& b, const std::string& dir, std::uint64_t token) {
       std::printf("[rank 0] FAILED: rank 0's loop ended with neither its exit nor the job's abort\n");
     }
     std::fflush(stdout);
+    // The thread's copy of the group goes when it ends: a little later, so
+    // that on rank 0 it goes while the exit meets the others or finalizes
+    // MPI (freeing its communicators during MPI_Finalize could crash; they
+    // now wait for it or are left to it: mpi::finalize_mutex).
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::random_device()() % 8));
   });
   if (rank == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
