@@ -8,12 +8,15 @@
 // with -DAXON_BENCH_MPI axon-bench-mpi over Open MPI (see transport.cpp), and
 // with -DAXON_BENCH_DEEPSPEED_SHM axon-bench-deepspeed-shm over DeepSpeed's
 // CPU shared-memory all-reduce, rebuilt (see axon_bench/deepspeed_shm.cpp).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <new>
 #include <string>
 
 #include "axon_bench/sweep.hpp"
@@ -116,6 +119,15 @@ int run(int argc, char** argv) {
     return 2;
   }
 
+  // Each rank holds a few buffers of the largest size: one larger than the
+  // machine's memory cannot run, and std::bad_alloc alone did not say why.
+  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (memory > 0 && static_cast<double>(o.max_bytes) > memory) {
+    std::fprintf(stderr, "axon-bench: -e/--max-bytes %zu is more than this machine's memory (%.0f bytes); "
+                 "each rank holds a few buffers of the largest size\n", o.max_bytes, memory);
+    return 2;
+  }
+
   auto transport = make_transport(argc, argv);
   if (o.root < 0 || o.root >= transport->size()) {
     std::fprintf(stderr, "axon-bench: root %d outside 0..%d\n", o.root, transport->size() - 1);
@@ -137,6 +149,10 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "axon-bench: out of memory: each rank holds a few buffers of the largest size "
+                 "(-e/--max-bytes); give a smaller one\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "axon-bench: %s\n", e.what());
     return 1;

@@ -168,6 +168,14 @@ LaunchOptions parse_options(int argc, char** argv) {
     for (std::size_t at = what.find("--nproc"); at != std::string::npos; at = what.find("--nproc", at)) {
       what.replace(at, 7, "-n");
     }
+    // An option given twice ("-n 2 -n 3"): CLI11 says "-n: At Most 1 required
+    // but received 2", which reads as a count of values (found by a review).
+    const std::string_view twice = ": At Most 1 required but received ";
+    if (const std::size_t at = what.find(twice); at != std::string::npos) {
+      const std::string name = what.substr(0, at);
+      const std::string times = what.substr(at + twice.size());
+      bad_arguments(name + " was given " + times + " times; give it once");
+    }
     bad_arguments(what);
   }
 

@@ -37,7 +37,14 @@ bool g_fd_limit_raised = false;
 constexpr int kReadsPerDrain = 4;
 
 [[noreturn]] void child_fail(const char* what, const std::string& detail) {
-  const std::string line = std::string("axon-launch: ") + what + detail + ": " + std::strerror(errno) + "\n";
+  std::string line = std::string("axon-launch: ") + what + detail + ": " + std::strerror(errno);
+  if (errno == ENOEXEC) {
+    // A script with no #! line: a shell would run it with /bin/sh, exec does
+    // not, and "Exec format error" alone does not say what to do.
+    line += " (it is neither a program for this machine nor a script that starts with #!: add a line "
+            "such as #!/bin/sh at its top, or name its interpreter before it, e.g. axon-launch -n N sh " + detail + ")";
+  }
+  line += "\n";
   write_all(STDERR_FILENO, line.data(), line.size());
   ::_exit(127);
 }

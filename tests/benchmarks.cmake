@@ -16,6 +16,18 @@ if(TARGET axon-bench)
            COMMAND sh -c "\"$0\" --seconds-per-size -1; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)
   set_tests_properties("axon-bench: a negative --seconds-per-size is refused with exit status 2" PROPERTIES
     PASS_REGULAR_EXPRESSION "--seconds-per-size: must be a number of seconds, 0 or more \\(got -1\\)\n.*exit status 2")
+  # A size that cannot fit is named, not reported as std::bad_alloc (found by a review).
+  set(name "axon-bench: a --max-bytes larger than the machine's memory is refused, naming it")
+  add_test(NAME "${name}" COMMAND sh -c "\"$0\" -b 1T -e 1T; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)
+  set_tests_properties("${name}" PROPERTIES
+    PASS_REGULAR_EXPRESSION "axon-bench: -e/--max-bytes 1099511627776 is more than this machine's memory \\([0-9]+ bytes\\).*\n.*exit status 2")
+  # (Not under AddressSanitizer, which starts under no ulimit -v.)
+  if(NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize=[^ ]*address")
+    set(name "axon-bench: running out of memory names the largest size, not std::bad_alloc")
+    add_test(NAME "${name}" COMMAND sh -c "ulimit -v 1000000; \"$0\" -b 512M -e 512M -n 1 -w 0; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)
+    set_tests_properties("${name}" PROPERTIES
+      PASS_REGULAR_EXPRESSION "axon-bench: out of memory: each rank holds a few buffers of the largest size \\(-e/--max-bytes\\); give a smaller one\n.*exit status 1")
+  endif()
 endif()
 find_package(Python3 COMPONENTS Interpreter)
 if(TARGET axon-bench AND TARGET axon-launch AND Python3_Interpreter_FOUND)

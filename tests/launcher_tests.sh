@@ -157,6 +157,16 @@ case "$case_name" in
     expect_status 2
     [[ "$err" == "axon-launch: AXON_TIMEOUT=0x10 is not a number of seconds in 0.01..1e+06"* ]] ||
       fail "AXON_TIMEOUT=0x10: unclear message: $err"
+    # An option given twice is named as such (CLI11's "At Most 1 required but
+    # received 2" read as a count of values).
+    for args in "-n 2 -n 3" "-n 2 --timeout 1 --timeout 2"; do
+      # shellcheck disable=SC2086
+      run $args "$probe" ok
+      expect_status 2
+      flag=${args##* -}; flag=-${flag%% *}
+      [ "$err" = "axon-launch: $flag was given 2 times; give it once (see axon-launch --help)" ] ||
+        fail "'$args': unclear message: $err"
+    done
     run -n 256 --help
     expect_status 0
     [[ "$out" == *Usage* ]] || fail "--help prints no usage: $out"
@@ -171,6 +181,14 @@ case "$case_name" in
     [[ "$err" == *"not executable"* ]] || fail "unclear message: $err"
     run -n 2 no-such-program-in-path-axon
     expect_status 127
+    # A script with no #! line: exec refuses it ("Exec format error"); the
+    # message says what to do.
+    printf 'echo hello\n' >"$work/no-shebang"
+    chmod +x "$work/no-shebang"
+    run -n 2 "$work/no-shebang"
+    expect_status 127
+    [[ "$err" == *"cannot run $work/no-shebang: Exec format error (it is neither a program for this machine nor a script that starts with #!"*"axon-launch -n N sh $work/no-shebang)"* ]] ||
+      fail "a script with no #! line: unclear message: $err"
     ;;
   arena-too-large)
     # More than the machine's memory: refused up front with the sizes, never SIGBUS.
