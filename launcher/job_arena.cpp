@@ -15,14 +15,14 @@
 namespace axon_launch {
 namespace shm = axonml::distributed::shm;
 
-JobArena::JobArena(int world_size, std::size_t arena_bytes, std::size_t slot_bytes) {
+JobArena::JobArena(int world_size, std::size_t arena_bytes, std::size_t slot_bytes, const std::string& remedy) {
   shm::ArenaSpec spec;
   spec.world_size = world_size;
   spec.arena_bytes = arena_bytes;
   spec.slot_bytes = slot_bytes;
   spec.launcher_pid = static_cast<std::int32_t>(::getpid());
   spec.launcher_pid_namespace = shm::pid_namespace_id();
-  arena_ = shm::create_arena_memfd(shm::unique_arena_name("axon"), spec, "choose a smaller --arena-mb");
+  arena_ = shm::create_arena_memfd(shm::unique_arena_name("axon"), spec, remedy);
   // A launcher started with stdin/stdout/stderr closed gets a low number,
   // which each child's redirections would overwrite: move it above them.
   if (arena_.fd <= STDERR_FILENO) {

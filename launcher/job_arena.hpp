@@ -21,8 +21,8 @@ namespace axon_launch {
 class JobArena {
  public:
   // Throws (see shm::create_arena_memfd) naming the sizes, the available
-  // memory and --arena-mb when the arena cannot be made.
-  JobArena(int world_size, std::size_t arena_bytes, std::size_t slot_bytes);
+  // memory and `remedy` (what the user may change) when the arena cannot be made.
+  JobArena(int world_size, std::size_t arena_bytes, std::size_t slot_bytes, const std::string& remedy);
   ~JobArena();
   JobArena(const JobArena&) = delete;
   JobArena& operator=(const JobArena&) = delete;

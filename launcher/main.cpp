@@ -95,7 +95,15 @@ Outcome run_attempt(const LaunchOptions& options, const std::string& program,
                     std::size_t arena_bytes, std::size_t slot_bytes, int attempt, int signal_fd,
                     const sigset_t& child_mask, const SupervisorTimes& times,
                     const Placement& placement) {
-  JobArena arena(options.world_size, arena_bytes, slot_bytes);
+  // What to change when the arena does not fit: the default arena grows with
+  // AXON_SLOT_BYTES, and blaming --arena-mb when none was given misled
+  // (found by a review: AXON_SLOT_BYTES=1GiB asked for a smaller --arena-mb).
+  const std::string remedy =
+      options.arena_mb != 0 || slot_bytes == 0
+          ? "choose a smaller --arena-mb"
+          : "choose a smaller AXON_SLOT_BYTES (now " + std::to_string(slot_bytes) +
+                ": the default arena holds several slots of it per rank), or give --arena-mb";
+  JobArena arena(options.world_size, arena_bytes, slot_bytes, remedy);
   RankEnvironment env{options.world_size, arena.fd(), arena.bytes(), options.timeout_s, attempt,
                       free_local_port()};
   env.placement = &placement.ranks;

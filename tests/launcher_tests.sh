@@ -196,6 +196,12 @@ case "$case_name" in
     run -n 2 --arena-mb $((avail_mb * 2 + 1024)) "$probe" ok
     expect_status 1
     [[ "$err" == *"cannot reserve"*MiB*available*--arena-mb* ]] || fail "message does not name the sizes: $err"
+    # The default arena grows with AXON_SLOT_BYTES: with no --arena-mb given,
+    # the remedy names the slot size (it asked for a smaller --arena-mb).
+    AXON_SLOT_BYTES=1073741824 run -n $(((avail_mb >> 10) / 8 + 2)) "$probe" ok
+    expect_status 1
+    [[ "$err" == *"cannot reserve"*"available): free memory, or choose a smaller AXON_SLOT_BYTES (now 1073741824"*", or give --arena-mb" ]] ||
+      fail "an arena too large for AXON_SLOT_BYTES: unclear message: $err"
     run -n 8 --arena-mb 1 "$probe" ok
     expect_status 2
     [[ "$err" == *"too small for 8 ranks"*--arena-mb* ]] || fail "unclear message: $err"
