@@ -84,6 +84,7 @@ set(AXON_PROMISES
   "Backend::abort() on rank 1 makes every other rank's waiting barrier and its next call throw PeerFailure with rank 1's reason|abort|AXON_TIMEOUT=60"
   "a rank that comes to an all_reduce as the others give it up fails its next call at once|late-at-the-timeout|AXON_TIMEOUT=2"
   "World::init() twice in one process throws InvalidArgument on the caller|init-twice|AXON_TIMEOUT=60"
+  "alloc_shared gives a tensor in the arena or says that the backend has none|alloc-shared|AXON_TIMEOUT=60"
   "an all_gather refused on rank 1 only still counts there: its next call and the others' pending one are a mismatch saying the ranks are out of step|refused-on-one-rank|AXON_TIMEOUT=60"
   "barrier vs all_reduce is a CollectiveMismatch showing both|mismatch barrier-vs-all-reduce|AXON_TIMEOUT=60"
   "all_reduce of 0 vs 1 elements is a CollectiveMismatch showing both|mismatch count-0-vs-1|AXON_TIMEOUT=60"

@@ -75,9 +75,17 @@ Tensor ProcessGroup::alloc_shared(Shape shape) const {
   std::shared_ptr<std::byte> memory = b.allocate_shared(bytes);
   if (!memory) {
     const std::string left = b.describe_shared_memory();
-    throw InvalidArgument("alloc_shared on rank " + std::to_string(rank()) + " of " + describe() +
-                          ": the " + std::string(b.name()) + " backend has no shared memory left for " +
-                          std::to_string(bytes) + " bytes" + (left.empty() ? "" : ": " + left) +
+    const std::string where = "alloc_shared on rank " + std::to_string(rank()) + " of " + describe() + ": the " +
+                              std::string(b.name()) + " backend ";
+    // A backend with no shared memory at all (MPI across nodes, the mock
+    // world) is not one that ran out: raising --arena-mb cannot help there
+    // (found by a review: under mpirun it named axon-launch's option).
+    if (left.empty()) {
+      throw InvalidArgument(where + "has no shared memory to place " + std::to_string(bytes) +
+                            " bytes in (alloc_shared works under axon-launch; with this backend, use an "
+                            "ordinary Tensor)");
+    }
+    throw InvalidArgument(where + "has no shared memory left for " + std::to_string(bytes) + " bytes: " + left +
                           " (raise axon-launch --arena-mb, or drop unused shared tensors)");
   }
   return Tensor::view(std::shared_ptr<float>(memory, reinterpret_cast<float*>(memory.get())), std::move(shape));

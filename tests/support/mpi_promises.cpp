@@ -595,6 +595,30 @@ void refused_on_one_rank(Backend& b) {
 }
 
 // World::init() attaches a process once, under either launcher.
+// alloc_shared: a tensor in the arena under axon-launch; under mpirun, whose
+// backend has no shared memory, an error that says so rather than naming
+// axon-launch's --arena-mb as if the arena had run out.
+void alloc_shared(const World& world) {
+  const ProcessGroup& group = world.default_group();
+  std::string error;
+  try {
+    Tensor t = group.alloc_shared({16});
+    t.data()[0] = 1.0f;
+    group.all_reduce_tensor(t, ReduceOp::Sum);
+    expect(t.data()[0] == static_cast<float>(world.world_size()), "an all_reduce of an alloc_shared tensor sums");
+  } catch (const InvalidArgument& e) {
+    error = e.what();
+  }
+  if (world.backend().name() == "mpi") {
+    expect(contains(error, "alloc_shared on rank " + std::to_string(me) + " of group [") &&
+               contains(error, "the mpi backend has no shared memory to place 64 bytes in") &&
+               !contains(error, "--arena-mb"),
+           "alloc_shared under mpirun says the backend has no shared memory: '" + error + "'");
+  } else {
+    expect(error.empty(), "alloc_shared under axon-launch gives a tensor: '" + error + "'");
+  }
+}
+
 void init_twice() {
   std::string error;
   try {
@@ -781,6 +805,8 @@ int main(int argc, char** argv) {
       refused_on_one_rank(b);
     } else if (mode == "init-twice") {
       init_twice();
+    } else if (mode == "alloc-shared") {
+      alloc_shared(world);
     } else if (mode == "mismatch") {
       mismatch(b, arg);
     } else if (mode == "after-exit") {
@@ -791,7 +817,7 @@ int main(int argc, char** argv) {
       group_of_one_untouched(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | exit-with-waiting-thread | refused-on-one-rank | late-rank | late-at-the-timeout | init-twice | mismatch KIND | after-exit | rank-order\n");
+                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | exit-with-waiting-thread | refused-on-one-rank | late-rank | late-at-the-timeout | init-twice | alloc-shared | mismatch KIND | after-exit | rank-order\n");
       return 2;
     }
     int total = failures;
