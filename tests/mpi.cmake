@@ -226,3 +226,16 @@ if(TARGET axon-launch)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 60
                        PASS_REGULAR_EXPRESSION "rank 1: AXON_TIMEOUT=0 is not a number of seconds")
 endif()
+
+# AXON_BACKEND=mock under mpirun: each rank would run alone, as under
+# axon-launch; mpirun's count is in OMPI_COMM_WORLD_SIZE, not WORLD_SIZE
+# (found by a review: every rank trained alone and exited 0).
+if(TARGET train)
+  set(name "mpi: AXON_BACKEND=mock under mpirun fails instead of giving worlds of one")
+  add_test(NAME "${name}"
+    COMMAND ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 2 -x AXON_BACKEND=mock
+            $<TARGET_FILE:train> --epochs 1 --samples 512 --hidden 8)
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120 ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}"
+    PASS_REGULAR_EXPRESSION "rank 1: AXON_BACKEND=mock gives each process a world of its own, but OMPI_COMM_WORLD_SIZE=2"
+    FAIL_REGULAR_EXPRESSION "parameter checksum")
+endif()

@@ -77,13 +77,17 @@ std::shared_ptr<Backend> backend_from_environment_unnamed() {
   if (backend == "mpi") return mpi_backend();
   if (backend == "mock") {
     // A world of one: under a launcher that started several ranks, each
-    // would train alone and quietly.
-    const auto launched = env::integer("WORLD_SIZE", 1, 1 << 30);
-    if (launched && *launched > 1) {
-      throw InvalidArgument("AXON_BACKEND=mock gives each process a world of its own, but WORLD_SIZE=" +
-                            std::to_string(*launched) +
-                            " says a launcher started that many ranks: each would run alone. Leave "
-                            "AXON_BACKEND unset (or shm) under axon-launch, mpi under mpirun");
+    // would train alone and quietly. mpirun says how many in its own
+    // variables, not WORLD_SIZE (found by a review: under mpirun each rank
+    // ran alone).
+    for (const char* name : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+      const auto launched = env::integer(name, 1, 1 << 30);
+      if (launched && *launched > 1) {
+        throw InvalidArgument("AXON_BACKEND=mock gives each process a world of its own, but " + std::string(name) +
+                              "=" + std::to_string(*launched) +
+                              " says a launcher started that many ranks: each would run alone. Leave "
+                              "AXON_BACKEND unset (or shm) under axon-launch, mpi under mpirun");
+      }
     }
     return MockBackend::single();
   }
