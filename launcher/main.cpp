@@ -9,8 +9,10 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -115,6 +117,12 @@ Outcome run_attempt(const LaunchOptions& options, const std::string& program,
     }
   } catch (const std::exception& e) {
     for (const auto& r : ranks) ::kill(-r.pid, SIGKILL);
+    // Reaped before the launcher goes on to exit: unreaped, they would be
+    // left to init, which in a container may never reap them (found by a review).
+    for (const auto& r : ranks) {
+      while (::waitpid(r.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
     throw std::runtime_error(std::string(e.what()) + "; stopped the " + std::to_string(ranks.size()) +
                              " ranks already started");
   }

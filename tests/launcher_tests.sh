@@ -234,6 +234,28 @@ case "$case_name" in
     expect_status 1
     [[ "$err" == *"cannot create the output pipes of rank "*": Too many open files (tagging output takes two pipes a rank: raise ulimit -n, or pass --no-tag-output)"* ]] ||
       fail "out of descriptors: unclear message: $err"
+    # The ranks it had started are killed and reaped before it exits: run as
+    # the child of a subreaper, any rank left unreaped becomes that
+    # subreaper's child (in a container, init's, which may never reap it).
+    # shellcheck disable=SC2016
+    orphans=$(ulimit -n 24 && /usr/bin/python3 -c '
+import ctypes, os, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+time.sleep(0.5)
+left = []
+try:
+    while True:
+        pid, _ = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            left.append("a live one")
+            break
+        left.append(str(pid))
+except ChildProcessError:
+    pass
+print(" ".join(left) or "none")
+' "$launch" -n 32 /bin/sleep 30)
+    [ "$orphans" = none ] || fail "after failing to start every rank, the launcher left ranks unreaped: $orphans"
     ;;
   success)
     "$launch" -n 3 "$probe" ok >"$work/out" 2>"$work/err" &
