@@ -186,6 +186,20 @@ TEST_CASE("subgroup lists with duplicate or out-of-range ranks are rejected", "[
   REQUIRE_THROWS_WITH(world.new_group({}), Contains("the list of ranks is empty"));
 }
 
+// The ranks compare new_group lists by hash; each rank's message also gives
+// the list it passed, which the hashes alone do not.
+TEST_CASE("new_group with different lists on different ranks is a mismatch naming this rank's list",
+          "[errors][groups][mismatch]") {
+  run_ranks(3, [](std::shared_ptr<Backend> b, int r) {
+    const std::vector<int> list = r == 1 ? std::vector<int>{0, 1} : std::vector<int>{2, 0, 1};
+    const std::string error = error_of([&] { (void)b->new_group(list); });
+    RANK_REQUIRE_THAT(error, Contains("collective mismatch in group [0, 1, 2] at call #") &&
+                                 Contains("new_group(2 ranks, list hash ") && Contains("new_group(3 ranks, list hash ") &&
+                                 Contains(std::string("; this rank's new_group list is ") +
+                                          (r == 1 ? "[0, 1]" : "[2, 0, 1]")));
+  });
+}
+
 TEST_CASE("a collective on a group the caller is not in names the rank and the group", "[errors][groups]") {
   run_ranks(3, [](std::shared_ptr<Backend> b, int r) {
     ProcessGroup pair = ProcessGroup::with_ranks(b, {0, 2});

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "axonml/distributed/error.hpp"
+#include "base/text.hpp"
 
 namespace axonml::distributed {
 
@@ -135,7 +136,15 @@ std::shared_ptr<Backend> Backend::new_group(std::span<const int> ranks) {
       throw InvalidArgument(prefix + ": rank " + std::to_string(*dup) + " is listed twice");
     }
   });
-  return do_new_group(std::vector<int>(ranks.begin(), ranks.end()));
+  try {
+    return do_new_group(std::vector<int>(ranks.begin(), ranks.end()));
+  } catch (const CollectiveMismatch& e) {
+    // The ranks compare their lists by hash (one descriptor each): say which
+    // list this rank passed, which the hash alone does not (found by a review).
+    const std::string what = e.what();
+    if (what.find("new_group(") == std::string::npos) throw;
+    throw CollectiveMismatch(what + "; this rank's new_group list is " + bracketed(ranks));
+  }
 }
 
 }  // namespace axonml::distributed
