@@ -403,6 +403,35 @@ TEST_CASE("all_reduce on a group of one hands the buffer back untouched, NaN pay
   });
 }
 
+// The same for the other reductions, out of place and in place: a reduction
+// of one source made every NaN the canonical one (found by a review).
+TEST_CASE("reduce and reduce_scatter on a group of one hand the data back untouched, NaN payloads too",
+          "[collectives][mock][nan]") {
+  const ReduceOp op = GENERATE(ReduceOp::Sum, ReduceOp::Product, ReduceOp::Average, ReduceOp::Min, ReduceOp::Max);
+  const std::size_t count = GENERATE(std::size_t{1}, 3000, 200'000);
+  CAPTURE(op, count);
+  run_ranks(1, [&](std::shared_ptr<Backend> b, int) {
+    std::vector<std::uint32_t> bits(count);
+    for (std::size_t i = 0; i < count; ++i) bits[i] = i % 3 == 0 ? 0xffc12345u : i % 3 == 1 ? 0x7fa00001u : 0x3f800000u;
+    std::vector<float> send(count), recv(count, 0.0f);
+    std::memcpy(send.data(), bits.data(), count * sizeof(float));
+    const auto bits_of = [count](const std::vector<float>& v) {
+      std::vector<std::uint32_t> out(count);
+      std::memcpy(out.data(), v.data(), count * sizeof(float));
+      return out;
+    };
+    b->reduce<float>(send, recv, 0, op);
+    REQUIRE(bits_of(recv) == bits);
+    std::fill(recv.begin(), recv.end(), 0.0f);
+    b->reduce_scatter<float>(send, recv, op);
+    REQUIRE(bits_of(recv) == bits);
+    b->reduce<float>(send, send, 0, op);
+    REQUIRE(bits_of(send) == bits);
+    b->reduce_scatter<float>(send, send, op);
+    REQUIRE(bits_of(send) == bits);
+  });
+}
+
 TEST_CASE("all_reduce min and max are NaN wherever any one rank holds a NaN", "[collectives][mock][nan]") {
   const int n = GENERATE(2, 3, 5);
   // a scalar beside the round counter, one round through the slots, pipelined

@@ -9,6 +9,17 @@
 #include "kernels/reduce.hpp"
 
 namespace axonml::distributed::collectives {
+namespace {
+
+// A group of one has nothing to combine: its data comes out as it went in,
+// NaN payloads too, as all_reduce leaves them (a reduction of one source
+// made every NaN the canonical one; found by a review).
+void keep_as_it_is(RoundChannel& channel, const std::byte* send, std::byte* recv, std::size_t bytes) {
+  if (bytes > 0 && send != recv) std::memmove(recv, send, bytes);
+  channel.exchange();
+}
+
+}  // namespace
 
 // Each round every member publishes the next piece of its blocks (all n, or
 // a window of them when slots are small; see BlockRounds); the members whose
@@ -21,6 +32,10 @@ void reduce_scatter(RoundChannel& channel, const std::byte* send, std::byte* rec
   const std::size_t es = size_of(type);
   const auto n = static_cast<std::size_t>(channel.size());
   const auto me = static_cast<std::size_t>(channel.rank());
+  if (n == 1) {
+    keep_as_it_is(channel, send, recv, count * es);
+    return;
+  }
   const BlockRounds schedule(count, n, channel.slot_bytes(), es);
   std::vector<const std::byte*> sources(n);
   for (std::size_t k = 0; k < schedule.rounds(); ++k) {
@@ -50,6 +65,10 @@ void reduce(RoundChannel& channel, const std::byte* send, std::byte* recv, std::
   const auto n = static_cast<std::size_t>(channel.size());
   const std::size_t per_round = channel.slot_bytes() / es;
   const std::size_t rounds = std::max<std::size_t>(1, (count + per_round - 1) / per_round);
+  if (n == 1) {
+    keep_as_it_is(channel, send, recv, count * es);
+    return;
+  }
   std::vector<const std::byte*> sources(n);
   if (count * es <= channel.small_bytes()) {  // a scalar each: beside the round counters
     copy_bytes(channel.small_outbox(), send, count * es);

@@ -399,6 +399,11 @@ void MpiBackend::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceO
   const std::size_t bytes = recv.count * size_of(recv.type);
   const auto call = mpi::describe_call(CollectiveOp::ReduceScatter, recv.type, recv.count, -1, &op);
   const std::byte* mine = send.data + static_cast<std::size_t>(rank()) * bytes;
+  if (impl_->size() == 1) {  // as it is, NaN payloads too, as all_reduce and the shared-memory backend leave it
+    impl_->begin(call, false, none);
+    if (bytes > 0 && mine != recv.data) std::memmove(recv.data, mine, bytes);
+    return;
+  }
   if (impl_->begin(call, bytes <= kInline, [&](int peer) {
         return std::span<const std::byte>(send.data + static_cast<std::size_t>(peer) * bytes, bytes);
       })) {
@@ -420,6 +425,11 @@ void MpiBackend::do_gather(ConstBuffer send, MutableBuffer recv, int dst) {
   const bool root = rank() == dst;
   const auto call = mpi::describe_call(CollectiveOp::Gather, send.type, send.count, dst);
   const std::span<const std::byte> own(send.data, bytes);
+  if (impl_->size() == 1) {  // as it is, NaN payloads too, as all_reduce and the shared-memory backend leave it
+    impl_->begin(call, false, none);
+    if (bytes > 0 && send.data != recv.data) std::memmove(recv.data, send.data, bytes);
+    return;
+  }
   if (impl_->begin(call, bytes <= kInline,
                    [&](int peer) { return peer == dst ? own : std::span<const std::byte>(); })) {
     if (!root || bytes == 0) return;
@@ -482,6 +492,11 @@ void MpiBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, Reduce
   const bool root = rank() == dst;
   const auto call = mpi::describe_call(CollectiveOp::Reduce, send.type, send.count, dst, &op);
   const std::span<const std::byte> own(send.data, bytes);
+  if (impl_->size() == 1) {  // as it is, NaN payloads too, as all_reduce and the shared-memory backend leave it
+    impl_->begin(call, false, none);
+    if (bytes > 0 && send.data != recv.data) std::memmove(recv.data, send.data, bytes);
+    return;
+  }
   if (impl_->begin(call, bytes <= kInline,
                    [&](int peer) { return peer == dst ? own : std::span<const std::byte>(); })) {
     if (!root || bytes == 0) return;

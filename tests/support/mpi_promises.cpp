@@ -703,6 +703,19 @@ void group_of_one_untouched(Backend& b) {
       alone->all_reduce(std::span<float>(data), op);
       expect(std::memcmp(data.data(), bits.data(), bits.size() * sizeof(float)) == 0,
              "all_reduce (" + std::string(to_string(op)) + ") on a group of one leaves its buffer's bits as they were");
+      // reduce and reduce_scatter likewise, out of place and in place.
+      std::vector<float> recv(bits.size(), 0.0f);
+      alone->reduce<float>(data, recv, 0, op);
+      expect(std::memcmp(recv.data(), bits.data(), bits.size() * sizeof(float)) == 0,
+             "reduce (" + std::string(to_string(op)) + ") on a group of one gives its input's bits");
+      std::fill(recv.begin(), recv.end(), 0.0f);
+      alone->reduce_scatter<float>(data, recv, op);
+      expect(std::memcmp(recv.data(), bits.data(), bits.size() * sizeof(float)) == 0,
+             "reduce_scatter (" + std::string(to_string(op)) + ") on a group of one gives its input's bits");
+      alone->reduce<float>(data, data, 0, op);
+      alone->reduce_scatter<float>(data, data, op);
+      expect(std::memcmp(data.data(), bits.data(), bits.size() * sizeof(float)) == 0,
+             "reduce and reduce_scatter (" + std::string(to_string(op)) + ") in place on a group of one leave the bits");
     }
   }
 }
