@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -173,6 +174,19 @@ TEST_CASE("World::init without a launcher is a world of one", "[environment]") {
   CHECK(World::init().world_size() == 1);
   env.set("AXON_BACKEND", "nccl");
   REQUIRE_THROWS_WITH(World::init(), Catch::Contains("AXON_BACKEND=nccl") && Catch::Contains("shm, mpi, mock"));
+}
+
+// memfd_create makes its file 0777; an arena says owner-only itself, as the
+// README promises (found by a review).
+TEST_CASE("a memfd arena is readable and writable by its owner only", "[shm]") {
+  shm::ArenaSpec spec;
+  spec.world_size = 2;
+  shm::MemfdArena arena = shm::create_arena_memfd("axon-test", spec, "(test)");
+  struct stat info {};
+  const int stated = ::fstat(arena.fd, &info);
+  shm::destroy_arena_memfd(arena);
+  REQUIRE(stated == 0);
+  CHECK((info.st_mode & 07777) == 0600);
 }
 
 // Shared memory counts against the file size limit: sizing an arena past it

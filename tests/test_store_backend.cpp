@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -543,6 +544,36 @@ TEST_CASE("a rank that rank 0's arena was not made for fails naming the process 
   REQUIRE_THROWS_WITH(StoreBackend::create(store, 1, 2, options),
                       Contains("rank 1: rank 0 made the arena for pid 12345 as rank 1, not for this process") &&
                           Contains("different groups"));
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+}
+
+TEST_CASE("a rank refuses to join an arena that another user owns, even as root", "[store][errors]") {
+  // Root may open any process's descriptors through /proc: a root rank met
+  // on another user's MASTER_PORT would share memory that user can write
+  // (found by a review). Rank 0 here is a child holding an arena owned by
+  // uid 65534 (nobody), which only root can arrange.
+  const int arena = ::memfd_create("axon-test-arena", 0);
+  REQUIRE(arena >= 0);
+  REQUIRE(::ftruncate(arena, 4096) == 0);
+  if (::fchown(arena, 65534, 65534) != 0) {
+    ::close(arena);
+    WARN("not root: cannot hand the arena to another user, nothing checked");
+    return;
+  }
+  const pid_t child = start_child_that_sleeps(10'000'000);  // inherits the descriptor
+  ::close(arena);
+  MemoryStore store(true);
+  store.set("axon/host/0", this_host_entry(child) + " 0 2");
+  store.set("axon/arena", std::to_string(child) + " " + std::to_string(arena) + " 4096 " + std::to_string(child) +
+                              " " + std::to_string(::getpid()));
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  REQUIRE_THROWS_WITH(StoreBackend::create(store, 1, 2, options),
+                      Contains("rank 1: rank 0's arena /proc/" + std::to_string(child) + "/fd/" + std::to_string(arena) +
+                               " belongs to uid 65534, but this process runs as uid " + std::to_string(::geteuid()) +
+                               ": every rank must run as the same user"));
   ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);

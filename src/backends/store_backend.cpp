@@ -504,7 +504,16 @@ std::shared_ptr<void> map_published_arena(SetupWait& setup, int rank, int owner,
   // be another arena's): touch nothing then.
   setup.throw_if_a_peer_failed([] { return std::string("rank 0's arena (axon/arena)"); });
   struct stat info {};
-  if (::fstat(opened.fd, &info) != 0 || static_cast<std::size_t>(info.st_size) != published) {
+  const bool stated = ::fstat(opened.fd, &info) == 0;
+  // A process that may open any user's files (root) would otherwise join
+  // another user's job and share memory that user can write while it runs
+  // (found by a review); the other way round, the open above already fails.
+  if (stated && info.st_uid != ::geteuid()) {
+    throw InvalidArgument(who + "rank 0's arena " + path + " belongs to uid " + std::to_string(info.st_uid) +
+                          ", but this process runs as uid " + std::to_string(::geteuid()) +
+                          ": every rank must run as the same user (is another user's job on this MASTER_PORT?)");
+  }
+  if (!stated || static_cast<std::size_t>(info.st_size) != published) {
     throw Error(who + "rank 0's arena " + path + " has " + std::to_string(info.st_size) +
                 " bytes but rank 0 published " + std::to_string(published));
   }
@@ -620,7 +629,6 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
       }
       memfd.fd = created.fd;
       memory = std::shared_ptr<void>(created.base, [bytes](void* p) { ::munmap(p, bytes); });
-      ::fchmod(memfd.fd, 0600);  // peers open it through /proc as the same user only
       // "pid fd bytes pid-of-rank-0 ... pid-of-rank-n-1": the processes the
       // arena is for, which each checks it is one of.
       std::string published = std::to_string(::getpid()) + " " + std::to_string(memfd.fd) + " " + std::to_string(bytes);
