@@ -13,7 +13,7 @@
 // (with --compress bf16 the gradients travel as bf16, so only closely).
 //
 // With --checkpoint PATH rank 0 saves the parameters, the momentum buffers and
-// the number of finished epochs after every epoch (to PATH.tmp, then renamed
+// the number of finished epochs after every epoch (to a new file PATH.XXXXXX, then renamed
 // over PATH, so a kill never leaves half a checkpoint), and every rank resumes
 // from PATH when it exists: under `axon-launch --max-restarts K` a job whose
 // rank died ends with the parameters of an undisturbed run.
@@ -34,6 +34,7 @@
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <sstream>
 
 #include "axonml/distributed.hpp"
 #include "axonml/nn.hpp"
@@ -126,28 +127,54 @@ std::vector<float> read_floats(std::istream& in, const std::string& path) {
   return values;
 }
 
-// Rank 0 after each epoch: everything written to PATH.tmp, flushed, then
-// renamed over PATH in one step.
+// Rank 0 after each epoch: everything written to a new file beside PATH,
+// synced, then renamed over PATH in one step. The new file gets a name no
+// one can have made before (mkstemp: created here, never a file or link
+// another user put there; found by a review: a fixed PATH.tmp could be a
+// link to someone's file, which the write then replaced).
 void save_checkpoint(const Config& cfg, int epochs_done, const std::vector<nn::Parameter*>& params,
                      const nn::SGD& sgd) {
-  const std::string tmp = cfg.checkpoint + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << kCheckpointMagic << run_signature(cfg) << "epochs " << epochs_done << "\n";
-    const std::uint64_t count = params.size();
-    out.write(reinterpret_cast<const char*>(&count), sizeof(count));
-    for (const auto* p : params) {
-      const auto data = p->value().data();
-      write_floats(out, std::vector<float>(data.begin(), data.end()));
-    }
-    const std::uint64_t buffers = sgd.velocity().size();
-    out.write(reinterpret_cast<const char*>(&buffers), sizeof(buffers));
-    for (const auto& v : sgd.velocity()) write_floats(out, v);
-    out.flush();
-    if (!out) throw dist::InvalidArgument("cannot write the checkpoint " + tmp);
+  std::ostringstream out;
+  out << kCheckpointMagic << run_signature(cfg) << "epochs " << epochs_done << "\n";
+  const std::uint64_t count = params.size();
+  out.write(reinterpret_cast<const char*>(&count), sizeof(count));
+  for (const auto* p : params) {
+    const auto data = p->value().data();
+    write_floats(out, std::vector<float>(data.begin(), data.end()));
+  }
+  const std::uint64_t buffers = sgd.velocity().size();
+  out.write(reinterpret_cast<const char*>(&buffers), sizeof(buffers));
+  for (const auto& v : sgd.velocity()) write_floats(out, v);
+  const std::string bytes = std::move(out).str();
+
+  std::string tmp = cfg.checkpoint + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    throw dist::InvalidArgument("cannot create a temporary file beside --checkpoint " + cfg.checkpoint + ": " +
+                                std::strerror(errno));
+  }
+  const auto fail = [&](const std::string& what) {
+    const std::string reason = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw dist::InvalidArgument("cannot " + what + " the checkpoint " + tmp + ": " + reason);
+  };
+  for (std::size_t done = 0; done < bytes.size();) {
+    const ssize_t wrote = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote < 0) fail("write");
+    done += static_cast<std::size_t>(wrote);
+  }
+  if (::fsync(fd) != 0) fail("sync");
+  if (::close(fd) != 0) {
+    const std::string reason = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw dist::InvalidArgument("cannot write the checkpoint " + tmp + ": " + reason);
   }
   if (std::rename(tmp.c_str(), cfg.checkpoint.c_str()) != 0) {
-    throw dist::InvalidArgument("cannot rename " + tmp + " to --checkpoint " + cfg.checkpoint);
+    const std::string reason = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw dist::InvalidArgument("cannot rename " + tmp + " to --checkpoint " + cfg.checkpoint + ": " + reason);
   }
 }
 

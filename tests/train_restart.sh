@@ -31,6 +31,10 @@ fi
 exec "$TRAIN" "$@"
 SCRIPT
 chmod +x "$work/rank.sh"
+# A link where the checkpoint's temporary file used to go (PATH.tmp): the
+# write must never follow it into another file (found by a review).
+echo "precious" >"$work/precious"
+ln -s "$work/precious" "$work/ckpt.tmp"
 TRAIN=$train CHECKPOINT=$work/ckpt "$launch" -n 4 --max-restarts 1 "$work/rank.sh" "${args[@]}" \
   --checkpoint "$work/ckpt" --checksum-file "$work/restarted.txt" >"$work/out" 2>"$work/err"
 status=$?
@@ -43,7 +47,9 @@ err=$(cat "$work/err")
 [[ "$out" == *"[rank 0] train: resuming from $work/ckpt after epoch 1"* ]] ||
   fail "the second attempt did not resume after epoch 1: $out"
 [[ "$out" != *"resuming"*"resuming"* ]] || fail "resumed twice: $out"
-[ ! -e "$work/ckpt.tmp" ] || fail "a temporary checkpoint was left behind"
+[ "$(cat "$work/precious")" = precious ] || fail "the checkpoint was written through the link at $work/ckpt.tmp"
+left=$(cd "$work" && ls ckpt.* 2>/dev/null | grep -v '^ckpt\.tmp$')
+[ -z "$left" ] || fail "a temporary checkpoint was left behind: $left"
 "$compare" "$work/restarted.txt" "$work/undisturbed.txt" 1e-5 ||
   fail "the restarted run's parameters differ from the undisturbed run's"
 echo "ok [train restart]"
