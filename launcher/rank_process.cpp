@@ -168,14 +168,24 @@ void OutputStream::drain() {
     pending_.append(buffer, static_cast<std::size_t>(n));
     std::string lines;
     std::size_t start = 0;
-    for (std::size_t newline; (newline = pending_.find('\n', start)) != std::string::npos; start = newline + 1) {
-      lines += prefix_;
-      lines.append(pending_, start, newline + 1 - start);
-    }
-    for (; pending_.size() - start >= kMaxLine; start += kMaxLine) {
-      lines += prefix_;
-      lines.append(pending_, start, kMaxLine);
-      lines += '\n';
+    // Whole lines of up to kMaxLine bytes; a longer one in pieces of
+    // kMaxLine, also when its end came in the same read as the piece that
+    // took it past the limit (found by a review: a 2 MiB line came out as
+    // 1 MiB and 1 MiB + 103 bytes).
+    for (;;) {
+      const std::size_t newline = pending_.find('\n', start);
+      if (newline != std::string::npos && newline - start <= kMaxLine) {
+        lines += prefix_;
+        lines.append(pending_, start, newline + 1 - start);
+        start = newline + 1;
+      } else if (pending_.size() - start >= kMaxLine) {
+        lines += prefix_;
+        lines.append(pending_, start, kMaxLine);
+        lines += '\n';
+        start += kMaxLine;
+      } else {
+        break;
+      }
     }
     pending_.erase(0, start);
     write_out(std::move(lines));

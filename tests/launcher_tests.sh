@@ -339,6 +339,16 @@ print(" ".join(left) or "none")
     expect_status 0
     [ "$(awk '{ print length($0) }' "$work/out" | tr '\n' ' ')" = "1048585 1048585 524297 " ] ||
       fail "a 2.5 MiB line: pieces of $(awk '{ print length($0) }' "$work/out" | tr '\n' ' ')"
+    # ... also when the long line's end comes in the same read as the bytes
+    # that take it past 1 MiB (a review: pieces of 1048576 and 1048679
+    # bytes). Here the launcher has read 1 MiB - 10 bytes of it, and the
+    # last 113 bytes come in one write.
+    run -n 1 /usr/bin/python3 -c 'import sys, time
+sys.stdout.write("L" * (1024 * 1024 - 10)); sys.stdout.flush(); time.sleep(0.5)
+sys.stdout.write("L" * 110 + "END\n")'
+    expect_status 0
+    pieces=$(awk '{ print length($0) - 9 }' "$work/out" | tr '\n' ' ')
+    [ "$pieces" = "1048576 103 " ] || fail "a line that passed 1 MiB in the read that ended it: pieces of $pieces"
     # An output file at the file size limit (ulimit -f) loses what does not
     # fit, and the launcher says so; SIGXFSZ killed it without a word (exit
     # 153), the job's status lost (a review).
