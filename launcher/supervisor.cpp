@@ -272,6 +272,27 @@ std::vector<int> members_of_group_left(const std::string& reason) {
   return ranks;
 }
 
+// The ranks an abort's waiter was waiting for ("...: waiting for rank(s) 1,
+// 3 (round 7)"; the first such list, the aborter's own); empty when it says
+// none.
+std::vector<int> ranks_waited_for(const std::string& reason) {
+  constexpr std::string_view kWaiting = ": waiting for rank(s) ";
+  const std::size_t at = reason.find(kWaiting);
+  if (at == std::string::npos) return {};
+  std::vector<int> ranks;
+  std::string_view list = std::string_view(reason).substr(at + kWaiting.size());
+  for (;;) {
+    int rank = -1;
+    const auto [end, error] = std::from_chars(list.data(), list.data() + list.size(), rank);
+    if (error != std::errc()) break;
+    ranks.push_back(rank);
+    list.remove_prefix(static_cast<std::size_t>(end - list.data()));
+    if (!list.starts_with(", ")) break;
+    list.remove_prefix(2);
+  }
+  return ranks;
+}
+
 }  // namespace
 
 std::optional<Supervisor::Failure> Supervisor::group_left_while_needed(const std::vector<int>& failed) const {
@@ -305,10 +326,9 @@ std::optional<Supervisor::Failure> Supervisor::group_left_while_needed(const std
   return Failure{culprit, r.status, true, Blame::LeftWhileNeeded};
 }
 
-// Ranks reaped together all ended before the launcher reacted to any of them,
-// so none of them failed because of another's abort; prefer the one that
-// aborted the job itself, if any did, or the rank a waiter blamed for
-// leaving, else the first reaped.
+// Ranks reaped together all ended before the launcher reacted to any of them;
+// prefer the rank a waiter blamed for leaving, or one that the job's aborter
+// was waiting for, or the aborter itself, else the first reaped.
 void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
   // A rank that fails by itself within the grace after a rank's abort (not
   // from the launcher's signals) gives the job its status, as it would have
@@ -336,6 +356,19 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
       const int aborter = header.abort_rank;
       if (std::find(failed_ranks.begin(), failed_ranks.end(), aborter) != failed_ranks.end()) {
         chosen = aborter;
+      }
+      // Unless the aborter gave up waiting for a rank that is among them:
+      // that one failed first. It happens when the launcher could not react
+      // in between, e.g. held stopped while a rank was killed and the others
+      // timed out waiting for it (found by a review: the summary blamed a
+      // waiter's timeout, and the kill went unmentioned).
+      if (const auto reason = abort_reason()) {
+        for (const int waited : ranks_waited_for(*reason)) {
+          if (std::find(failed_ranks.begin(), failed_ranks.end(), waited) != failed_ranks.end()) {
+            chosen = waited;
+            break;
+          }
+        }
       }
     }
     first_failure_ = failure_of(chosen);

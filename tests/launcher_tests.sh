@@ -726,6 +726,31 @@ RANK
     await_launcher "the job did not end after it was continued"
     expect_status 0
     [ "$(grep -c 'met rank=' "$work/out")" -eq 2 ] || fail "not every rank met after a pause in start-up: $out $err"
+    # A rank killed while the launcher alone is held stopped (SIGSTOP: the
+    # ranks run on), whose peer then times out waiting for it: on SIGCONT the
+    # launcher reaps both at once and blames the killed rank, not the
+    # waiter's timeout (found by a review: exit 1, the kill unmentioned).
+    "$launch" -n 3 --timeout 2 "$probe" hang 1 >"$work/out" 2>"$work/err" &
+    pid=$!
+    rank1=
+    find_rank1() {
+      local c
+      for c in $(pgrep -P "$pid"); do
+        tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx RANK=1 && rank1=$c
+      done
+      [ -n "$rank1" ]
+    }
+    wait_for find_rank1 || fail "rank 1 never started: $(cat "$work/out" "$work/err")"
+    sleep 2  # ranks 0 and 2 wait in the barrier for rank 1, which sleeps
+    kill -STOP "$pid"
+    limit=10 wait_for stopped "$pid" || fail "SIGSTOP did not stop the launcher"
+    kill -9 "$rank1"
+    sleep 5
+    kill -CONT "$pid"
+    await_launcher "the job did not end after the launcher was continued"
+    expect_status 137
+    [[ "$err" == *"axon-launch: rank 1 was killed by signal 9 (SIGKILL) (exit status 137)"* ]] ||
+      fail "a rank killed while the launcher was stopped is not blamed: $err"
     ;;
   init-twice)
     # A second World::init() in one process is an error on the caller.
