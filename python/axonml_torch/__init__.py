@@ -13,7 +13,7 @@ import torch.distributed
 import atexit
 import warnings
 
-from ._C import _close_store_together_as_it_goes, _program_ends, create_process_group
+from ._C import _close_store_together_as_it_goes, _exited_processes, _program_ends, create_process_group
 from ._C import allreduce_in_arena as _allreduce_in_arena
 from ._C import in_arena as _in_arena
 from ._C import place_in_arena as _place_in_arena
@@ -133,6 +133,56 @@ def _create_from_options(options, pg_options=None):
     return group
 
 
+class _BarrierStoreWatchingPeers:
+    """The store that PyTorch's store-based barrier at the end of new_group()
+    (and init_process_group()) polls, passed through, watching for processes
+    that will never come. Every process of the job adds 1 to the barrier's
+    key, then each polls it (add of 0, every 10 ms) until all have: one that
+    died before it added leaves the others polling for new_group's timeout,
+    30 minutes by default (found by a review). Here each process first marks
+    its arrival under a key of its own, and about every tenth poll asks
+    whether this process's axon groups saw a process of the job exit; one
+    that did without marking its arrival never comes, and the barrier
+    raises, naming it."""
+
+    def __init__(self, store, rank, world_size):
+        self._store = store
+        self._rank = rank
+        self._world_size = world_size
+        self._polls = 0
+
+    def add(self, key, value):
+        if value != 0:
+            self._store.add(f"{key}/axon_arrived/{self._rank}", 1)  # add: every store has it (check() is C++ only)
+        count = self._store.add(key, value)
+        self._polls += 1
+        if value == 0 and count != self._world_size and self._polls % 10 == 0:
+            for global_rank, description in _exited_processes():
+                if self._store.add(f"{key}/axon_arrived/{global_rank}", 0) == 0:
+                    raise RuntimeError(
+                        f"rank {self._rank}: {description}, before it came to PyTorch's store-based barrier "
+                        f"at the end of new_group() (key {key}), which every process of the job must reach: "
+                        f"{count} of {self._world_size} did")
+        return count
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def _watch_store_based_barrier():
+    c10d = torch.distributed.distributed_c10d
+    barrier = getattr(c10d, "_store_based_barrier", None)
+    if barrier is None or getattr(barrier, "_axon_watches_peers", False):
+        return
+
+    def store_based_barrier(rank, store, timeout):
+        watched = _BarrierStoreWatchingPeers(store, rank, c10d.get_world_size())
+        return barrier(rank, watched, timeout)
+
+    store_based_barrier._axon_watches_peers = True
+    c10d._store_based_barrier = store_based_barrier
+
+
 if "AXON" not in torch.distributed.Backend._plugins:
     torch.distributed.Backend.register_backend("axon", _create_from_options, extended_api=True)
     # A program may end without destroy_process_group(), with ops (and their
@@ -141,5 +191,6 @@ if "AXON" not in torch.distributed.Backend._plugins:
     # hold. Let them finish while it still can, and release the peers that
     # wait for this rank in an op it will never call (_program_ends).
     atexit.register(_program_ends)
+    _watch_store_based_barrier()
 
 __all__ = ["Options", "create_process_group", "in_arena", "place_in_arena", "zero_copy_allreduce_hook"]

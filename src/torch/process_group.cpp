@@ -935,6 +935,21 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
   }
 }
 
+std::vector<std::pair<int, std::string>> ProcessGroupAxon::exited_processes() {
+  std::vector<std::pair<int, std::string>> exited;
+  std::lock_guard<std::mutex> lock(live_groups_mutex());
+  for (const ProcessGroupAxon* group : live_groups()) {
+    for (const ad::ExitedPeer& peer : group->backend_->exited_peers()) {
+      const int global = group->global_ranks_[static_cast<std::size_t>(peer.rank)];
+      if (std::any_of(exited.begin(), exited.end(), [&](const auto& seen) { return seen.first == global; })) continue;
+      exited.emplace_back(global, "global rank " + std::to_string(global) + " (pid " + std::to_string(peer.pid) +
+                                      ") exited or was killed, as this process's axon group of global ranks " +
+                                      group->describe_global_ranks() + " saw");
+    }
+  }
+  return exited;
+}
+
 // Held by every collective entry point from its first check until it calls
 // collective(): an exception before then is a refusal of this rank alone
 // (wrong arguments here), and the call is counted as made, so that this

@@ -435,7 +435,9 @@ def killed_before_new_group(rank, n):
 def killed_non_member(rank, n):
     """A dead process that is not a member of a new group does not fail that
     group's set-up: only PyTorch's own store barrier at the end of new_group,
-    which waits for every process of the job, does (after its timeout)."""
+    which waits for every process of the job, does; it raises naming the dead
+    process as soon as the default group's watch has seen it, rather than
+    after new_group's timeout (which it used to wait out)."""
     dist.init_process_group("axon")
     dist.barrier()
     if rank == n - 1:
@@ -443,8 +445,33 @@ def killed_non_member(rank, n):
     # The default group's watch has seen the death by now, and rank 0 waits
     # in the set-up for rank 1, polling (where it would give up wrongly).
     time.sleep(0.5 + 0.5 * rank)
-    text = raises(lambda: dist.new_group(list(range(n - 1)), timeout=datetime.timedelta(seconds=3)))
-    assert "store based barrier" in text and "gave up setting up" not in text, text
+    start = time.monotonic()
+    text = raises(lambda: dist.new_group(list(range(n - 1)), timeout=datetime.timedelta(seconds=60)),
+                  f"rank {rank}: global rank {n - 1} (pid", "exited or was killed",
+                  "before it came to PyTorch's store-based barrier at the end of new_group()")
+    assert "gave up setting up" not in text, text
+    waited = time.monotonic() - start
+    assert waited < 10, f"new_group's barrier noticed the dead process only after {waited:.1f} s"
+    end_as_a_survivor(rank, n)
+    return text
+
+
+def killed_at_new_groups_barrier(rank, n):
+    """A member killed after its part of new_group's set-up, as it comes to
+    PyTorch's store barrier at the end of new_group: the others' barrier
+    raises naming it within seconds, instead of waiting out new_group's
+    timeout (30 minutes by default; found by a review)."""
+    dist.init_process_group("axon")
+    dist.barrier()
+    if rank == n - 1:
+        c10d = dist.distributed_c10d
+        c10d._store_based_barrier = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    text = raises(lambda: dist.new_group(timeout=datetime.timedelta(seconds=60)),
+                  f"rank {rank}: global rank {n - 1} (pid", "exited or was killed",
+                  "before it came to PyTorch's store-based barrier at the end of new_group()")
+    waited = time.monotonic() - start
+    assert waited < 10, f"new_group's barrier noticed the dead member only after {waited:.1f} s"
     end_as_a_survivor(rank, n)
     return text
 
@@ -868,5 +895,7 @@ if __name__ == "__main__":
     print(f"test_errors: kill -9 of rank 2 left the set-up of a group without it alone: {texts[0].splitlines()[0][:120]}")
     texts = run_ranks(3, killed_before_new_group, dead={2})
     print(f"test_errors: kill -9 of rank 2 failed the others' new_group: {texts[1].splitlines()[0]}")
+    texts = run_ranks(3, killed_at_new_groups_barrier, dead={2})
+    print(f"test_errors: kill -9 of rank 2 at new_group's store barrier: {texts[1].splitlines()[0][:160]}")
     left = shm_names() - before
     assert not left, f"left in /dev/shm: {left}"

@@ -104,6 +104,13 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // init_process_group() off the old store, and nothing comes later now).
   // Call it without the GIL.
   static void program_ends();
+  // The job's processes that this process's live groups have seen exit: for
+  // each, its global rank and "global rank 2 (pid 123) exited or was killed,
+  // as this process's axon group of global ranks [0, 1, 2] saw". The Python
+  // module's watch on PyTorch's store-based barrier at the end of
+  // new_group() asks, so that a process that died before it came there does
+  // not leave the others waiting out new_group's timeout.
+  static std::vector<std::pair<int, std::string>> exited_processes();
 
   // For torch.distributed's default group (the Python module's creator
   // calls it on a group made without global_ranks): as the group goes, its
