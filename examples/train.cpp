@@ -22,6 +22,7 @@
 // cores (--threads, default: AXON_THREADS_PER_RANK from axon-launch, else
 // cores / LOCAL_WORLD_SIZE), since n ranks each running a pool the size of
 // the machine oversubscribe it n times over.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -165,6 +166,11 @@ void save_checkpoint(const Config& cfg, int epochs_done, const std::vector<nn::P
     if (wrote < 0) fail("write");
     done += static_cast<std::size_t>(wrote);
   }
+  // mkstemp makes the file 0600; a checkpoint gets the mode any new file of
+  // the user's gets (0666 less the umask), as it did before.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::fchmod(fd, 0666 & ~mask) != 0) fail("set the mode of");
   if (::fsync(fd) != 0) fail("sync");
   if (::close(fd) != 0) {
     const std::string reason = std::strerror(errno);

@@ -118,9 +118,13 @@ Outcome run_attempt(const LaunchOptions& options, const std::string& program,
   } catch (const std::exception& e) {
     for (const auto& r : ranks) ::kill(-r.pid, SIGKILL);
     // Reaped before the launcher goes on to exit: unreaped, they would be
-    // left to init, which in a container may never reap them (found by a review).
+    // left to init, which in a container may never reap them (found by a
+    // review). For at most a few seconds, as the supervisor waits for killed
+    // ranks: one stuck in the kernel (D state) may never die.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
     for (const auto& r : ranks) {
-      while (::waitpid(r.pid, nullptr, 0) < 0 && errno == EINTR) {
+      while (::waitpid(r.pid, nullptr, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline) {
+        ::usleep(1000);
       }
     }
     throw std::runtime_error(std::string(e.what()) + "; stopped the " + std::to_string(ranks.size()) +

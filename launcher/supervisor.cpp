@@ -328,7 +328,8 @@ std::optional<Supervisor::Failure> Supervisor::group_left_while_needed(const std
 
 // Ranks reaped together all ended before the launcher reacted to any of them;
 // prefer the rank a waiter blamed for leaving, or one that the job's aborter
-// was waiting for, or the aborter itself, else the first reaped.
+// was waiting for and a signal killed, or the aborter itself, else the first
+// reaped.
 void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
   // A rank that fails by itself within the grace after a rank's abort (not
   // from the launcher's signals) gives the job its status, as it would have
@@ -357,14 +358,19 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
       if (std::find(failed_ranks.begin(), failed_ranks.end(), aborter) != failed_ranks.end()) {
         chosen = aborter;
       }
-      // Unless the aborter gave up waiting for a rank that is among them:
-      // that one failed first. It happens when the launcher could not react
-      // in between, e.g. held stopped while a rank was killed and the others
-      // timed out waiting for it (found by a review: the summary blamed a
-      // waiter's timeout, and the kill went unmentioned).
+      // Unless the aborter gave up waiting for a rank among them that a
+      // signal killed: that one failed first. It happens when the launcher
+      // could not react in between, e.g. held stopped while a rank was
+      // killed and the others timed out waiting for it (found by a review:
+      // the summary blamed a waiter's timeout, and the kill went
+      // unmentioned). Not a rank that ended by its own exit or SIGABRT (an
+      // uncaught exception): that may be the abort's error reaching a rank
+      // that came late, or one that itself waited further down a chain.
       if (const auto reason = abort_reason()) {
         for (const int waited : ranks_waited_for(*reason)) {
-          if (std::find(failed_ranks.begin(), failed_ranks.end(), waited) != failed_ranks.end()) {
+          if (std::find(failed_ranks.begin(), failed_ranks.end(), waited) == failed_ranks.end()) continue;
+          const int status = ranks_[static_cast<std::size_t>(waited)].status;
+          if (WIFSIGNALED(status) && WTERMSIG(status) != SIGABRT) {
             chosen = waited;
             break;
           }

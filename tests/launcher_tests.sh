@@ -730,7 +730,7 @@ RANK
     # ranks run on), whose peer then times out waiting for it: on SIGCONT the
     # launcher reaps both at once and blames the killed rank, not the
     # waiter's timeout (found by a review: exit 1, the kill unmentioned).
-    "$launch" -n 3 --timeout 2 "$probe" hang 1 >"$work/out" 2>"$work/err" &
+    "$launch" -n 3 --timeout 6 "$probe" hang 1 >"$work/out" 2>"$work/err" &
     pid=$!
     rank1=
     find_rank1() {
@@ -741,11 +741,14 @@ RANK
       [ -n "$rank1" ]
     }
     wait_for find_rank1 || fail "rank 1 never started: $(cat "$work/out" "$work/err")"
-    sleep 2  # ranks 0 and 2 wait in the barrier for rank 1, which sleeps
+    # Ranks 0 and 2 wait in the barrier for rank 1, which sleeps; their 6 s
+    # count from when the last rank joined. (Were rank 1 killed before it
+    # joined, it would be the only rank to fail, and blamed all the same.)
+    sleep 1
     kill -STOP "$pid"
     limit=10 wait_for stopped "$pid" || fail "SIGSTOP did not stop the launcher"
     kill -9 "$rank1"
-    sleep 5
+    sleep 9
     kill -CONT "$pid"
     await_launcher "the job did not end after the launcher was continued"
     expect_status 137

@@ -1,6 +1,8 @@
 #include "group/environment.hpp"
 
+#include <charconv>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "axonml/distributed/error.hpp"
@@ -17,6 +19,18 @@ namespace axonml::distributed {
 namespace {
 
 bool is_set(const char* name) { return env::text(name).has_value(); }
+
+// A variable another launcher sets (mpirun's OMPI_COMM_WORLD_SIZE): its
+// number, or nothing when it holds none.
+std::optional<long long> lenient_count(const char* name) {
+  const auto text = env::text(name);
+  if (!text) return std::nullopt;
+  long long value = 0;
+  const char* end = text->data() + text->size();
+  const auto [at, error] = std::from_chars(text->data(), end, value);
+  if (error != std::errc() || at != end) return std::nullopt;
+  return value;
+}
 
 // mpirun (Open MPI, or a PMI launcher such as MPICH's hydra or Slurm's) left
 // its variables: this process is one rank of an MPI job.
@@ -81,7 +95,10 @@ std::shared_ptr<Backend> backend_from_environment_unnamed() {
     // variables, not WORLD_SIZE (found by a review: under mpirun each rank
     // ran alone).
     for (const char* name : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-      const auto launched = env::integer(name, 1, 1 << 30);
+      // mpirun's variables are read leniently: a value this library would
+      // refuse is not one a launcher of ranks set.
+      const std::optional<long long> launched =
+          name[0] == 'W' ? env::integer(name, 1, 1 << 30) : lenient_count(name);
       if (launched && *launched > 1) {
         throw InvalidArgument("AXON_BACKEND=mock gives each process a world of its own, but " + std::string(name) +
                               "=" + std::to_string(*launched) +
