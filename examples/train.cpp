@@ -128,6 +128,20 @@ std::vector<float> read_floats(std::istream& in, const std::string& path) {
   return values;
 }
 
+// The mode for a checkpoint at `path`: that of the file there, else 0666
+// less the umask. The umask is read from /proc (umask() would set it, for
+// every thread, in between).
+mode_t checkpoint_mode(const std::string& path) {
+  struct stat existing {};
+  if (::stat(path.c_str(), &existing) == 0) return existing.st_mode & 07777;
+  mode_t mask = 022;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Umask:", 0) == 0) mask = static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  }
+  return 0666 & ~mask;
+}
+
 // Rank 0 after each epoch: everything written to a new file beside PATH,
 // synced, then renamed over PATH in one step. The new file gets a name no
 // one can have made before (mkstemp: created here, never a file or link
@@ -166,11 +180,10 @@ void save_checkpoint(const Config& cfg, int epochs_done, const std::vector<nn::P
     if (wrote < 0) fail("write");
     done += static_cast<std::size_t>(wrote);
   }
-  // mkstemp makes the file 0600; a checkpoint gets the mode any new file of
-  // the user's gets (0666 less the umask), as it did before.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  if (::fchmod(fd, 0666 & ~mask) != 0) fail("set the mode of");
+  // mkstemp makes the file 0600; a checkpoint keeps the mode of the one it
+  // replaces, and a first one gets what any new file of the user's gets
+  // (0666 less the umask), as they did before.
+  if (::fchmod(fd, checkpoint_mode(cfg.checkpoint)) != 0) fail("set the mode of");
   if (::fsync(fd) != 0) fail("sync");
   if (::close(fd) != 0) {
     const std::string reason = std::strerror(errno);

@@ -27,6 +27,7 @@ axon_torch_test("init, new_group of two ranks and destroy without a barrier, fiv
 axon_torch_test("init again on the same port while one rank is late to destroy, four times on 3 ranks: the others wait until rank 0's store is down instead of reading the old group's keys" test_reinit.py 3 4 late)
 axon_torch_test("init again on the same port while rank 0 is late to destroy, eight times on 3 ranks: the others, whose store broke before they saw every rank in, still wait until rank 0's listener is gone" test_reinit.py 3 8 late0)
 axon_torch_test("init again on the same port at once, eight times on 3 ranks: the others' destroy sees rank 0's new store as the old one gone, within 3 s (a failing probe made it wait 5 s every time)" test_reinit.py 3 8 same-port)
+axon_torch_test("a subgroup held from a destroyed world of 4 ranks, one of which ended since, leaves the next world's new_group barrier alone, on 3 ranks" test_reinit.py old-world 4)
 axon_torch_test("init again while a DDP model still holds the old default group (so the old store's keys) is refused at once on every rank, naming why; dropping the model lets it work, on 3 ranks" test_reinit.py held 3)
 axon_torch_test("a group destroyed while its op still runs returns once the op ends (the GIL is released while its threads are joined)" test_destroy.py 3)
 axon_torch_test("an async collective never waits for its peers in the caller (a send after it, two groups in opposite order), and a callback's collectives and PowerSGD's DDP hook run" test_async.py)

@@ -13,7 +13,8 @@ import torch.distributed
 import atexit
 import warnings
 
-from ._C import _close_store_together_as_it_goes, _exited_processes, _program_ends, create_process_group
+from ._C import _close_store_together_as_it_goes, _exited_processes, _program_ends, _world_begins
+from ._C import create_process_group
 from ._C import allreduce_in_arena as _allreduce_in_arena
 from ._C import in_arena as _in_arena
 from ._C import place_in_arena as _place_in_arena
@@ -174,8 +175,21 @@ def _watch_store_based_barrier():
     barrier = getattr(c10d, "_store_based_barrier", None)
     if barrier is None or getattr(barrier, "_axon_watches_peers", False):
         return
+    last_group_count = [None]
 
-    def store_based_barrier(rank, store, timeout):
+    def store_based_barrier(*args, **kwargs):
+        if len(args) != 3 or kwargs:  # not PyTorch 1.13's (rank, store, timeout): leave it be
+            return barrier(*args, **kwargs)
+        rank, store, timeout = args
+        # torch.distributed counts the groups of a world from 0 again after
+        # destroy_process_group(): a count that did not grow means that this
+        # is init_process_group's barrier of a new world. Groups the program
+        # still holds from the old one number their members as it did, and
+        # must not be asked about this one's processes (found by a review).
+        count = getattr(c10d, "_group_count", None)
+        if last_group_count[0] is None or count is None or count <= last_group_count[0]:
+            _world_begins(c10d._get_default_group())
+        last_group_count[0] = count
         watched = _BarrierStoreWatchingPeers(store, rank, c10d.get_world_size())
         return barrier(rank, watched, timeout)
 

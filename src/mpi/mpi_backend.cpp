@@ -425,11 +425,6 @@ void MpiBackend::do_gather(ConstBuffer send, MutableBuffer recv, int dst) {
   const bool root = rank() == dst;
   const auto call = mpi::describe_call(CollectiveOp::Gather, send.type, send.count, dst);
   const std::span<const std::byte> own(send.data, bytes);
-  if (impl_->size() == 1) {  // as it is, NaN payloads too, as all_reduce and the shared-memory backend leave it
-    impl_->begin(call, false, none);
-    if (bytes > 0 && send.data != recv.data) std::memmove(recv.data, send.data, bytes);
-    return;
-  }
   if (impl_->begin(call, bytes <= kInline,
                    [&](int peer) { return peer == dst ? own : std::span<const std::byte>(); })) {
     if (!root || bytes == 0) return;

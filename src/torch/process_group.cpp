@@ -340,6 +340,10 @@ std::set<ProcessGroupAxon*>& live_groups() {
   return *groups;
 }
 
+// The world torch.distributed has now (ProcessGroupAxon::world_begins): a
+// group made in it belongs to it.
+std::atomic<std::uint64_t> current_world{0};
+
 std::uint64_t next_group_serial() {
   static std::atomic<std::uint64_t> made{0};
   return made.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -424,6 +428,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
       owner_pid_(::getpid()),
       global_ranks_(std::move(global_ranks)),
       serial_(next_group_serial()),
+      world_(current_world.load(std::memory_order_relaxed)),
       timeout_(timeout) {
   if (global_ranks_.empty()) {
     for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
@@ -935,10 +940,18 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
   }
 }
 
+void ProcessGroupAxon::world_begins(const c10::intrusive_ptr<c10d::ProcessGroup>& default_group) {
+  std::lock_guard<std::mutex> lock(live_groups_mutex());
+  const std::uint64_t world = current_world.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (auto* axon = dynamic_cast<ProcessGroupAxon*>(default_group.get())) axon->world_ = world;
+}
+
 std::vector<std::pair<int, std::string>> ProcessGroupAxon::exited_processes() {
   std::vector<std::pair<int, std::string>> exited;
   std::lock_guard<std::mutex> lock(live_groups_mutex());
+  const std::uint64_t world = current_world.load(std::memory_order_relaxed);
   for (const ProcessGroupAxon* group : live_groups()) {
+    if (group->world_ != world) continue;  // a group kept from a world destroyed since (found by a review)
     for (const ad::ExitedPeer& peer : group->backend_->exited_peers()) {
       const int global = group->global_ranks_[static_cast<std::size_t>(peer.rank)];
       if (std::any_of(exited.begin(), exited.end(), [&](const auto& seen) { return seen.first == global; })) continue;

@@ -87,7 +87,12 @@ PYBIND11_MODULE(_C, m) {
         "Lets every axon group's pending ops finish (cancelling receives still waiting), so that no "
         "thread of theirs holds a Python object when the interpreter ends");
   m.def("_exited_processes", &axonml::torch::ProcessGroupAxon::exited_processes,
-        "The job's processes this process's live axon groups saw exit: (global rank, description) pairs");
+        pybind11::call_guard<pybind11::gil_scoped_release>(),
+        "The job's processes this process's live axon groups of the current world saw exit: (global rank, "
+        "description) pairs");
+  m.def("_world_begins", &axonml::torch::ProcessGroupAxon::world_begins, pybind11::arg("default_group"),
+        pybind11::call_guard<pybind11::gil_scoped_release>(),
+        "torch.distributed made a new world: groups made before belong to the old one, except default_group");
   m.def("_program_ends", &axonml::torch::ProcessGroupAxon::program_ends,
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "_finish_pending, then releases the peers already waiting for this rank in a collective, and "

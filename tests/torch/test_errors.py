@@ -451,7 +451,7 @@ def killed_non_member(rank, n):
                   "before it came to PyTorch's store-based barrier at the end of new_group()")
     assert "gave up setting up" not in text, text
     waited = time.monotonic() - start
-    assert waited < 10, f"new_group's barrier noticed the dead process only after {waited:.1f} s"
+    assert waited < 30, f"new_group's barrier noticed the dead process only after {waited:.1f} s"
     end_as_a_survivor(rank, n)
     return text
 
@@ -471,7 +471,7 @@ def killed_at_new_groups_barrier(rank, n):
                   f"rank {rank}: global rank {n - 1} (pid", "exited or was killed",
                   "before it came to PyTorch's store-based barrier at the end of new_group()")
     waited = time.monotonic() - start
-    assert waited < 10, f"new_group's barrier noticed the dead member only after {waited:.1f} s"
+    assert waited < 30, f"new_group's barrier noticed the dead member only after {waited:.1f} s"
     end_as_a_survivor(rank, n)
     return text
 

@@ -98,7 +98,40 @@ def held(rank, n):
     return "ok"
 
 
+def old_world(rank, n, port):
+    """A subgroup the program still holds from a world it destroyed numbers
+    its members as that world did: a process of the old world that has
+    ended since (here the last rank, which takes no part in the new world)
+    is no reason for the new world's new_group barrier to raise. It did,
+    naming the old world's rank (found by a review)."""
+    dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
+    kept = dist.new_group(list(range(n)))
+    dist.barrier(group=kept)
+    dist.destroy_process_group()
+    if rank == n - 1:
+        return "ok"  # its process ends
+    time.sleep(1.5)  # the old subgroup's watch has seen it end by now
+    dist.init_process_group("axon", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n - 1,
+                            timeout=datetime.timedelta(seconds=60))
+    if rank == n - 2:
+        time.sleep(1)  # the others poll the barrier meanwhile
+    pair = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=30))
+    if rank < 2:
+        one = torch.ones(1)
+        dist.all_reduce(one, group=pair)
+        assert one.item() == 2.0, one
+    dist.destroy_process_group()
+    del kept
+    return "ok"
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["old-world"]:
+        n = int(sys.argv[2])
+        assert run_ranks(n, old_world, free_port(), timeout=300) == ["ok"] * n
+        print(f"a subgroup held from a destroyed world of {n} ranks, one of which ended since, leaves the next "
+              "world's new_group alone")
+        sys.exit(0)
     if sys.argv[1:2] == ["held"]:
         n = int(sys.argv[2])
         assert run_ranks(n, held, timeout=300) == ["ok"] * n

@@ -110,7 +110,14 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // module's watch on PyTorch's store-based barrier at the end of
   // new_group() asks, so that a process that died before it came there does
   // not leave the others waiting out new_group's timeout.
+  // Only groups of the current world count (see world_begins()): a group
+  // the program still holds from a world it has destroyed numbers its
+  // members as that world did.
   static std::vector<std::pair<int, std::string>> exited_processes();
+  // torch.distributed made a new world (the Python module calls this at the
+  // store barrier that ends init_process_group): the groups made so far
+  // belong to the old one, except `default_group` when it is an axon group.
+  static void world_begins(const c10::intrusive_ptr<c10d::ProcessGroup>& default_group);
 
   // For torch.distributed's default group (the Python module's creator
   // calls it on a group made without global_ranks): as the group goes, its
@@ -265,6 +272,7 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // This group among every group this process makes (1, 2, ...): what an
   // op of another group failed with is told apart from this group's own.
   std::uint64_t serial_;
+  std::uint64_t world_;  // the world it belongs to (world_begins())
   bool subgroup_ = true;           // made with global_ranks (new_group), not the default group
   // Kept by a group made without global_ranks: see close_store_together().
   c10::intrusive_ptr<c10d::Store> default_group_store_;
