@@ -163,37 +163,34 @@ void save_checkpoint(const Config& cfg, int epochs_done, const std::vector<nn::P
   const std::string bytes = std::move(out).str();
 
   std::string tmp = cfg.checkpoint + ".XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
+  int fd = ::mkstemp(tmp.data());
   if (fd < 0) {
     throw dist::InvalidArgument("cannot create a temporary file beside --checkpoint " + cfg.checkpoint + ": " +
                                 std::strerror(errno));
   }
+  // Whatever fails, the temporary file goes, and the error gives the reason.
   const auto fail = [&](const std::string& what) {
     const std::string reason = std::strerror(errno);
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
-    throw dist::InvalidArgument("cannot " + what + " the checkpoint " + tmp + ": " + reason);
+    throw dist::InvalidArgument(what + ": " + reason);
   };
   for (std::size_t done = 0; done < bytes.size();) {
     const ssize_t wrote = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (wrote < 0 && errno == EINTR) continue;
-    if (wrote < 0) fail("write");
+    if (wrote < 0) fail("cannot write the checkpoint " + tmp);
     done += static_cast<std::size_t>(wrote);
   }
   // mkstemp makes the file 0600; a checkpoint keeps the mode of the one it
   // replaces, and a first one gets what any new file of the user's gets
   // (0666 less the umask), as they did before.
-  if (::fchmod(fd, checkpoint_mode(cfg.checkpoint)) != 0) fail("set the mode of");
-  if (::fsync(fd) != 0) fail("sync");
-  if (::close(fd) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw dist::InvalidArgument("cannot write the checkpoint " + tmp + ": " + reason);
-  }
+  if (::fchmod(fd, checkpoint_mode(cfg.checkpoint)) != 0) fail("cannot set the mode of the checkpoint " + tmp);
+  if (::fsync(fd) != 0) fail("cannot sync the checkpoint " + tmp);
+  const int closing = fd;
+  fd = -1;
+  if (::close(closing) != 0) fail("cannot write the checkpoint " + tmp);
   if (std::rename(tmp.c_str(), cfg.checkpoint.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw dist::InvalidArgument("cannot rename " + tmp + " to --checkpoint " + cfg.checkpoint + ": " + reason);
+    fail("cannot rename " + tmp + " to --checkpoint " + cfg.checkpoint);
   }
 }
 

@@ -246,41 +246,9 @@ std::optional<Supervisor::Failure> Supervisor::left_while_needed() const {
 
 namespace {
 
-// The members of the group a PyTorch rank's abort says it left ("rank 1
-// aborted: it left the group of global ranks [0, 1] ..."); empty when it
-// does not say, or the reason was cut short before the list ended.
-std::vector<int> members_of_group_left(const std::string& reason) {
-  constexpr std::string_view kFrom = "it left the group of global ranks [";
-  const std::size_t from = reason.find(kFrom);
-  if (from == std::string::npos) return {};
-  const std::size_t to = reason.find(']', from);
-  if (to == std::string::npos) return {};
+// The ranks "1, 3" at the start of `list`, which is left just after them.
+std::vector<int> leading_ranks(std::string_view& list) {
   std::vector<int> ranks;
-  std::string_view list = std::string_view(reason).substr(from + kFrom.size(), to - from - kFrom.size());
-  while (!list.empty()) {
-    int rank = -1;
-    const auto [end, error] = std::from_chars(list.data(), list.data() + list.size(), rank);
-    if (error != std::errc()) return {};
-    ranks.push_back(rank);
-    list.remove_prefix(static_cast<std::size_t>(end - list.data()));
-    if (list.starts_with(", ")) {
-      list.remove_prefix(2);
-    } else if (!list.empty()) {
-      return {};
-    }
-  }
-  return ranks;
-}
-
-// The ranks an abort's waiter was waiting for ("...: waiting for rank(s) 1,
-// 3 (round 7)"; the first such list, the aborter's own); empty when it says
-// none.
-std::vector<int> ranks_waited_for(const std::string& reason) {
-  constexpr std::string_view kWaiting = ": waiting for rank(s) ";
-  const std::size_t at = reason.find(kWaiting);
-  if (at == std::string::npos) return {};
-  std::vector<int> ranks;
-  std::string_view list = std::string_view(reason).substr(at + kWaiting.size());
   for (;;) {
     int rank = -1;
     const auto [end, error] = std::from_chars(list.data(), list.data() + list.size(), rank);
@@ -291,6 +259,29 @@ std::vector<int> ranks_waited_for(const std::string& reason) {
     list.remove_prefix(2);
   }
   return ranks;
+}
+
+// The members of the group a PyTorch rank's abort says it left ("rank 1
+// aborted: it left the group of global ranks [0, 1] ..."); empty when it
+// does not say, or the reason was cut short before the list ended.
+std::vector<int> members_of_group_left(const std::string& reason) {
+  constexpr std::string_view kFrom = "it left the group of global ranks [";
+  const std::size_t from = reason.find(kFrom);
+  if (from == std::string::npos) return {};
+  std::string_view list = std::string_view(reason).substr(from + kFrom.size());
+  std::vector<int> ranks = leading_ranks(list);
+  return list.starts_with("]") ? ranks : std::vector<int>{};
+}
+
+// The ranks an abort's waiter was waiting for ("...: waiting for rank(s) 1,
+// 3 (round 7)"; the first such list, the aborter's own); empty when it says
+// none.
+std::vector<int> ranks_waited_for(const std::string& reason) {
+  constexpr std::string_view kWaiting = ": waiting for rank(s) ";
+  const std::size_t at = reason.find(kWaiting);
+  if (at == std::string::npos) return {};
+  std::string_view list = std::string_view(reason).substr(at + kWaiting.size());
+  return leading_ranks(list);
 }
 
 }  // namespace

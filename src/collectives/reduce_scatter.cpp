@@ -63,12 +63,12 @@ void reduce(RoundChannel& channel, const std::byte* send, std::byte* recv, std::
             DataType type, ReduceOp op, int root) {
   const std::size_t es = size_of(type);
   const auto n = static_cast<std::size_t>(channel.size());
-  const std::size_t per_round = channel.slot_bytes() / es;
-  const std::size_t rounds = std::max<std::size_t>(1, (count + per_round - 1) / per_round);
   if (n == 1) {
     keep_as_it_is(channel, send, recv, count * es);
     return;
   }
+  const std::size_t per_round = channel.slot_bytes() / es;
+  const std::size_t rounds = std::max<std::size_t>(1, (count + per_round - 1) / per_round);
   std::vector<const std::byte*> sources(n);
   if (count * es <= channel.small_bytes()) {  // a scalar each: beside the round counters
     copy_bytes(channel.small_outbox(), send, count * es);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/mock_backend.hpp"
@@ -94,11 +95,11 @@ std::shared_ptr<Backend> backend_from_environment_unnamed() {
     // would train alone and quietly. mpirun says how many in its own
     // variables, not WORLD_SIZE (found by a review: under mpirun each rank
     // ran alone).
-    for (const char* name : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-      // mpirun's variables are read leniently: a value this library would
-      // refuse is not one a launcher of ranks set.
-      const std::optional<long long> launched =
-          name[0] == 'W' ? env::integer(name, 1, 1 << 30) : lenient_count(name);
+    // mpirun's variables are read leniently: a value this library would
+    // refuse is not one a launcher of ranks set.
+    for (const auto& [name, launched] : {std::pair{"WORLD_SIZE", env::integer("WORLD_SIZE", 1, 1 << 30)},
+                                         std::pair{"OMPI_COMM_WORLD_SIZE", lenient_count("OMPI_COMM_WORLD_SIZE")},
+                                         std::pair{"PMI_SIZE", lenient_count("PMI_SIZE")}}) {
       if (launched && *launched > 1) {
         throw InvalidArgument("AXON_BACKEND=mock gives each process a world of its own, but " + std::string(name) +
                               "=" + std::to_string(*launched) +
