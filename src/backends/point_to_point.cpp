@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "axonml/distributed/error.hpp"
 #include "base/recv_mismatch.hpp"
@@ -160,7 +161,7 @@ void PointToPoint::pull(int src) {
         want->started = true;
         in = Incoming{want->data, c.message_bytes, 0, want, nullptr};
       } else {
-        stash.push_back(StashedMessage{c.comm, c.tag, type, std::vector<std::byte>(c.message_bytes), false});
+        stash.push_back(StashedMessage{c.comm, c.tag, type, decltype(StashedMessage::bytes)(c.message_bytes), false});
         in = Incoming{stash.back().bytes.data(), c.message_bytes, 0, nullptr, &stash.back()};
       }
     }
@@ -196,7 +197,7 @@ void PointToPoint::unpost(PostedReceive& want) {
   if (want.started && !want.done) {
     auto& in = incoming_[static_cast<std::size_t>(want.src)];
     auto& stash = stash_[static_cast<std::size_t>(want.src)];
-    stash.push_back(StashedMessage{want.comm, want.tag, want.type, std::vector<std::byte>(want.bytes), false});
+    stash.push_back(StashedMessage{want.comm, want.tag, want.type, decltype(StashedMessage::bytes)(want.bytes), false});
     copy_bytes(stash.back().bytes.data(), want.data, in.received);
     in.dest = stash.back().bytes.data();
     in.posted = nullptr;
@@ -218,17 +219,30 @@ void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, s
       want.posted = true;
     }
   }
+  // The timeout bounds a wait in which nothing comes from src, not the
+  // whole message: a message of gigabytes takes longer than AXON_TIMEOUT to
+  // copy on a loaded machine, and failed while src was still sending it
+  // (found by a review; a collective's waits are per round already). So the
+  // wait ends, and starts again, whenever the mailbox from src moved on.
+  const auto& from_src = mailbox(src, me_);
+  std::uint64_t consumed = from_src.head.load(std::memory_order_relaxed);
+  bool complete = false;
   auto arrived = [&] {
     std::lock_guard lock(mutex_);
-    if (want.done || take_stashed(want)) return true;
+    if (want.done || take_stashed(want)) return complete = true;
     pull_all();
-    return want.done || take_stashed(want);
+    if (want.done || take_stashed(want)) return complete = true;
+    const std::uint64_t before = std::exchange(consumed, from_src.head.load(std::memory_order_relaxed));
+    return consumed != before;
   };
   try {
-    shm::wait_until(arrived, doorbell(me_), waits_, [&] {
-      return "recv of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) +
-             " from " + waits_.names().rank(src) + ": waiting for it to send";
-    }, [&] { return std::vector<int>{src}; });
+    do {
+      shm::wait_until(arrived, doorbell(me_), waits_, [&] {
+        std::lock_guard lock(mutex_);
+        return "recv of " + std::to_string(bytes) + " bytes with tag " + std::to_string(tag) + " from " +
+               waits_.names().rank(src) + (want.started ? ": waiting for the rest of it" : ": waiting for it to send");
+      }, [&] { return std::vector<int>{src}; });
+    } while (!complete);
   } catch (...) {
     std::lock_guard lock(mutex_);
     unpost(want);

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -66,12 +67,27 @@ class PointToPoint {
  private:
   // send/recv where WaitContext::refuses_ops() (see there).
   [[noreturn, gnu::cold]] void refuse(const std::string& what) const;
+  // An allocator whose elements made without a value are left uninitialised,
+  // not zeroed: the stash's bytes are all written by the cells' copies. A
+  // stash of gigabytes was otherwise zeroed in one go under the mutex, for
+  // seconds in which the sender's wait for room ran out (found by a review).
+  template <class T>
+  struct LeftUninitialized : std::allocator<T> {
+    template <class U>
+    struct rebind {
+      using other = LeftUninitialized<U>;
+    };
+    LeftUninitialized() = default;
+    template <class U>
+    LeftUninitialized(const LeftUninitialized<U>&) noexcept {}
+    void construct(T* p) noexcept { ::new (static_cast<void*>(p)) T; }
+  };
   // A message received (or being received) into the stash.
   struct StashedMessage {
     std::uint64_t comm;
     int tag;
     DataType type;
-    std::vector<std::byte> bytes;
+    std::vector<std::byte, LeftUninitialized<std::byte>> bytes;
     bool complete;
   };
   // A recv() waiting for its message; lives on the receiving thread's stack.

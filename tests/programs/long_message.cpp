@@ -1,0 +1,103 @@
+// A rank program for axon-launch -n 2 --timeout S: messages that take several
+// timeouts to arrive still arrive whole. The receive timeout bounds a wait in
+// which nothing comes from the sender, not a whole message (a review found a
+// 2 GB send/recv failing at --timeout 1 while its bytes still flowed, where a
+// broadcast of the same size passed).
+//
+//   axon-launch -n 2 --timeout 0.15 long_message MiB
+//
+// Rank 0 sends the same MiB-sized message twice (tags 1 and 3), then a small
+// one (tag 2). Rank 1 receives the first straight into a posted recv, then
+// waits for the small one while the second flows into the stash, then takes
+// the second from the stash. Rank 1 receives into memory the kernel has not
+// given pages yet, so its copies run at page-fault speed. Everything slow
+// that is not a transfer (filling, checking) happens before World::init()
+// or after the last wait, since every wait counts against the timeout.
+// Exits 0 when both arrived whole and each transfer took over two timeouts;
+// 77 (ctest: skipped) when one took less, so nothing was shown; 1 otherwise.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "axonml/distributed.hpp"
+
+using namespace axonml::distributed;
+
+namespace {
+
+std::int32_t value_at(std::size_t i) { return static_cast<std::int32_t>((i * 2654435761u) >> 7); }
+
+// The first element of `data` that is not value_at(i), or `count`.
+std::size_t first_wrong(const std::int32_t* data, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    if (data[i] != value_at(i)) return i;
+  }
+  return count;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* rank_variable = std::getenv("RANK");
+  const char* timeout_variable = std::getenv("AXON_TIMEOUT");
+  if (argc != 2 || rank_variable == nullptr || timeout_variable == nullptr) {
+    std::fprintf(stderr, "usage: axon-launch -n 2 --timeout S long_message MiB\n");
+    return 2;
+  }
+  const std::size_t count = std::stoul(argv[1]) << 18;  // int32 elements
+  const int rank = std::atoi(rank_variable);
+  const double timeout_s = std::stod(timeout_variable);
+  try {
+    // new[] of this size maps fresh pages and touches none of them; rank 0
+    // fills its message, rank 1 leaves its buffers untouched.
+    std::unique_ptr<std::int32_t[]> first(new std::int32_t[count]);
+    std::unique_ptr<std::int32_t[]> second(rank == 1 ? new std::int32_t[count] : nullptr);
+    if (rank == 0) {
+      for (std::size_t i = 0; i < count; ++i) first[i] = value_at(i);
+    }
+    World world = World::init();
+    Backend& b = world.backend();
+    std::int32_t small = 7;
+    if (rank == 0) {
+      b.send<std::int32_t>(std::span(first.get(), count), 1, 1);
+      b.send<std::int32_t>(std::span(first.get(), count), 1, 3);
+      // Then ends: rank 1's copy out of the stash, a local one, is no wait
+      // of rank 0's. (A rank's last sends stay readable after it ends.)
+      b.send<std::int32_t>(std::span(&small, 1), 1, 2);
+      return 0;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    b.recv<std::int32_t>(std::span(first.get(), count), 0, 1);
+    const auto first_in = std::chrono::steady_clock::now();
+    small = 0;
+    b.recv<std::int32_t>(std::span(&small, 1), 0, 2);
+    const auto second_in = std::chrono::steady_clock::now();
+    b.recv<std::int32_t>(std::span(second.get(), count), 0, 3);
+    const double posted_s = std::chrono::duration<double>(first_in - start).count();
+    const double stashed_s = std::chrono::duration<double>(second_in - first_in).count();
+    std::printf("long_message: %s MiB into a posted recv in %.2f s, through the stash in %.2f s (timeout %.2f s)\n",
+                argv[1], posted_s, stashed_s, timeout_s);
+    if (const std::size_t i = first_wrong(first.get(), count); i != count) {
+      std::fprintf(stderr, "long_message: element %zu of the first message differs from what rank 0 sent\n", i);
+      return 1;
+    }
+    if (const std::size_t i = first_wrong(second.get(), count); i != count || small != 7) {
+      std::fprintf(stderr, "long_message: the stashed message (element %zu) or the small one (%d) is wrong\n", i,
+                   small);
+      return 1;
+    }
+    if (posted_s <= 2 * timeout_s || stashed_s <= 2 * timeout_s) {
+      std::printf("long_message: a transfer took under two timeouts here: nothing shown\n");
+      return 77;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "long_message: %s\n", e.what());
+    return 1;
+  }
+}
