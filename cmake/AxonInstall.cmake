@@ -60,7 +60,10 @@ else()
   set(AXON_LIBRARY_KIND shared)
   set(AXON_LINK_ONLY_DEPENDENCIES "")
   set(AXON_PC_REQUIRES "tbb")
-  set(AXON_PC_LIBS "")
+  # pkg-config has no notion of a run-time path: without one, a program built
+  # from the .pc file alone cannot start unless the prefix is on the loader's
+  # path (found by a review).
+  set(AXON_PC_LIBS "-Wl,-rpath,\${libdir}")
   set(AXON_PC_LIBS_PRIVATE "-lrt -pthread")
 endif()
 
@@ -101,6 +104,12 @@ install(FILES ${PROJECT_BINARY_DIR}/package/axonml_distributed.pc
 # package axonml_torch in the interpreter's site directory for this prefix
 # (AXON_PYTHON_INSTALL_DIR, cmake/AxonTorch.cmake).
 if(AXON_WITH_TORCH)
+  # A shared libaxonml_torch finds the shared libaxonml_distributed beside it:
+  # the run-time paths of the program or module that loads it do not reach its
+  # own dependencies (DT_RUNPATH applies to direct ones only; found by a
+  # review: the installed Python package and a libtorch program of a shared
+  # build failed with "libaxonml_distributed.so.0.1: cannot open shared object file").
+  set_target_properties(axonml_torch PROPERTIES INSTALL_RPATH "$ORIGIN")
   install(TARGETS axonml_torch
     EXPORT axonml_torchTargets
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

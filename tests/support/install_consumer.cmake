@@ -76,10 +76,7 @@ step("pkg-config" ${PKG_CONFIG} --cflags --libs axonml_distributed)
 string(STRIP "${step_output}" pc_flags)
 separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
 step("compile examples/consumer with pkg-config flags" ${CXX} ${cxx_flags} -std=c++20
-  ${CONSUMER_SOURCE}/main.cpp -o ${WORK_DIR}/consumer-pkg-config ${pc_flags} ${linker_flags}
-  # pkg-config has no run-time path: a shared library outside the loader's
-  # path needs one (CMake adds it itself for the other build).
-  -Wl,-rpath,${prefix}/${LIBDIR})
+  ${CONSUMER_SOURCE}/main.cpp -o ${WORK_DIR}/consumer-pkg-config ${pc_flags} ${linker_flags})
 run_consumer("examples/consumer (pkg-config)" ${WORK_DIR}/consumer-pkg-config)
 
 # 3. The PyTorch backend (when built, TORCH_PYTHON is the interpreter that

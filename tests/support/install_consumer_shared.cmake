@@ -1,0 +1,33 @@
+# cmake -P script behind the "install: a shared-library build's ..." test
+# (tests/install_consumer.cmake): builds this source with BUILD_SHARED_LIBS=ON
+# (the library, the PyTorch backend when this build has it, the launcher),
+# then runs install_consumer.cmake against that build.
+cmake_minimum_required(VERSION 3.25)
+
+foreach(var SOURCE_DIR SHARED_BUILD_DIR CONFIG)
+  if("${${var}}" STREQUAL "")
+    message(FATAL_ERROR "install_consumer_shared.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+set(configure_args -S ${SOURCE_DIR} -B ${SHARED_BUILD_DIR} -G ${GENERATOR}
+  -DCMAKE_BUILD_TYPE=${CONFIG} -DCMAKE_CXX_COMPILER=${CXX} -DBUILD_SHARED_LIBS=ON
+  -DAXON_BUILD_TESTS=OFF -DAXON_BUILD_BENCHMARKS=OFF -DAXON_BUILD_EXAMPLES=OFF)
+if("${TORCH_PYTHON}" STREQUAL "")
+  list(APPEND configure_args -DAXON_WITH_TORCH=OFF)
+else()
+  list(APPEND configure_args -DAXON_WITH_TORCH=ON -DAXON_TORCH_PYTHON=${TORCH_PYTHON})
+endif()
+
+function(build_step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${ARGN}\n${out}\n${err}")
+  endif()
+endfunction()
+build_step("configure the shared-library build" ${CMAKE_COMMAND} ${configure_args})
+# One job: this runs beside the other tests, which must keep their cores.
+build_step("the shared-library build" ${CMAKE_COMMAND} --build ${SHARED_BUILD_DIR} --config ${CONFIG} -j 1)
+
+set(BUILD_DIR ${SHARED_BUILD_DIR})
+include(${CMAKE_CURRENT_LIST_DIR}/install_consumer.cmake)
