@@ -5,7 +5,8 @@
 
 axon-launch sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, so the default
 env:// rendezvous needs nothing more; torch.multiprocessing.spawn or any
-other env:// launcher works the same way. Trains a small MLP on a synthetic
+other env:// launcher works the same way. Without RANK (no launcher) it runs
+as a world of one. Trains a small MLP on a synthetic
 regression task, the global batch split across ranks; rank 0 prints the loss
 per epoch and a checksum of the parameters, which is the same at any rank
 count (up to float rounding).
@@ -41,7 +42,10 @@ def main():
     world = int(os.environ.get("WORLD_SIZE", "1"))
     gradient_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
     options = None if args.no_zero_copy else axonml_torch.Options(shared_mb=math.ceil(2 * world * gradient_mb) + 1)
-    dist.init_process_group("axon", pg_options=options)
+    if "RANK" in os.environ:
+        dist.init_process_group("axon", pg_options=options)
+    else:  # no launcher: a world of one, as the C++ train example runs alone
+        dist.init_process_group("axon", store=dist.HashStore(), rank=0, world_size=1, pg_options=options)
     rank, n = dist.get_rank(), dist.get_world_size()
     if args.batch % n:
         raise SystemExit(f"--batch {args.batch} does not split over {n} ranks")

@@ -54,11 +54,11 @@ set_tests_properties("torch: examples/torch_spawn.py --ranks 0 is refused, namin
                      PROPERTIES PASS_REGULAR_EXPRESSION "--ranks 0: at least one rank is needed"
                                 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
 
-add_test(NAME "torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as one process does"
+add_test(NAME "torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as the script run alone without a launcher does"
          COMMAND ${AXON_TORCH_PYTHON} test_launch.py $<TARGET_FILE:axon-launch>
                  ${PROJECT_SOURCE_DIR}/examples/torch_ddp.py 4
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
-set_tests_properties("torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as one process does"
+set_tests_properties("torch: examples/torch_ddp.py under axon-launch -n 4 (env:// from its MASTER_ADDR/PORT) ends as the script run alone without a launcher does"
                      PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
 
 set(name "torch: a rank that ends its program early fails nothing that does not need it: a 4 MB send, 40 isends and a subgroup all_reduce between the others complete, under axon-launch -n 3")
@@ -170,3 +170,13 @@ if(TARGET axon-launch)
     PASS_REGULAR_EXPRESSION "\\[rank 2\\] [0-9:.]+ debug: all_reduce\\(f32, 4, sum\\) call #1 in group \\[1, 2\\]"
     FAIL_REGULAR_EXPRESSION "\\[rank 0\\] [0-9:.]+ debug: [^\n]*in group \\[1, 2\\]")
 endif()
+
+# A Python without torch (often the python3 first on PATH is not Debian's)
+# gets told what axonml_torch needs and which interpreter to use, not just
+# "No module named 'torch'" (found by a review). sys.modules["torch"] = None
+# makes this interpreter's `import torch` fail as such a Python's would.
+add_test(NAME "messages: importing axonml_torch in a Python that cannot import torch names PyTorch 1.13 and /usr/bin/python3"
+         COMMAND ${AXON_TORCH_PYTHON} -c "import sys; sys.modules['torch'] = None; import axonml_torch")
+set_tests_properties("messages: importing axonml_torch in a Python that cannot import torch names PyTorch 1.13 and /usr/bin/python3"
+  PROPERTIES ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
+             PASS_REGULAR_EXPRESSION "axonml_torch needs PyTorch \\(1\\.13, Debian 12's python3-torch\\), and this Python \\([^)]*\\) cannot import it: .*Run the program with /usr/bin/python3")

@@ -7,11 +7,19 @@ Works under any launcher on one machine (axon-launch, torch.multiprocessing,
 env:// or tcp:// rendezvous); every process group makes its own shared memory
 through the store torch.distributed passes in.
 """
-import torch
-import torch.distributed
-
 import atexit
+import sys
 import warnings
+
+try:
+    import torch
+    import torch.distributed
+except ImportError as error:
+    # Often the python3 first on PATH is another interpreter than Debian's,
+    # which is the one with python3-torch (found by a review).
+    raise ImportError(
+        f"axonml_torch needs PyTorch (1.13, Debian 12's python3-torch), and this Python ({sys.executable}) "
+        f"cannot import it: {error}. Run the program with /usr/bin/python3, or install python3-torch") from error
 
 from ._C import _close_store_together_as_it_goes, _exited_processes, _program_ends, _world_begins
 from ._C import create_process_group
