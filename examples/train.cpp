@@ -147,6 +147,25 @@ mode_t checkpoint_mode(const std::string& path) {
 // one can have made before (mkstemp: created here, never a file or link
 // another user put there; found by a review: a fixed PATH.tmp could be a
 // link to someone's file, which the write then replaced).
+// A new file `tmp` beside the checkpoint, open for writing.
+int create_beside_checkpoint(const Config& cfg, std::string& tmp) {
+  tmp = cfg.checkpoint + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    throw dist::InvalidArgument("cannot create a temporary file beside --checkpoint " + cfg.checkpoint + ": " +
+                                std::strerror(errno));
+  }
+  return fd;
+}
+
+// At the start: a checkpoint that cannot be saved fails the run now, not
+// after its first epoch (found by a review).
+void check_checkpoint_can_be_saved(const Config& cfg) {
+  std::string tmp;
+  ::close(create_beside_checkpoint(cfg, tmp));
+  ::unlink(tmp.c_str());
+}
+
 void save_checkpoint(const Config& cfg, int epochs_done, const std::vector<nn::Parameter*>& params,
                      const nn::SGD& sgd) {
   std::ostringstream out;
@@ -162,12 +181,8 @@ void save_checkpoint(const Config& cfg, int epochs_done, const std::vector<nn::P
   for (const auto& v : sgd.velocity()) write_floats(out, v);
   const std::string bytes = std::move(out).str();
 
-  std::string tmp = cfg.checkpoint + ".XXXXXX";
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) {
-    throw dist::InvalidArgument("cannot create a temporary file beside --checkpoint " + cfg.checkpoint + ": " +
-                                std::strerror(errno));
-  }
+  std::string tmp;
+  int fd = create_beside_checkpoint(cfg, tmp);
   // Whatever fails, the temporary file goes, and the error gives the reason.
   const auto fail = [&](const std::string& what) {
     const std::string reason = std::strerror(errno);
@@ -302,6 +317,7 @@ int run(const Config& cfg, const dist::World& world) {
   dist::DistributedDataParallel ddp(make_model(cfg.hidden, cfg.seed), world.default_group(), options);
   nn::SGD sgd(ddp.module_mut().parameters(), {cfg.lr, cfg.momentum, 0.0f});
   // Every rank reads the same file; the broadcast below makes sure anyway.
+  if (!cfg.checkpoint.empty() && rank == 0) check_checkpoint_can_be_saved(cfg);
   const int resumed = cfg.checkpoint.empty() ? 0 : load_checkpoint(cfg, ddp.module_mut().parameters(), sgd);
   ddp.sync_parameters();
   nn::SoftmaxCrossEntropy loss;

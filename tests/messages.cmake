@@ -59,11 +59,12 @@ if(TARGET train)
     PROPERTIES PASS_REGULAR_EXPRESSION "train: --checkpoint [^ ]*not_a_checkpoint.bin is not a checkpoint of this run"
                FAIL_REGULAR_EXPRESSION "train: train:")
   # A checkpoint that cannot be saved (its directory does not exist) is
-  # named with the reason.
-  add_test(NAME "messages: train names a --checkpoint it cannot save, with the reason"
+  # named with the reason, before any training (a review: after an epoch).
+  add_test(NAME "messages: train names a --checkpoint it cannot save, with the reason, before it trains"
            COMMAND train --epochs 1 --samples 512 --hidden 8 --checkpoint ${CMAKE_CURRENT_BINARY_DIR}/no-such-dir/ck)
-  set_tests_properties("messages: train names a --checkpoint it cannot save, with the reason"
-    PROPERTIES PASS_REGULAR_EXPRESSION "train: cannot create a temporary file beside --checkpoint [^ ]*no-such-dir/ck: No such file or directory")
+  set_tests_properties("messages: train names a --checkpoint it cannot save, with the reason, before it trains"
+    PROPERTIES PASS_REGULAR_EXPRESSION "train: cannot create a temporary file beside --checkpoint [^ ]*no-such-dir/ck: No such file or directory"
+               FAIL_REGULAR_EXPRESSION "epoch 1/1")
 endif()
 
 # stress_collectives is made in stress.cmake (included after this file).
