@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "axonml/distributed/error.hpp"
+#include "axonml/distributed/world.hpp"
 #include "axonml/distributed/shm_backend.hpp"
 #include "base/env.hpp"
 #include "shm/wait.hpp"
@@ -114,4 +115,12 @@ TEST_CASE("the shm backend reads the launcher's variables with the same strict r
     CHECK_THROWS_WITH(ShmBackend::from_environment(),
                       Contains(std::string("RANK=") + bad + " is not a whole number in 0..1"));
   }
+}
+
+TEST_CASE("MPI's variables are refused when misspelt wherever the program runs, not only under mpirun", "[env]") {
+  ScopedVariable node("AXON_NODE_ID", "x");
+  CHECK_THROWS_WITH(World::init(), Contains("AXON_NODE_ID=x"));
+  ::unsetenv("AXON_NODE_ID");
+  ScopedVariable hierarchical("AXON_HIERARCHICAL", "maybe");
+  CHECK_THROWS_WITH(World::init(), Contains("AXON_HIERARCHICAL=maybe"));
 }

@@ -87,6 +87,11 @@ std::shared_ptr<Backend> backend_from_environment_unnamed() {
   // Likewise AXON_KERNEL, read at the first reduction, which would report a
   // typo only from inside a collective, with the peers in it too.
   kernels::selected_isa();
+  // And MpiBackend's own variables, read only under mpirun: a typo there is
+  // refused wherever the program runs, not first when the job moves to MPI
+  // (found by a review: AXON_NODE_ID=x passed alone and under axon-launch).
+  (void)env::flag("AXON_HIERARCHICAL");
+  (void)env::integer("AXON_NODE_ID", 0, 1'000'000'000);
   const std::string backend = env::choice("AXON_BACKEND", {"shm", "mpi", "mock"}).value_or("");
   if (backend == "shm") return ShmBackend::from_environment();
   if (backend == "mpi") return mpi_backend();
