@@ -216,6 +216,7 @@ void Supervisor::reap() {
   }
   check_unjoined_exit();
   check_abort_by_rank();
+  check_forwarded_signal_heeded();
   // Published after any abort above, so that peers waiting for these ranks
   // find the launcher's reason first; a rank that merely finished is no
   // error unless somebody still waits for it (the waiter decides that).
@@ -426,6 +427,21 @@ void Supervisor::check_abort_by_rank() {
   phase_deadline_ = Clock::now() + times_.abort_grace;
 }
 
+// After a forwarded SIGINT (SIGTERM, SIGHUP), the ranks end by themselves,
+// and a failure starts no abort (a rank's handler may still be at work). But
+// a rank blocked where the signal cannot act on it (a Python rank inside a
+// C++ call that does not return: PyTorch's store wait for a peer the signal
+// killed) would hold the job forever (found by a review: Ctrl-C during a
+// slow start left one rank and the launcher waiting). So once a rank has
+// ended, the others get forward_grace, then SIGTERM, then SIGKILL.
+void Supervisor::check_forwarded_signal_heeded() {
+  if (forwarded_count_ == 0 || phase_ != Phase::Running) return;
+  if (running_count() == 0 || running_count() == static_cast<int>(ranks_.size())) return;
+  ending_after_forward_ = true;
+  phase_ = Phase::Aborting;
+  phase_deadline_ = Clock::now() + times_.forward_grace;
+}
+
 // Start-up has its own deadline (--start-timeout): a rank may take long to
 // reach World::init(), and its peers wait for it without counting that
 // against --timeout. When the deadline passes with some ranks attached and
@@ -486,7 +502,11 @@ void Supervisor::advance_phase(Clock::time_point now) {
   if (running_count() == 0) return;
   if (phase_ == Phase::Aborting && now >= phase_deadline_) {
     say("axon-launch: " + std::to_string(running_count()) + " rank(s) still running " +
-        std::to_string(times_.abort_grace.count()) + " ms after the abort: sending SIGTERM\n");
+        (ending_after_forward_ ? std::to_string(times_.forward_grace.count()) +
+                                     " ms after another ended on the forwarded SIG" +
+                                     std::string(::sigabbrev_np(forwarded_signal_))
+                               : std::to_string(times_.abort_grace.count()) + " ms after the abort") +
+        ": sending SIGTERM\n");
     signal_running(SIGTERM);
     phase_ = Phase::Terminating;
     phase_deadline_ = now + times_.term_grace;
@@ -625,7 +645,7 @@ void Supervisor::print_summary() const {
   // "Stopped" only when the launcher signalled them: the others may have
   // ended by themselves once the abort woke them, or failed on their own.
   const bool signalled = signalled_ranks();
-  if (f.blame == Blame::AbortedByRank) {
+  if (f.blame == Blame::AbortedByRank || ending_after_forward_) {
     if (signalled) line += "; the ranks still running were stopped";
   } else if (phase_ != Phase::Running) {
     line += signalled ? "; the job was aborted and the ranks still running were stopped"

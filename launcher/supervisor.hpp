@@ -68,6 +68,9 @@ struct SupervisorTimes {
   // How long every rank may take to attach (--start-timeout), counted from
   // the start of the attempt.
   std::chrono::milliseconds start_deadline{300000};
+  // After a forwarded SIGINT/SIGTERM/SIGHUP, how long the ranks still running
+  // get once one has ended, before SIGTERM.
+  std::chrono::milliseconds forward_grace{5000};
 };
 
 // How one attempt ended.
@@ -116,6 +119,7 @@ class Supervisor {
   void check_unjoined_exit();
   void check_start_deadline(Clock::time_point now);
   void check_abort_by_rank();
+  void check_forwarded_signal_heeded();
   std::optional<Failure> left_while_needed() const;
   // The same for a PyTorch group (an arena of its own): the rank its abort
   // blamed for leaving while members waited, once that rank has exited 0,
@@ -149,6 +153,7 @@ class Supervisor {
   std::optional<Failure> unjoined_exit_;  // first rank that exited 0 without attaching
   int forwarded_signal_ = 0;   // the first SIGINT/SIGTERM/SIGHUP we passed on
   int forwarded_count_ = 0;
+  bool ending_after_forward_ = false;  // Aborting phase_: the forward's grace, no abort published
   std::optional<Clock::time_point> all_exited_at_;
   bool leftovers_stopped_ = false;
   bool clean_exit_after_abort_ = false;  // a rank exited 0 once a rank had aborted the job

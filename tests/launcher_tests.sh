@@ -447,6 +447,29 @@ RANK_SH
     expect_status $((128 + 2))
     expect_no_arena_of "$pid"
     ;;
+  interrupt-not-heeded)
+    # A rank the forwarded SIGINT cannot end (here it ignores it; in the
+    # review, a Python rank blocked in PyTorch's store wait for a rank the
+    # SIGINT killed) held the launcher forever. Once a rank has ended, the
+    # others get forward_grace (5 s), then SIGTERM.
+    started=$SECONDS
+    "$launch" -n 2 /bin/sh -c 'if [ "$RANK" = 0 ]; then trap "" INT; fi; echo "ready pid=$$"; exec sleep 120' \
+      >"$work/out" 2>"$work/err" &
+    pid=$!
+    wait_for have_ready 2 || fail "ranks never became ready"
+    kill -INT "$pid"
+    limit=60 wait_for launcher_done "$pid" || { kill -9 "$pid"; fail "the launcher waited on for the rank that ignored SIGINT"; }
+    wait "$pid"
+    status=$?
+    err=$(cat "$work/err")
+    expect_status $((128 + 2))
+    [[ "$err" == *"axon-launch: 1 rank(s) still running 5000 ms after another ended on the forwarded SIGINT: sending SIGTERM"* ]] ||
+      fail "no word of the SIGTERM after the grace: $err"
+    [[ "$err" == *"axon-launch: rank 1 was killed by signal 2 (SIGINT) after the launcher forwarded SIGINT; the ranks still running were stopped (exit status 130)"* ]] ||
+      fail "no summary naming rank 1: $err"
+    [ $((SECONDS - started)) -lt 30 ] || fail "the job took $((SECONDS - started)) s"
+    expect_no_arena_of "$pid"
+    ;;
   flooding-output)
     # A rank that writes without pause (yes) kept the launcher copying its
     # output and never reading SIGTERM (found by a review: only SIGKILL
