@@ -180,3 +180,5 @@ add_test(NAME "messages: importing axonml_torch in a Python that cannot import t
 set_tests_properties("messages: importing axonml_torch in a Python that cannot import torch names PyTorch 1.13 and /usr/bin/python3"
   PROPERTIES ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
              PASS_REGULAR_EXPRESSION "axonml_torch needs PyTorch \\(1\\.13, Debian 12's python3-torch\\), and this Python \\([^)]*\\) cannot import it: .*Run the program with /usr/bin/python3")
+
+axon_torch_test("a group whose last reference its own op's callback drops (an all_reduce, a send, a recv) is destroyed there and the program ends cleanly, on 3 ranks" test_drop_in_callback.py 3 5)

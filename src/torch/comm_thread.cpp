@@ -44,6 +44,10 @@ thread_local std::vector<CommThread*> tokens_held;
 
 const std::vector<CommThread*>& CommThread::tokens_held_here() { return tokens_held; }
 
+bool CommThread::token_held_here() const {
+  return std::find(tokens_held.begin(), tokens_held.end(), this) != tokens_held.end();
+}
+
 bool AxonWork::wait(std::chrono::milliseconds timeout) {
   TORCH_CHECK(!distributed::shm::WaitContext::forked_since(fork_generation_) || isCompleted(), "axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
               ": this process (pid ", ::getpid(), ") was forked after the op was made, and the op completes only in "
@@ -191,6 +195,19 @@ bool CommThread::run_queued_through(const AxonWork* work) {
     const bool last = task.work.get() == work;
     run_and_complete(task.work, task.run);
     if (last) return true;
+  }
+}
+
+void CommThread::run_queued_here() {
+  for (;;) {
+    Task task;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    run_and_complete(task.work, task.run);
   }
 }
 

@@ -113,6 +113,13 @@ class CommThread {
   bool run_queued_through(const AxonWork* work);
   // The threads whose run token the calling thread holds, innermost last.
   static const std::vector<CommThread*>& tokens_held_here();
+  // Whether the calling thread holds this thread's run token: it runs one of
+  // its ops or their callbacks, so it must not wait for this thread to go
+  // idle, nor destroy it (that joins the thread, perhaps itself).
+  bool token_held_here() const;
+  // For the holder of the run token: runs every op queued, in order, nested.
+  // Afterwards this thread is idle but for the op the caller is in.
+  void run_queued_here();
 
  private:
   struct Task {

@@ -339,6 +339,16 @@ std::set<ProcessGroupAxon*>& live_groups() {
   static auto* groups = new std::set<ProcessGroupAxon*>;
   return *groups;
 }
+// The threads of destroyed groups that were destroyed from one of their own
+// ops (see ~ProcessGroupAxon), left running for the process's life; guarded
+// by live_groups_mutex(). finish_all_pending() waits for them as for the
+// live groups' threads: one still dropping that op's Python objects when
+// the interpreter ends is ended by it, and that ended the process
+// ("terminate called"; found when the review's case was rerun).
+std::vector<CommThread*>& orphaned_threads() {
+  static auto* threads = new std::vector<CommThread*>;
+  return *threads;
+}
 
 // The world torch.distributed has now (ProcessGroupAxon::world_begins): a
 // group made in it belongs to it.
@@ -563,23 +573,37 @@ void ProcessGroupAxon::start_threads() {
 // now): it is cancelled by marking the group's shared memory failed, which
 // also ends the peers' ops on this group with an error naming this rank,
 // rather than leaving every rank to wait out the group's timeout.
+// A thread whose run token the caller holds (the caller is in one of its
+// ops, or their callbacks: the last reference to the group dropped there)
+// cannot be waited for: it would wait for itself, for ever (found by a
+// review). Its queue runs here instead; the op the caller is in ends after.
 void ProcessGroupAxon::finish_pending() {
-  thread_->wait_idle();
-  send_thread_->wait_idle();
+  auto finish = [](CommThread& thread) {
+    if (thread.token_held_here()) {
+      thread.run_queued_here();
+    } else {
+      thread.wait_idle();
+    }
+  };
+  finish(*thread_);
+  finish(*send_thread_);
   // Not idle(): a receive that has returned, whose thread is still dropping
   // its tensors (that may wait for the GIL this thread's caller holds), was
   // taken for one still waiting, and its peer's next op on the group failed
   // (found by a review: a send/recv exchange, then the program's end).
-  if (recv_thread_->has_unfinished_ops()) {
+  if (recv_thread_->has_unfinished_ops() && !recv_thread_->token_held_here()) {
     backend_->abort("it destroyed the process group while a receive (recv or irecv) still waited for a message");
   }
-  recv_thread_->wait_idle();
+  finish(*recv_thread_);
 }
 
 void ProcessGroupAxon::finish_all_pending() {
   std::lock_guard<std::mutex> lock(live_groups_mutex());  // no group goes away meanwhile
   for (ProcessGroupAxon* group : live_groups()) {
     if (!group->in_forked_child()) group->finish_pending();
+  }
+  for (CommThread* thread : orphaned_threads()) {
+    if (!thread->token_held_here()) thread->wait_idle();
   }
 }
 
@@ -666,9 +690,16 @@ ProcessGroupAxon::~ProcessGroupAxon() {
   }
   wait_without_gil([this] {
     finish_pending();
-    thread_.reset();
-    send_thread_.reset();
-    recv_thread_.reset();
+    // A thread this one is running an op of (see finish_pending) cannot be
+    // joined: it is left, idle once that op returns, for the process's life.
+    for (auto* thread : {&thread_, &send_thread_, &recv_thread_}) {
+      if ((*thread)->token_held_here()) {
+        std::lock_guard<std::mutex> lock(live_groups_mutex());
+        orphaned_threads().push_back(thread->release());
+      } else {
+        thread->reset();
+      }
+    }
     release_ranks_left_waiting();  // before leaving: program_ends() says why
     leave_for_good();
     close_store_together();
