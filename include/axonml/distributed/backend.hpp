@@ -32,8 +32,9 @@
 // rank's block": all_gather's and gather's (on dst) send may be the caller's
 // block of recv (recv + rank * count), reduce_scatter's recv the caller's
 // block of send, scatter's recv on src its block of send, reduce's recv on
-// dst its send; all_to_all's send and recv may overlap in any way. Results
-// are then as with separate buffers. Other overlaps are not supported.
+// dst its send; all_to_all's send and recv may overlap in any way (it then
+// copies send first: memory for a second buffer of that size, for the call).
+// Results are then as with separate buffers. Other overlaps are not supported.
 //
 // A group whose ranks called different collectives (CollectiveMismatch) stays
 // unusable: every later collective on it throws the same mismatch, rather
