@@ -24,3 +24,9 @@ add_test(NAME "data path: messages of 1 GiB that take several timeouts to arrive
          COMMAND axon-launch -n 2 --timeout 0.15 $<TARGET_FILE:long_message> 1024)
 set_tests_properties("data path: messages of 1 GiB that take several timeouts to arrive arrive whole, into a posted recv and through the stash"
   PROPERTIES TIMEOUT 600 LABELS "multiprocess" SKIP_RETURN_CODE 77)
+add_test(NAME "data path: small messages of another tag arriving all along do not keep a recv from timing out"
+         COMMAND axon-launch -n 2 --timeout 0.5 $<TARGET_FILE:long_message> stream)
+set_tests_properties("data path: small messages of another tag arriving all along do not keep a recv from timing out"
+  PROPERTIES TIMEOUT 120 LABELS "multiprocess"
+             PASS_REGULAR_EXPRESSION "long_message stream: recv timed out after [0-2][.][0-9]+ s"
+             FAIL_REGULAR_EXPRESSION "got a message")

@@ -161,7 +161,7 @@ void PointToPoint::pull(int src) {
         want->started = true;
         in = Incoming{want->data, c.message_bytes, 0, want, nullptr};
       } else {
-        stash.push_back(StashedMessage{c.comm, c.tag, type, decltype(StashedMessage::bytes)(c.message_bytes), false});
+        stash.push_back(StashedMessage{c.comm, c.tag, type, UninitializedBytes(c.message_bytes), false});
         in = Incoming{stash.back().bytes.data(), c.message_bytes, 0, nullptr, &stash.back()};
       }
     }
@@ -197,7 +197,7 @@ void PointToPoint::unpost(PostedReceive& want) {
   if (want.started && !want.done) {
     auto& in = incoming_[static_cast<std::size_t>(want.src)];
     auto& stash = stash_[static_cast<std::size_t>(want.src)];
-    stash.push_back(StashedMessage{want.comm, want.tag, want.type, decltype(StashedMessage::bytes)(want.bytes), false});
+    stash.push_back(StashedMessage{want.comm, want.tag, want.type, UninitializedBytes(want.bytes), false});
     copy_bytes(stash.back().bytes.data(), want.data, in.received);
     in.dest = stash.back().bytes.data();
     in.posted = nullptr;
@@ -223,17 +223,22 @@ void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, s
   // whole message: a message of gigabytes takes longer than AXON_TIMEOUT to
   // copy on a loaded machine, and failed while src was still sending it
   // (found by a review; a collective's waits are per round already). So the
-  // wait ends, and starts again, whenever the mailbox from src moved on.
-  const auto& from_src = mailbox(src, me_);
-  std::uint64_t consumed = from_src.head.load(std::memory_order_relaxed);
+  // wait ends, and starts again, whenever a message from src that is still
+  // arriving (this one, or one before it on its way to the stash) has moved
+  // on. Not on messages that arrive whole in between: a peer sending small
+  // messages of other tags for ever would keep the wait alive, and the
+  // stash growing, with no end (the review of the change).
+  std::pair<const std::byte*, std::size_t> arriving{nullptr, 0};  // (destination, bytes in)
   bool complete = false;
   auto arrived = [&] {
     std::lock_guard lock(mutex_);
     if (want.done || take_stashed(want)) return complete = true;
     pull_all();
     if (want.done || take_stashed(want)) return complete = true;
-    const std::uint64_t before = std::exchange(consumed, from_src.head.load(std::memory_order_relaxed));
-    return consumed != before;
+    const Incoming& in = incoming_[static_cast<std::size_t>(src)];
+    const auto before = std::exchange(arriving, in.received < in.total ? std::pair<const std::byte*, std::size_t>{in.dest, in.received}
+                                                                        : std::pair<const std::byte*, std::size_t>{nullptr, 0});
+    return arriving.first != nullptr && arriving != before;
   };
   try {
     do {

@@ -15,6 +15,15 @@
 // or after the last wait, since every wait counts against the timeout.
 // Exits 0 when both arrived whole and each transfer took over two timeouts;
 // 77 (ctest: skipped) when one took less, so nothing was shown; 1 otherwise.
+//
+//   axon-launch -n 2 --timeout 0.5 long_message stream
+//
+// ... but whole messages of other tags do not keep a receive waiting: rank
+// 0 sends a small message of tag 0 every millisecond for 5 s while rank 1
+// waits for tag 1, which never comes. Rank 1's recv must time out after
+// about one timeout, not when the stream ends (the review of the change: a
+// peer streaming forever kept it waiting forever, its stash growing).
+// Rank 1 prints "recv timed out after S s".
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +32,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "axonml/distributed.hpp"
 
@@ -40,18 +50,53 @@ std::size_t first_wrong(const std::int32_t* data, std::size_t count) {
   return count;
 }
 
+int stream(World& world, double timeout_s) {
+  Backend& b = world.backend();
+  std::int32_t small = 7;
+  if (world.rank() == 0) {
+    try {
+      for (int i = 0; i < 5000; ++i) {
+        b.send<std::int32_t>(std::span(&small, 1), 1, 0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } catch (const PeerFailure&) {
+      // Rank 1's timeout aborted the job: as it should.
+    }
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    b.recv<std::int32_t>(std::span(&small, 1), 0, 1);
+  } catch (const Timeout&) {
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("long_message stream: recv timed out after %.2f s (timeout %.2f s)\n", took, timeout_s);
+    return took < 2.5 ? 0 : 1;
+  }
+  std::fprintf(stderr, "long_message stream: the recv of tag 1 got a message\n");
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* rank_variable = std::getenv("RANK");
   const char* timeout_variable = std::getenv("AXON_TIMEOUT");
   if (argc != 2 || rank_variable == nullptr || timeout_variable == nullptr) {
-    std::fprintf(stderr, "usage: axon-launch -n 2 --timeout S long_message MiB\n");
+    std::fprintf(stderr, "usage: axon-launch -n 2 --timeout S long_message MiB|stream\n");
     return 2;
   }
-  const std::size_t count = std::stoul(argv[1]) << 18;  // int32 elements
   const int rank = std::atoi(rank_variable);
   const double timeout_s = std::stod(timeout_variable);
+  if (std::string(argv[1]) == "stream") {
+    try {
+      World world = World::init();
+      return stream(world, timeout_s);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "long_message stream: %s\n", e.what());
+      return 1;
+    }
+  }
+  const std::size_t count = std::stoul(argv[1]) << 18;  // int32 elements
   try {
     // new[] of this size maps fresh pages and touches none of them; rank 0
     // fills its message, rank 1 leaves its buffers untouched.
