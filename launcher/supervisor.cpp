@@ -134,6 +134,9 @@ void Supervisor::handle_signals() {
     ++forwarded_count_;
     if (forwarded_count_ == 1) {
       forwarded_signal_ = sig;
+      for (const auto& r : ranks_) {
+        if (r.running) running_when_forwarded_.push_back(r.rank);
+      }
       // Who sent it is often the first question when a job ends this way.
       say("axon-launch: got SIG" + std::string(::sigabbrev_np(sig)) + " from pid " + std::to_string(info.ssi_pid) +
           ": forwarding it to every rank (a second one kills them)\n");
@@ -447,10 +450,15 @@ void Supervisor::check_abort_by_rank() {
 // C++ call that does not return: PyTorch's store wait for a peer the signal
 // killed) would hold the job forever (found by a review: Ctrl-C during a
 // slow start left one rank and the launcher waiting). So once a rank has
-// ended, the others get forward_grace, then SIGTERM, then SIGKILL.
+// ended, the others get forward_grace, then SIGTERM, then SIGKILL. Only a
+// rank the signal reached counts: one that had finished before it says
+// nothing of the signal (the review of the change: a rank that exited 0,
+// then a handler that took 8 s on the other, was cut short).
 void Supervisor::check_forwarded_signal_heeded() {
-  if (forwarded_count_ == 0 || phase_ != Phase::Running) return;
-  if (running_count() == 0 || running_count() == static_cast<int>(ranks_.size())) return;
+  if (forwarded_count_ == 0 || phase_ != Phase::Running || running_count() == 0) return;
+  const bool one_ended = std::any_of(running_when_forwarded_.begin(), running_when_forwarded_.end(),
+                                     [&](int rank) { return !ranks_[static_cast<std::size_t>(rank)].running; });
+  if (!one_ended) return;
   ending_after_forward_ = true;
   phase_ = Phase::Aborting;
   phase_deadline_ = Clock::now() + times_.forward_grace;

@@ -154,6 +154,7 @@ class Supervisor {
   int forwarded_signal_ = 0;   // the first SIGINT/SIGTERM/SIGHUP we passed on
   int forwarded_count_ = 0;
   bool ending_after_forward_ = false;  // Aborting phase_: the forward's grace, no abort published
+  std::vector<int> running_when_forwarded_;  // the ranks the first forwarded signal reached
   std::optional<Clock::time_point> all_exited_at_;
   bool leftovers_stopped_ = false;
   bool clean_exit_after_abort_ = false;  // a rank exited 0 once a rank had aborted the job

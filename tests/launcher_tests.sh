@@ -461,6 +461,7 @@ RANK_SH
     limit=60 wait_for launcher_done "$pid" || { kill -9 "$pid"; fail "the launcher waited on for the rank that ignored SIGINT"; }
     wait "$pid"
     status=$?
+    out=$(cat "$work/out")
     err=$(cat "$work/err")
     expect_status $((128 + 2))
     [[ "$err" == *"axon-launch: 1 rank(s) still running 5000 ms after another ended on the forwarded SIGINT: sending SIGTERM"* ]] ||
@@ -468,6 +469,27 @@ RANK_SH
     [[ "$err" == *"axon-launch: rank 1 was killed by signal 2 (SIGINT) after the launcher forwarded SIGINT; the ranks still running were stopped (exit status 130)"* ]] ||
       fail "no summary naming rank 1: $err"
     [ $((SECONDS - started)) -lt 30 ] || fail "the job took $((SECONDS - started)) s"
+    expect_no_arena_of "$pid"
+    ;;
+  interrupt-handled-slowly)
+    # ... but a rank that had finished before the signal says nothing of it:
+    # a handler that takes 6 s on the other rank is not cut short (the
+    # review of the change: it got SIGTERM at 5 s, exit status 143).
+    started=$SECONDS
+    "$launch" -n 2 /bin/sh -c 'if [ "$RANK" = 1 ]; then exit 0; fi; trap "sleep 6; exit 0" INT; echo "ready pid=$$"; sleep 120 & wait $!' \
+      >"$work/out" 2>"$work/err" &
+    pid=$!
+    wait_for have_ready 1 || fail "rank 0 never became ready"
+    sleep 1  # rank 1 has exited
+    kill -INT "$pid"
+    limit=60 wait_for launcher_done "$pid" || { kill -9 "$pid"; fail "the launcher did not end"; }
+    wait "$pid"
+    status=$?
+    out=$(cat "$work/out")
+    err=$(cat "$work/err")
+    expect_status 0
+    [[ "$err" != *"sending SIGTERM"* ]] || fail "rank 0's handler was cut short: $err"
+    [ $((SECONDS - started)) -ge 6 ] || fail "the job ended after $((SECONDS - started)) s, before the handler's 6 s"
     expect_no_arena_of "$pid"
     ;;
   flooding-output)
