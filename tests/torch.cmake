@@ -181,4 +181,9 @@ set_tests_properties("messages: importing axonml_torch in a Python that cannot i
   PROPERTIES ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
              PASS_REGULAR_EXPRESSION "axonml_torch needs PyTorch \\(1\\.13, Debian 12's python3-torch\\), and this Python \\([^)]*\\) cannot import it: .*Run the program with /usr/bin/python3")
 
-axon_torch_test("a group whose last reference its own op's callback drops (an all_reduce, a send, a recv) is destroyed there and the program ends cleanly, on 3 ranks" test_drop_in_callback.py 3 5)
+axon_torch_test("a group whose last reference its own op's callback drops (an all_reduce, a send, a recv, a send with ops queued behind it) is destroyed there, on 3 ranks" test_drop_in_callback.py 3 5)
+set(name "torch: a program that ends while the op whose callback drops its group still waits ends cleanly, under axon-launch -n 2")
+add_test(NAME "${name}"
+         COMMAND $<TARGET_FILE:axon-launch> -n 2 --timeout 60 ${AXON_TORCH_PYTHON} test_drop_in_callback.py exit-race
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 120 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")

@@ -576,35 +576,59 @@ void ProcessGroupAxon::start_threads() {
 // A thread whose run token the caller holds (the caller is in one of its
 // ops, or their callbacks: the last reference to the group dropped there)
 // cannot be waited for: it would wait for itself, for ever (found by a
-// review). Its queue runs here instead; the op the caller is in ends after.
+// review). Its queue runs here instead, first: the other threads' ops may
+// need what is queued behind the caller's (a send's callback that dropped
+// the group, with a second send queued and an all_reduce on the collective
+// thread that the peer reaches only after receiving both; the review of the
+// change). The op the caller is in ends after.
 void ProcessGroupAxon::finish_pending() {
-  auto finish = [](CommThread& thread) {
-    if (thread.token_held_here()) {
-      thread.run_queued_here();
-    } else {
-      thread.wait_idle();
-    }
-  };
-  finish(*thread_);
-  finish(*send_thread_);
+  for (CommThread* thread : {thread_.get(), send_thread_.get()}) {
+    if (thread->token_held_here()) thread->run_queued_here();
+  }
+  for (CommThread* thread : {thread_.get(), send_thread_.get()}) {
+    if (!thread->token_held_here()) thread->wait_idle();
+  }
   // Not idle(): a receive that has returned, whose thread is still dropping
   // its tensors (that may wait for the GIL this thread's caller holds), was
   // taken for one still waiting, and its peer's next op on the group failed
-  // (found by a review: a send/recv exchange, then the program's end).
-  if (recv_thread_->has_unfinished_ops() && !recv_thread_->token_held_here()) {
+  // (found by a review: a send/recv exchange, then the program's end). On
+  // the receive thread itself the caller's own op no longer counts.
+  if (recv_thread_->has_unfinished_ops()) {
     backend_->abort("it destroyed the process group while a receive (recv or irecv) still waited for a message");
   }
-  finish(*recv_thread_);
+  if (recv_thread_->token_held_here()) {
+    recv_thread_->run_queued_here();
+  } else {
+    recv_thread_->wait_idle();
+  }
 }
 
+// Not under live_groups_mutex() while waiting: an op's callback that drops
+// its group's last reference runs the destructor, which takes that mutex,
+// on the very thread waited for (a hang at the program's end; the review
+// of the change). Each group is kept alive by a reference of its own
+// instead, taken only while it has others (one whose count reached zero is
+// being destroyed, and finishes its ops itself).
 void ProcessGroupAxon::finish_all_pending() {
-  std::lock_guard<std::mutex> lock(live_groups_mutex());  // no group goes away meanwhile
-  for (ProcessGroupAxon* group : live_groups()) {
-    if (!group->in_forked_child()) group->finish_pending();
+  std::vector<c10::intrusive_ptr<ProcessGroupAxon>> groups;
+  {
+    std::lock_guard<std::mutex> lock(live_groups_mutex());  // no group is freed while a reference is taken
+    for (ProcessGroupAxon* group : live_groups()) {
+      if (group->in_forked_child() || c10::raw::intrusive_ptr::use_count(group) == 0) continue;
+      c10::raw::weak_intrusive_ptr::incref(group);
+      if (auto kept = c10::weak_intrusive_ptr<ProcessGroupAxon>::reclaim(group).lock()) groups.push_back(std::move(kept));
+    }
   }
-  for (CommThread* thread : orphaned_threads()) {
+  for (const auto& group : groups) group->finish_pending();
+  std::vector<CommThread*> orphans;
+  {
+    std::lock_guard<std::mutex> lock(live_groups_mutex());
+    orphans = orphaned_threads();
+  }
+  for (CommThread* thread : orphans) {
     if (!thread->token_held_here()) thread->wait_idle();
   }
+  groups.clear();  // may destroy a group, which takes live_groups_mutex()
 }
 
 namespace {
@@ -673,6 +697,15 @@ ProcessGroupAxon::~ProcessGroupAxon() {
   {
     std::lock_guard<std::mutex> lock(live_groups_mutex());
     live_groups().erase(this);
+    // A thread this one is running an op of (see finish_pending) cannot be
+    // joined: it is left, idle once that op returns, for the process's life.
+    // Listed in the same step as the group leaves the live ones, so that the
+    // program's end never misses it (the review of the change).
+    if (!in_forked_child()) {
+      for (const auto* thread : {&thread_, &send_thread_, &recv_thread_}) {
+        if ((*thread)->token_held_here()) orphaned_threads().push_back(thread->get());
+      }
+    }
   }
   forget_explanations(backend_.get());
   if (in_forked_child()) {
@@ -690,12 +723,9 @@ ProcessGroupAxon::~ProcessGroupAxon() {
   }
   wait_without_gil([this] {
     finish_pending();
-    // A thread this one is running an op of (see finish_pending) cannot be
-    // joined: it is left, idle once that op returns, for the process's life.
     for (auto* thread : {&thread_, &send_thread_, &recv_thread_}) {
       if ((*thread)->token_held_here()) {
-        std::lock_guard<std::mutex> lock(live_groups_mutex());
-        orphaned_threads().push_back(thread->release());
+        (void)thread->release();  // in orphaned_threads() since the start
       } else {
         thread->reset();
       }
