@@ -13,6 +13,13 @@ endforeach()
 set(configure_args -S ${SOURCE_DIR} -B ${SHARED_BUILD_DIR} -G ${GENERATOR}
   -DCMAKE_BUILD_TYPE=${CONFIG} -DCMAKE_CXX_COMPILER=${CXX} -DBUILD_SHARED_LIBS=ON
   -DAXON_BUILD_TESTS=OFF -DAXON_BUILD_BENCHMARKS=OFF -DAXON_BUILD_EXAMPLES=OFF)
+# Where this build found its packages (a libtorch outside the default path).
+if(NOT "${FOUND_PREFIX_PATH}" STREQUAL "")
+  list(APPEND configure_args "-DCMAKE_PREFIX_PATH=${FOUND_PREFIX_PATH}")
+endif()
+if(NOT "${FOUND_TORCH_DIR}" STREQUAL "" AND NOT "${FOUND_TORCH_DIR}" MATCHES "NOTFOUND$")
+  list(APPEND configure_args "-DTorch_DIR=${FOUND_TORCH_DIR}")
+endif()
 if("${TORCH_PYTHON}" STREQUAL "")
   list(APPEND configure_args -DAXON_WITH_TORCH=OFF)
 else()
