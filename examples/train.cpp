@@ -142,11 +142,6 @@ mode_t checkpoint_mode(const std::string& path) {
   return 0666 & ~mask;
 }
 
-// Rank 0 after each epoch: everything written to a new file beside PATH,
-// synced, then renamed over PATH in one step. The new file gets a name no
-// one can have made before (mkstemp: created here, never a file or link
-// another user put there; found by a review: a fixed PATH.tmp could be a
-// link to someone's file, which the write then replaced).
 // A new file `tmp` beside the checkpoint, open for writing.
 int create_beside_checkpoint(const Config& cfg, std::string& tmp) {
   tmp = cfg.checkpoint + ".XXXXXX";
@@ -166,6 +161,11 @@ void check_checkpoint_can_be_saved(const Config& cfg) {
   ::unlink(tmp.c_str());
 }
 
+// Rank 0 after each epoch: everything written to a new file beside PATH,
+// synced, then renamed over PATH in one step. The new file gets a name no
+// one can have made before (mkstemp: created here, never a file or link
+// another user put there; found by a review: a fixed PATH.tmp could be a
+// link to someone's file, which the write then replaced).
 void save_checkpoint(const Config& cfg, int epochs_done, const std::vector<nn::Parameter*>& params,
                      const nn::SGD& sgd) {
   std::ostringstream out;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <utility>
+#include <utility>  // std::pair
 
 #include "axonml/distributed/error.hpp"
 #include "base/recv_mismatch.hpp"
@@ -228,7 +228,8 @@ void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, s
   // on. Not on messages that arrive whole in between: a peer sending small
   // messages of other tags for ever would keep the wait alive, and the
   // stash growing, with no end (the review of the change).
-  std::pair<const std::byte*, std::size_t> arriving{nullptr, 0};  // (destination, bytes in)
+  using Arriving = std::pair<const std::byte*, std::size_t>;  // (destination, bytes in); none: {}
+  Arriving arriving{};
   bool complete = false;
   auto arrived = [&] {
     std::lock_guard lock(mutex_);
@@ -236,9 +237,10 @@ void PointToPoint::recv(std::uint64_t comm, int src, int tag, std::byte* data, s
     pull_all();
     if (want.done || take_stashed(want)) return complete = true;
     const Incoming& in = incoming_[static_cast<std::size_t>(src)];
-    const auto before = std::exchange(arriving, in.received < in.total ? std::pair<const std::byte*, std::size_t>{in.dest, in.received}
-                                                                        : std::pair<const std::byte*, std::size_t>{nullptr, 0});
-    return arriving.first != nullptr && arriving != before;
+    const Arriving now = in.received < in.total ? Arriving{in.dest, in.received} : Arriving{};
+    const bool moved_on = now.first != nullptr && now != arriving;
+    arriving = now;
+    return moved_on;
   };
   try {
     do {
