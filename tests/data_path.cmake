@@ -30,3 +30,8 @@ set_tests_properties("data path: small messages of another tag arriving all alon
   PROPERTIES TIMEOUT 120 LABELS "multiprocess"
              PASS_REGULAR_EXPRESSION "long_message stream: recv timed out after [0-2][.][0-9]+ s"
              FAIL_REGULAR_EXPRESSION "got a message")
+add_test(NAME "data path: a recv whose sender stops half way through the message times out saying it waited for the rest"
+         COMMAND axon-launch -n 2 --timeout 0.5 $<TARGET_FILE:long_message> stall)
+set_tests_properties("data path: a recv whose sender stops half way through the message times out saying it waited for the rest"
+  PROPERTIES TIMEOUT 120 LABELS "multiprocess" SKIP_RETURN_CODE 77
+             PASS_REGULAR_EXPRESSION "long_message stall: rank 1: timed out after 0[.]5 s \\(AXON_TIMEOUT\\): recv of 1073741824 bytes with tag 0 from rank 0: waiting for the rest of it")

@@ -23,8 +23,16 @@
 // waits for tag 1, which never comes. Rank 1's recv must time out after
 // about one timeout, not when the stream ends (the review of the change: a
 // peer streaming forever kept it waiting forever, its stash growing).
+//
+//   axon-launch -n 2 --timeout 0.5 long_message stall
+//
+// ... and a sender that stops half way through a message (SIGSTOP, 200 ms
+// into a 1 GiB send) fails the receive after one timeout, which says that
+// it waited for the rest of the message. Rank 1 prints the Timeout's
+// message; exits 77 (skipped) when the whole message came first.
 // Rank 1 prints "recv timed out after S s".
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -76,23 +84,44 @@ int stream(World& world, double timeout_s) {
   return 1;
 }
 
+int stall(World& world) {
+  Backend& b = world.backend();
+  const std::size_t count = std::size_t{256} << 20;  // 1 GiB of int32
+  std::unique_ptr<std::int32_t[]> data(new std::int32_t[count]);  // untouched: page-fault speed
+  if (world.rank() == 0) {
+    std::thread sender([&] { b.send<std::int32_t>(std::span(data.get(), count), 1, 0); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::raise(SIGSTOP);  // the launcher ends this rank once rank 1 has timed out
+    sender.join();
+    return 0;
+  }
+  try {
+    b.recv<std::int32_t>(std::span(data.get(), count), 0, 0);
+  } catch (const Timeout& e) {
+    std::printf("long_message stall: %s\n", e.what());
+    return 0;
+  }
+  std::printf("long_message stall: the whole message came before rank 0 stopped: nothing shown\n");
+  return 77;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* rank_variable = std::getenv("RANK");
   const char* timeout_variable = std::getenv("AXON_TIMEOUT");
   if (argc != 2 || rank_variable == nullptr || timeout_variable == nullptr) {
-    std::fprintf(stderr, "usage: axon-launch -n 2 --timeout S long_message MiB|stream\n");
+    std::fprintf(stderr, "usage: axon-launch -n 2 --timeout S long_message MiB|stream|stall\n");
     return 2;
   }
   const int rank = std::atoi(rank_variable);
   const double timeout_s = std::stod(timeout_variable);
-  if (std::string(argv[1]) == "stream") {
+  if (const std::string mode = argv[1]; mode == "stream" || mode == "stall") {
     try {
       World world = World::init();
-      return stream(world, timeout_s);
+      return mode == "stream" ? stream(world, timeout_s) : stall(world);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "long_message stream: %s\n", e.what());
+      std::fprintf(stderr, "long_message %s: %s\n", mode.c_str(), e.what());
       return 1;
     }
   }
