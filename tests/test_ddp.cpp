@@ -5,6 +5,7 @@
 //
 // Catch2 assertions are not thread-safe, so rank bodies record results and
 // the test thread checks them.
+#include <limits>
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -426,6 +427,16 @@ TEST_CASE("GradientSynchronizer Overlapped needs the group before gradients arri
   plain.prepare(1);
   plain.add_gradient(0, Tensor::zeros({2}));
   CHECK_THROWS_WITH(plain.add_gradient(0, Tensor::zeros({2})), Catch::Contains("already added"));
+}
+
+TEST_CASE("GradientSynchronizer prepare of more parameters than can exist is an InvalidArgument naming the count",
+          "[grad_sync][errors]") {
+  GradientSynchronizer sync(GradSyncStrategy::Synchronous, 16);
+  const std::size_t too_many = std::numeric_limits<std::size_t>::max();
+  CHECK_THROWS_AS(sync.prepare(too_many), InvalidArgument);
+  CHECK_THROWS_WITH(sync.prepare(too_many), Catch::Contains(std::to_string(too_many) + " parameters"));
+  sync.prepare(1);  // still usable
+  sync.add_gradient(0, Tensor::zeros({2}));
 }
 
 // Rank 1 added gradients of sizes 3 and 2, the others 2 and 3: the buckets

@@ -85,8 +85,16 @@ set(AXON_TORCH_SUITE_SUBSET -k test_all_reduce_sum -k test_all_reduce_max -k tes
 add_test(NAME "torch: PyTorch's distributed_test.py, a subset (all_reduce, broadcast, all_gather, barrier, all_to_all, scatter, gather, reduce, send/recv) passes on axon"
          COMMAND ${AXON_TORCH_PYTHON} run_distributed_test.py ${AXON_TORCH_SUITE_SUBSET}
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+# Its temporary files go in a folder of its own, checked empty afterwards:
+# every run used to leave an axon-dist-test-* folder in /tmp (a review).
+set(AXON_TORCH_SUITE_TMP ${CMAKE_CURRENT_BINARY_DIR}/torch-suite-tmp)
+file(MAKE_DIRECTORY ${AXON_TORCH_SUITE_TMP})
 set_tests_properties("torch: PyTorch's distributed_test.py, a subset (all_reduce, broadcast, all_gather, barrier, all_to_all, scatter, gather, reduce, send/recv) passes on axon"
-                     PROPERTIES TIMEOUT 1800 ENVIRONMENT "${AXON_TORCH_TEST_ENV};WORLD_SIZE=2")
+                     PROPERTIES TIMEOUT 1800 ENVIRONMENT "${AXON_TORCH_TEST_ENV};WORLD_SIZE=2;TMPDIR=${AXON_TORCH_SUITE_TMP}"
+                     FIXTURES_SETUP torch_suite_tmp)
+set(name "torch: PyTorch's distributed_test.py subset leaves nothing in its temporary folder")
+add_test(NAME "${name}" COMMAND sh -c "leftovers=$(ls -A \"$0\"); test -z \"$leftovers\" || { echo \"left in $0: $leftovers\"; exit 1; }" ${AXON_TORCH_SUITE_TMP})
+set_tests_properties("${name}" PROPERTIES TIMEOUT 30 FIXTURES_REQUIRED torch_suite_tmp)
 
 # examples/torch_allreduce.cpp: the libtorch C++ side, ProcessGroupAxon over a
 # TCPStore from axon-launch's MASTER_ADDR/MASTER_PORT. Every rank counts its

@@ -83,6 +83,12 @@ void GradientSynchronizer::check_index(const char* op, std::size_t index) const 
 }
 
 void GradientSynchronizer::prepare(std::size_t num_params) {
+  // A count no vector can hold is a caller's mistake, not an allocation
+  // failure: say so instead of letting assign() throw std::length_error.
+  if (num_params > gradients_.max_size()) {
+    throw InvalidArgument("GradientSynchronizer::prepare: " + std::to_string(num_params) +
+                          " parameters is more than any machine can hold");
+  }
   wait_for_worker();
   agreed_layouts_.clear();  // a new layout: every rank compares again
   fixed_layout_ = false;

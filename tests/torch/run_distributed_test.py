@@ -16,7 +16,9 @@ The suite itself skips its CUDA/NCCL-only tests, and those gated on Gloo by
 name (timeouts, monitored_barrier, Gloo-specific options). Five DDP tests are
 skipped while torch.distributed._shard fails to import (see below).
 """
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -32,6 +34,9 @@ os.environ.setdefault("WORLD_SIZE", "2")
 os.environ.setdefault("INIT_METHOD", "env://")
 if "TEMP_DIR" not in os.environ:
     os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="axon-dist-test-")
+    # Made here, so removed here: every run used to leave one in /tmp. The
+    # spawned ranks inherit TEMP_DIR and so never register this.
+    atexit.register(shutil.rmtree, os.environ["TEMP_DIR"], ignore_errors=True)
     os.mkdir(os.path.join(os.environ["TEMP_DIR"], "barrier"))
     os.mkdir(os.path.join(os.environ["TEMP_DIR"], "test_dir"))
 
