@@ -341,6 +341,38 @@ TEST_CASE("a collective on the group while Overlapped buckets reduce throws on e
   }
 }
 
+// Every rank destroyed its Overlapped DDP between backward() and
+// sync_gradients(), e.g. leaving main after a NaN loss: each dropped the
+// buckets its thread had not started yet, a number that differed between
+// ranks, so one rank's last bucket all-reduce met a peer's next collective
+// or a peer that had exited (a review: 4 of 10 jobs at n=3 failed so).
+TEST_CASE("Overlapped DDP destroyed mid-step on every rank alike finishes the step's buckets, and the group's "
+          "next collective is in step",
+          "[ddp][overlap]") {
+  const int n = 3;
+  PerRank<std::vector<float>> sums(n);
+  run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup world(backend);
+    for (int round = 0; round < 30; ++round) {
+      {
+        DdpOptions options;
+        options.strategy = GradSyncStrategy::Overlapped;
+        options.bucket_cap_mb = options.first_bucket_cap_mb = 0.0001;  // a bucket per tensor or so
+        DistributedDataParallel ddp(make_mlp(7), world, options);
+        const Batch b = make_batch(4, static_cast<unsigned>(r));
+        SoftmaxCrossEntropy loss;
+        loss.forward(ddp.forward(b.x), b.y);
+        ddp.backward(loss.backward());
+        if ((round + r) % 3 == 0) std::this_thread::yield();  // vary which rank's thread is ahead
+      }  // destroyed mid-step
+      std::vector<float> value(5, static_cast<float>(r + 1));
+      backend->all_reduce(value, ReduceOp::Sum);  // throws (and fails the test) if out of step
+      sums[r] = value;
+    }
+  });
+  for (int r = 0; r < n; ++r) CHECK(sums[r] == std::vector<float>(5, 6.0f));
+}
+
 TEST_CASE("a failure on the communication thread is rethrown by sync_gradients", "[ddp][errors]") {
   const int n = 2;
   std::string what;

@@ -57,7 +57,19 @@ GradientSynchronizer::GradientSynchronizer(GradSyncStrategy strategy, std::size_
 }
 
 GradientSynchronizer::~GradientSynchronizer() {
-  worker_.reset();  // drops the buckets not started, waits for the one running
+  // Every bucket launched so far runs, not only the one under way: ranks
+  // that ran the same backward launched the same buckets, but their threads
+  // had started different numbers of them, and dropping the rest left one
+  // rank's last all-reduce to meet a peer's next collective, or a peer that
+  // had exited (a review). A failure here was already the group's: the
+  // peers get it from their own collectives.
+  if (worker_) {
+    try {
+      worker_->drain();
+    } catch (...) {
+    }
+  }
+  worker_.reset();
   release_held_group();
 }
 

@@ -82,10 +82,13 @@ class GradientSynchronizer {
   GradientSynchronizer(GradSyncStrategy strategy, std::size_t bucket_size,
                        std::size_t first_bucket_size = 0,
                        GradientCompression compression = GradientCompression::None);
-  // Drops buckets not yet started and waits for the one in flight. Mid-step
-  // (between the first launch and sync_all) each rank may have started a
-  // different number of buckets, so the group's next collective is then a
-  // CollectiveMismatch, for good: destroy it mid-step only on the way out.
+  // Waits for every bucket launched so far to be reduced (an error there is
+  // swallowed: the group's collectives report it). Mid-step (between the
+  // first launch and sync_all) ranks that ran the same backward launched
+  // the same buckets, and the group stays in step; a rank that launched
+  // fewer (its backward threw) leaves the others' extra buckets waiting for
+  // it, so the group's next collective is a CollectiveMismatch: destroy it
+  // so only on the way out.
   ~GradientSynchronizer();
   GradientSynchronizer(const GradientSynchronizer&) = delete;
   GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
