@@ -212,6 +212,21 @@ TEST_CASE("a collective on a group the caller is not in names the rank and the g
   });
 }
 
+// A moved-from group crashed (null parent) instead of throwing (a review).
+TEST_CASE("a moved-from ProcessGroup refuses collectives with InvalidArgument saying it was moved from",
+          "[errors][groups]") {
+  ProcessGroup moved = ProcessGroup::mock();
+  ProcessGroup kept = std::move(moved);
+  Tensor t = Tensor::zeros({2});
+  CHECK_THROWS_AS(moved.all_reduce_tensor(t), InvalidArgument);  // NOLINT(bugprone-use-after-move)
+  CHECK_THROWS_WITH(moved.barrier(), "barrier: this ProcessGroup is empty (it was moved from)");
+  CHECK_THROWS_WITH(moved.new_group({0}), Contains("moved from"));
+  CHECK(moved.rank() == -1);
+  CHECK_FALSE(moved.is_member());
+  kept.all_reduce_tensor(t);  // the group itself moved on intact
+  CHECK(kept.is_member());
+}
+
 namespace {
 
 // Two ranks all-reduce `counts[r]` floats after a barrier; each must throw

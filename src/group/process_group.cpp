@@ -38,6 +38,9 @@ ProcessGroup ProcessGroup::new_group(std::vector<int> ranks) const {
 }
 
 Backend& ProcessGroup::member_backend(const char* op) const {
+  if (!parent_) {  // moved from: no rank to name (it crashed asking for one; a review)
+    throw InvalidArgument(std::string(op) + ": this ProcessGroup is empty (it was moved from)");
+  }
   if (!communicator_) {
     throw InvalidArgument(std::string(op) + ": rank " + std::to_string(parent_->rank()) +
                           " is not a member of " + describe());
