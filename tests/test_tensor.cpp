@@ -36,6 +36,25 @@ TEST_CASE("copies share storage and clone does not", "[tensor]") {
   REQUIRE_FALSE(a.shares_storage_with(c));
 }
 
+// A moved-from tensor kept its element count over a null pointer: to_vec()
+// read 4 floats from address 0 (a review).
+TEST_CASE("a moved-from tensor has no elements, and a null view with elements is refused", "[tensor][errors]") {
+  Tensor a = Tensor::full({4}, 1.0f);
+  Tensor b = std::move(a);
+  CHECK(a.numel() == 0);  // NOLINT(bugprone-use-after-move)
+  CHECK(a.dim() == 0);
+  CHECK(a.to_vec().empty());
+  CHECK(b.to_vec() == std::vector<float>(4, 1.0f));
+  Tensor c;
+  c = std::move(b);
+  CHECK(b.numel() == 0);  // NOLINT(bugprone-use-after-move)
+  CHECK(c.numel() == 4);
+  a = c;  // usable again once assigned
+  CHECK(a.to_vec() == std::vector<float>(4, 1.0f));
+  CHECK_THROWS_WITH(Tensor::view(nullptr, {3}), "Tensor::view: null data for shape [3] (3 elements)");
+  CHECK(Tensor::view(nullptr, {0}).numel() == 0);
+}
+
 TEST_CASE("reshape is a view and checks the element count", "[tensor]") {
   Tensor a = Tensor::from_vec({1, 2, 3, 4, 5, 6}, {6});
   Tensor b = a.reshape({3, 2});

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "axonml/distributed/error.hpp"
 
@@ -64,7 +65,27 @@ Tensor Tensor::full(Shape shape, float value) {
   return Tensor(std::move(storage), std::move(shape));
 }
 
+Tensor::Tensor(Tensor&& other) noexcept
+    : data_(std::move(other.data_)), shape_(std::move(other.shape_)), numel_(std::exchange(other.numel_, 0)) {
+  other.shape_.clear();  // a moved-from vector is only "valid but unspecified"
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    data_ = std::move(other.data_);
+    shape_ = std::move(other.shape_);
+    numel_ = std::exchange(other.numel_, 0);
+    other.shape_.clear();
+  }
+  return *this;
+}
+
 Tensor Tensor::view(std::shared_ptr<float> data, Shape shape) {
+  const std::size_t numel = numel_of(shape);
+  if (!data && numel != 0) {
+    throw InvalidArgument("Tensor::view: null data for shape " + to_string(shape) + " (" + std::to_string(numel) +
+                          " elements)");
+  }
   return Tensor(std::move(data), std::move(shape));
 }
 

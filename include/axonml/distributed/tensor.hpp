@@ -24,12 +24,19 @@ class Tensor {
  public:
   // An empty tensor of shape [0].
   Tensor();
+  // Copies share the elements. A moved-from tensor has no elements
+  // (numel() 0, no dimensions); assign to it before using it again.
+  Tensor(const Tensor&) = default;
+  Tensor& operator=(const Tensor&) = default;
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(Tensor&& other) noexcept;
 
   // Throws InvalidArgument when the product of shape differs from data.size().
   static Tensor from_vec(std::vector<float> data, Shape shape);
   static Tensor zeros(Shape shape);
   static Tensor full(Shape shape, float value);
   // A tensor over `numel(shape)` floats at `data`, owned by `owner`.
+  // Throws InvalidArgument when data is null and the shape has elements.
   static Tensor view(std::shared_ptr<float> data, Shape shape);
   // Concatenates along `dim`; all other dims must match.
   static Tensor cat(const std::vector<Tensor>& tensors, std::size_t dim);
