@@ -32,6 +32,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -116,10 +117,22 @@ void write_floats(std::ostream& out, const std::vector<float>& values) {
   out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(n * sizeof(float)));
 }
 
+// The bytes after the read position (0 when it cannot tell).
+std::uint64_t bytes_left(std::istream& in) {
+  const auto here = in.tellg();
+  in.seekg(0, std::ios::end);
+  const auto end = in.tellg();
+  in.seekg(here);
+  return here < 0 || end < here ? 0 : static_cast<std::uint64_t>(end - here);
+}
+
 std::vector<float> read_floats(std::istream& in, const std::string& path) {
   std::uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), sizeof(n));
-  if (!in || n > (std::uint64_t{1} << 34)) {
+  // The count is checked against what the file still holds before anything
+  // is allocated: a corrupt count made every rank allocate gigabytes first
+  // (a review).
+  if (!in || n > bytes_left(in) / sizeof(float)) {
     throw dist::InvalidArgument("--checkpoint " + path + " is truncated or corrupt");
   }
   std::vector<float> values(n);
@@ -212,15 +225,24 @@ void save_checkpoint(const Config& cfg, int epochs_done, const std::vector<nn::P
 // Every rank at the start: the finished epochs (0 without a checkpoint);
 // parameters and momentum buffers are restored in place.
 int load_checkpoint(const Config& cfg, const std::vector<nn::Parameter*>& params, nn::SGD& sgd) {
+  if (std::filesystem::is_directory(cfg.checkpoint)) {
+    throw dist::InvalidArgument("--checkpoint " + cfg.checkpoint + " is a directory: give the path of a file");
+  }
   std::ifstream in(cfg.checkpoint, std::ios::binary);
   if (!in) return 0;
   std::string magic(sizeof(kCheckpointMagic) - 1, '\0');
   in.read(magic.data(), static_cast<std::streamsize>(magic.size()));
+  if (magic != kCheckpointMagic) {
+    throw dist::InvalidArgument("--checkpoint " + cfg.checkpoint +
+                                " is not a checkpoint of this program (it does not begin with \"" +
+                                std::string(kCheckpointMagic, sizeof(kCheckpointMagic) - 2) +
+                                "\"): remove it or give another path");
+  }
   std::string signature;
   std::getline(in, signature);
-  if (magic != kCheckpointMagic || signature + "\n" != run_signature(cfg)) {
+  if (signature + "\n" != run_signature(cfg)) {
     throw dist::InvalidArgument("--checkpoint " + cfg.checkpoint +
-                                " is not a checkpoint of this run (it has \"" + signature +
+                                " is not a checkpoint of this run (it has \"" + signature.substr(0, 200) +
                                 "\", this run is \"" + run_signature(cfg).substr(0, run_signature(cfg).size() - 1) +
                                 "\"): remove it or pass the same options");
   }

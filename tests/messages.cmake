@@ -56,8 +56,17 @@ if(TARGET train)
   add_test(NAME "messages: train names a --checkpoint that is not one, once prefixed"
            COMMAND train --epochs 1 --samples 512 --hidden 8 --checkpoint ${not_a_checkpoint})
   set_tests_properties("messages: train names a --checkpoint that is not one, once prefixed"
-    PROPERTIES PASS_REGULAR_EXPRESSION "train: --checkpoint [^ ]*not_a_checkpoint.bin is not a checkpoint of this run"
+    PROPERTIES PASS_REGULAR_EXPRESSION "train: --checkpoint [^ ]*not_a_checkpoint.bin is not a checkpoint of this program"
                FAIL_REGULAR_EXPRESSION "train: train:")
+  # A damaged checkpoint, a directory, random bytes: each named, nothing
+  # allocated for a corrupt count (checkpoint_corrupt_test.sh).
+  set(name "messages: train refuses a checkpoint with a corrupt count before allocating it, a directory and random bytes, naming each")
+  if(CMAKE_CXX_FLAGS MATCHES "-fsanitize=[^ ]*address")
+    add_test(NAME "${name}" COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_corrupt_test.sh $<TARGET_FILE:train> --no-ulimit)
+  else()
+    add_test(NAME "${name}" COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_corrupt_test.sh $<TARGET_FILE:train>)
+  endif()
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "^PASS\n$")
   # A checkpoint that cannot be saved (its directory does not exist) is
   # named with the reason, before any training (a review: after an epoch).
   add_test(NAME "messages: train names a --checkpoint it cannot save, with the reason, before it trains"
