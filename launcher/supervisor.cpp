@@ -179,6 +179,7 @@ void Supervisor::resume() {
     // and a grace in progress.
     const auto pause = now - *suspended_at_;
     started_ += pause;
+    if (first_attach_seen_) *first_attach_seen_ += pause;
     if (phase_ == Phase::Aborting || phase_ == Phase::Terminating) phase_deadline_ += pause;
     if (all_exited_at_) *all_exited_at_ += pause;  // the drain's grace
     suspended_at_.reset();
@@ -466,12 +467,19 @@ void Supervisor::check_forwarded_signal_heeded() {
 
 // Start-up has its own deadline (--start-timeout): a rank may take long to
 // reach World::init(), and its peers wait for it without counting that
-// against --timeout. When the deadline passes with some ranks attached and
-// a running one not, that one is blamed; also after a SIGINT the ranks
-// caught or ignored, which would otherwise leave them waiting (a review).
+// against --timeout. The window opens when the first rank is seen attached:
+// counted from the launch, ranks that all came late alike (a slow import
+// before World::init()) were blamed at random, whichever had not attached
+// yet when the first did (a review: 4 of 12 such jobs failed). When it
+// closes with a running rank not attached, that one is blamed; also after a
+// SIGINT the ranks caught or ignored, which would otherwise leave them
+// waiting (a review). No rank attached: a program that does not use the
+// arena (a PyTorch one), left alone.
 void Supervisor::check_start_deadline(Clock::time_point now) {
-  if (first_failure_ || now - started_ < times_.start_deadline) return;
+  if (first_failure_) return;
   if (arena_.attached() == 0 || arena_.attached() >= ranks_.size()) return;
+  if (!first_attach_seen_) first_attach_seen_ = now;
+  if (now - *first_attach_seen_ < times_.start_deadline) return;
   for (const auto& r : ranks_) {
     if (r.running && !arena_.joined(r.rank)) {
       first_failure_ = Failure{r.rank, 0, false, Blame::NeverJoined};

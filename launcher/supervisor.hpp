@@ -16,8 +16,8 @@
 //   - treats a rank that exited 0 without ever attaching as a failure too,
 //     once any other rank has attached (it would wait for it in vain):
 //     "rank 2 exited (status 0) before joining the job (did it call
-//     World::init()?)", exit status 1; and a rank still not attached when
-//     the start deadline (--start-timeout) passes while others have:
+//     World::init()?)", exit status 1; and a rank still not attached
+//     --start-timeout after the first rank attached:
 //     "rank 2 did not join the job within --start-timeout 300 s", status 1.
 //     Ranks that all run without attaching (programs that do not use the
 //     library) are left alone;
@@ -65,8 +65,8 @@ struct SupervisorTimes {
   // How long to keep forwarding output after the last rank ended (pipes
   // inherited by a rank's own children may stay open).
   std::chrono::milliseconds drain_grace{1000};
-  // How long every rank may take to attach (--start-timeout), counted from
-  // the start of the attempt.
+  // How long the ranks that attached wait for the others to attach
+  // (--start-timeout), counted from when the first was seen attached.
   std::chrono::milliseconds start_deadline{300000};
   // After a forwarded SIGINT/SIGTERM/SIGHUP, how long the ranks still running
   // get once one has ended, before SIGTERM.
@@ -146,6 +146,8 @@ class Supervisor {
   int signal_fd_;
   SupervisorTimes times_;
   Clock::time_point started_;
+  // When a rank was first seen attached: --start-timeout counts from here.
+  std::optional<Clock::time_point> first_attach_seen_;
 
   Phase phase_ = Phase::Running;
   Clock::time_point phase_deadline_{};

@@ -29,7 +29,9 @@
 //                                         recv from it
 //   launcher_probe slow-start RANK SECONDS
 //                                         rank RANK sleeps SECONDS before init;
-//                                         then everyone meets in a barrier
+//                                         then everyone meets in a barrier.
+//                                         RANK "all": every rank r sleeps
+//                                         SECONDS + 0.1 r
 //   launcher_probe slow-start-chain RANK SECONDS
 //                                         as slow-start (RANK must be 2, of 3), then
 //                                         rank 2 sends to 0, 0 passes it on to 1
@@ -139,7 +141,9 @@ int main(int argc, char** argv) {
   }
   if ((args[0] == "slow-start" || args[0] == "slow-start-chain") && args.size() == 3) {
     const char* my_rank = std::getenv("RANK");
-    if (my_rank != nullptr && std::atoi(my_rank) == std::atoi(args[1].c_str())) {
+    if (args[1] == "all" && my_rank != nullptr) {
+      ::usleep(static_cast<useconds_t>((std::atof(args[2].c_str()) + 0.1 * std::atoi(my_rank)) * 1e6));
+    } else if (my_rank != nullptr && std::atoi(my_rank) == std::atoi(args[1].c_str())) {
       ::usleep(static_cast<useconds_t>(std::atof(args[2].c_str()) * 1e6));
     }
   }
