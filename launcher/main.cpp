@@ -6,6 +6,7 @@
 // 3. fork one child per rank with its environment (rank_process.cpp);
 // 4. supervise them until all have ended (supervisor.cpp);
 // 5. with --max-restarts K, after a failure start again from 2, up to K times.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -245,6 +246,24 @@ int launch(const LaunchOptions& options) {
   return outcome.exit_code;
 }
 
+// A launcher started with descriptor 0, 1 or 2 closed (`>&-`, some service
+// managers) gave those numbers to its own signalfd and eventfds, then wrote
+// the ranks' output and its summary into them (a review). /dev/null takes
+// each closed one first, as a daemon's start does.
+void open_standard_descriptors() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int opened = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (opened >= 0 && opened != fd) {  // the lowest free number is fd itself; this only guards it
+      ::dup2(opened, fd);
+      ::close(opened);
+    }
+  }
+}
+
 }  // namespace
 
-int main(int argc, char** argv) { return launch(parse_options(argc, argv)); }
+int main(int argc, char** argv) {
+  open_standard_descriptors();
+  return launch(parse_options(argc, argv));
+}

@@ -323,6 +323,21 @@ print(" ".join(left) or "none")
     [ -z "$bad" ] || fail "stderr lines not whole or not prefixed: $bad"
     [ "$(wc -l <"$work/out")" -eq $((4 * 201)) ] || fail "expected 804 stdout lines, got $(wc -l <"$work/out")"
     [ "$(wc -l <"$work/err")" -eq $((4 * 200)) ] || fail "expected 800 stderr lines"
+    # Started with stdout closed (`>&-`), the launcher gave number 1 to a
+    # descriptor of its own and wrote the ranks' output into it, then said
+    # "output could not be written (Invalid argument)" (a review). Now a
+    # closed 0, 1 or 2 is /dev/null: stderr still gets every line, whole.
+    "$launch" -n 2 "$probe" lines 3 >&- 2>"$work/err"
+    status=$?
+    err=$(cat "$work/err")
+    expect_status 0
+    bad=$(grep -Ev '^\[rank ([01])\] err-\1-[0-9]+-end$' "$work/err" | head -3)
+    [ -z "$bad" ] || fail "with stdout closed, stderr got: $bad"
+    [ "$(wc -l <"$work/err")" -eq 6 ] || fail "with stdout closed, expected 6 stderr lines: $err"
+    # ... and with all three closed a rank's exit status still comes through.
+    "$launch" -n 2 "$probe" exit 1 3 <&- >&- 2>&-
+    status=$?
+    expect_status 3
     run -n 2 --no-tag-output "$probe" lines 3
     expect_status 0
     # Raw output: the ranks' bytes as written, unprefixed (and so free to mix mid-line).
