@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <string_view>
 
 #include "shm/numa_place.hpp"
 
@@ -230,19 +231,54 @@ std::string describe(const Placement& plan) {
   return s;
 }
 
+namespace {
+
+// Whether the user set `name`: not to the empty string (which counts as
+// unset, README), and not to the value an outer axon-launch gave it (this
+// launcher runs inside one of its ranks), which that one listed in
+// AXON_LAUNCH_SET. Both were taken for the user's: a nested job's four ranks
+// on the outer rank's one core ran "not oversubscribed", at half speed (a
+// review).
+bool set_by_user(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return false;
+  const char* outer = std::getenv("AXON_LAUNCH_SET");
+  if (outer == nullptr) return true;
+  std::string entry(name);
+  entry.append("=").append(value);
+  std::string_view words(outer);  // "NAME=VALUE NAME=VALUE "
+  while (!words.empty()) {
+    const std::size_t end = std::min(words.find(' '), words.size());
+    if (words.substr(0, end) == entry) return false;
+    words.remove_prefix(std::min(end + 1, words.size()));
+  }
+  return true;
+}
+
+}  // namespace
+
 bool apply_placement(const RankPlacement& rank) {
   const std::string threads = std::to_string(rank.threads);
-  // A value the user set wins (overwrite = 0).
-  ::setenv("AXON_THREADS_PER_RANK", threads.c_str(), 0);
-  ::setenv("OMP_NUM_THREADS", threads.c_str(), /*overwrite=*/0);
-  ::setenv("AXON_OVERSUBSCRIBED", rank.shares_cores ? "1" : "0", 0);
+  std::string launcher_set;  // this rank's AXON_LAUNCH_SET
+  // A value the user set wins.
+  auto set_default = [&](const char* name, const std::string& value) {
+    if (set_by_user(name)) return;
+    ::setenv(name, value.c_str(), 1);
+    launcher_set += std::string(name) + "=" + value + " ";
+  };
+  set_default("AXON_THREADS_PER_RANK", threads);
+  set_default("OMP_NUM_THREADS", threads);
+  set_default("AXON_OVERSUBSCRIBED", rank.shares_cores ? "1" : "0");
   // One node: the rank moves the arena pages only it writes there
   // (shm/numa_place.hpp). Not a node the rank may not place memory on (a
   // topology from HWLOC_SYNTHETIC or HWLOC_XMLFILE): the rank would refuse it.
   if (rank.bound && rank.numa_nodes.find_first_not_of("0123456789") == std::string::npos &&
       axonml::distributed::shm::numa_node_allowed(std::stoi(rank.numa_nodes))) {
-    ::setenv("AXON_NUMA_NODE", rank.numa_nodes.c_str(), 0);
+    set_default("AXON_NUMA_NODE", rank.numa_nodes);
+  } else if (!set_by_user("AXON_NUMA_NODE")) {
+    ::unsetenv("AXON_NUMA_NODE");  // an outer launcher's node, not this rank's
   }
+  ::setenv("AXON_LAUNCH_SET", launcher_set.c_str(), 1);
   if (rank.bound) return ::sched_setaffinity(0, sizeof(rank.cpus), &rank.cpus) == 0;
   return true;
 }

@@ -20,7 +20,8 @@
 // Each rank also gets its share of compute threads: AXON_THREADS_PER_RANK
 // (read by nn::ComputeThreads::fair_share) and OMP_NUM_THREADS, the number of
 // whole cores it is bound to (for `none`: usable cores / N, at least 1).
-// Either variable is left alone when the user set it. AXON_OVERSUBSCRIBED
+// Each variable here is left alone when the user set it: not empty, and not
+// the value an outer axon-launch set (listed in AXON_LAUNCH_SET). AXON_OVERSUBSCRIBED
 // tells the ranks' waiting (shm/wait.hpp) whether they share cores: 0 for
 // `core`, for `numa` when the node has a core per rank, for `none` when N <=
 // usable cores. AXON_NUMA_NODE names the node of a rank bound within one

@@ -303,6 +303,27 @@ print(" ".join(left) or "none")
     inner=$(grep -o 'inner=[0-9]*' "$work/out" | cut -d= -f2)
     [ -n "$outer" ] && [ -n "$inner" ] && [ "$outer" != "$inner" ] ||
       fail "a nested axon-launch kept the outer job's MASTER_PORT: $(cat "$work/out") $(cat "$work/err")"
+    # An empty variable counts as unset (README): MASTER_PORT= and
+    # MASTER_ADDR= reached the ranks empty (a review).
+    MASTER_PORT= MASTER_ADDR= OMP_NUM_THREADS= "$launch" -n 2 sh -c 'echo "port=$MASTER_PORT addr=$MASTER_ADDR omp=$OMP_NUM_THREADS"' \
+      >"$work/out" 2>"$work/err"
+    [ "$(grep -cE '^\[rank [01]\] port=[0-9]+ addr=127\.0\.0\.1 omp=[0-9]+$' "$work/out")" -eq 2 ] ||
+      fail "empty MASTER_PORT, MASTER_ADDR, OMP_NUM_THREADS were passed on: $(cat "$work/out")"
+    # A launcher run inside a rank sets the thread share and oversubscription
+    # for its own ranks: 4 inner ranks on the outer rank's one core are
+    # oversubscribed, whatever the outer launcher told its rank (the inner
+    # one took the outer's AXON_OVERSUBSCRIBED=0 for the user's; a review).
+    env -u AXON_OVERSUBSCRIBED -u AXON_THREADS_PER_RANK -u OMP_NUM_THREADS -u AXON_LAUNCH_SET \
+      "$launch" -n 1 --bind none taskset -c 0 sh -c \
+      'echo "outer=$AXON_OVERSUBSCRIBED"; "$0" -n 4 sh -c "echo inner=\$AXON_OVERSUBSCRIBED"' "$launch" \
+      >"$work/out" 2>"$work/err"
+    [ "$(grep -c 'outer=0' "$work/out")" -eq 1 ] || fail "the outer rank is not oversubscribed: $(cat "$work/out")"
+    [ "$(grep -c 'inner=1' "$work/out")" -eq 4 ] ||
+      fail "a nested axon-launch took the outer's AXON_OVERSUBSCRIBED for the user's: $(cat "$work/out") $(cat "$work/err")"
+    # ... while a value the user set still wins, in a nested launcher too.
+    AXON_OVERSUBSCRIBED=0 "$launch" -n 1 --bind none sh -c '"$0" -n 4 --bind none sh -c "echo inner=\$AXON_OVERSUBSCRIBED"' "$launch" \
+      >"$work/out" 2>"$work/err"
+    [ "$(grep -c 'inner=0' "$work/out")" -eq 4 ] || fail "the user's AXON_OVERSUBSCRIBED=0 was not kept: $(cat "$work/out")"
     ;;
   exit-code)
     run -n 3 "$probe" exit 1 3
