@@ -69,8 +69,9 @@ Placement plan_placement(std::optional<BindPolicy> requested, int world_size);
 std::string describe(const Placement& placement);
 
 // In the child between fork and exec: binds the calling process and exports
-// the thread counts. Async-signal-safe apart from setenv (the launcher is
-// single-threaded, so setenv after fork is safe there). Returns false, with
+// the thread counts. Async-signal-safe apart from getenv/setenv (safe after
+// fork here: the launcher's other thread, the output writer, never touches
+// the environment). Returns false, with
 // errno set, when sched_setaffinity fails.
 bool apply_placement(const RankPlacement& rank);
 
