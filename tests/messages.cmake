@@ -152,6 +152,14 @@ if(TARGET axon-launch)
   set_tests_properties("${name}" PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 PASS_REGULAR_EXPRESSION "^.*PASS\n$")
 endif()
 
+# Two jobs that each fit, but not together, reserving at the same moment:
+# each runs or is refused naming the sizes, never OOM-killed (a review).
+if(TARGET axon-launch)
+  set(name "messages: two axon-launch jobs whose arenas fit only one at a time, started together, run or are refused with a message, never OOM-killed")
+  add_test(NAME "${name}" COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/concurrent_arena_test.sh $<TARGET_FILE:axon-launch>)
+  set_tests_properties("${name}" PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 PASS_REGULAR_EXPRESSION "PASS\n$")
+endif()
+
 # An arena mapping refused under ulimit -v names that limit, not the
 # machine's memory (a review: it advised "free memory" with 22 GiB free).
 # Skipped under AddressSanitizer, whose shadow memory alone reserves terabytes

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Two axon-launch jobs that each fit in memory, but not both, reserving their
+# arenas at the same moment: each runs or fails naming the sizes; neither is
+# killed by the out-of-memory killer (a review: two 13 GB arenas on a 23 GB
+# machine both passed the launcher's check, and the OOM killer took the
+# second launcher and unrelated processes).
+#
+#   concurrent_arena_test.sh AXON_LAUNCH
+#
+# Runs them in a child memory cgroup (v1 memory.limit_in_bytes, or v2
+# memory.max) of 512 MiB, each asking for 300 MiB, five times; exits 77
+# (skipped) where no such cgroup can be made.
+set -uo pipefail
+launch=$1
+
+v1=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}:\(.*\)$/\3/p' /proc/self/cgroup | head -1)
+v2=$(sed -n 's/^0::\(.*\)$/\1/p' /proc/self/cgroup | head -1)
+dir="" limit_file=""
+if [[ -n $v1 && -w /sys/fs/cgroup/memory${v1%/}/ ]]; then
+  dir=/sys/fs/cgroup/memory${v1%/}/axon-concurrent-test-$$ limit_file=memory.limit_in_bytes
+elif [[ -n $v2 && -f /sys/fs/cgroup/cgroup.controllers && -w /sys/fs/cgroup${v2%/}/ ]]; then
+  dir=/sys/fs/cgroup${v2%/}/axon-concurrent-test-$$ limit_file=memory.max
+fi
+if [[ -z $dir ]] || ! mkdir "$dir" 2>/dev/null; then
+  echo "skipped: cannot make a memory cgroup here"
+  exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"; rmdir "$dir" 2>/dev/null' EXIT
+if ! echo $((512 << 20)) >"$dir/$limit_file" 2>/dev/null; then
+  echo "skipped: cannot set $dir/$limit_file"
+  exit 77
+fi
+
+for round in 1 2 3 4 5; do
+  for job in a b; do
+    timeout 60 bash -c 'echo $$ >"$1/cgroup.procs" && exec "$2" -n 2 --arena-mb 300 /bin/sleep 0.3' \
+      _ "$dir" "$launch" >"$work/$job" 2>&1 &
+    eval "pid_$job=\$!"
+  done
+  ran=0
+  for job in a b; do
+    eval "wait \$pid_$job"
+    status=$?
+    out=$(cat "$work/$job")
+    if ((status == 0)); then
+      ran=$((ran + 1))
+    elif ((status != 1)) || [[ $out != *"axon-launch: cannot reserve 300 MiB of shared memory for the arena"* ]]; then
+      echo "FAIL: round $round, job $job: exit status $status (137: the OOM killer), expected 0 or 1 with a message: $out"
+      exit 1
+    fi
+  done
+  echo "round $round: $ran of 2 ran, the others refused with a message"
+done
+echo PASS
