@@ -43,6 +43,19 @@ constexpr int kReadsPerDrain = 4;
     // not, and "Exec format error" alone does not say what to do.
     line += " (it is neither a program for this machine nor a script that starts with #!: add a line "
             "such as #!/bin/sh at its top, or name its interpreter before it, e.g. axon-launch -n N sh " + detail + ")";
+  } else if (errno == ENOENT) {
+    // The program was found (resolve_program): what is missing is its #!
+    // interpreter, and "No such file or directory" alone pointed at the
+    // script (a review).
+    char head[256] = {};
+    const int fd = ::open(detail.c_str(), O_RDONLY | O_CLOEXEC);
+    const ssize_t got = fd >= 0 ? ::read(fd, head, sizeof(head) - 1) : -1;
+    if (fd >= 0) ::close(fd);
+    if (got > 2 && head[0] == '#' && head[1] == '!') {
+      std::string interpreter(head + 2, static_cast<std::size_t>(got) - 2);
+      interpreter = interpreter.substr(0, interpreter.find('\n'));
+      line += " (its interpreter, #!" + interpreter + ", was not found)";
+    }
   }
   line += "\n";
   write_all(STDERR_FILENO, line.data(), line.size());

@@ -189,6 +189,15 @@ case "$case_name" in
     expect_status 127
     [[ "$err" == *"cannot run $work/no-shebang: Exec format error (it is neither a program for this machine nor a script that starts with #!"*"axon-launch -n N sh $work/no-shebang)"* ]] ||
       fail "a script with no #! line: unclear message: $err"
+    # A script whose #! interpreter does not exist: exec says "No such file
+    # or directory" of a file that is there; the message names the
+    # interpreter (a review).
+    printf '#!/no/such/interpreter -x\necho hello\n' >"$work/bad-interpreter"
+    chmod +x "$work/bad-interpreter"
+    run -n 2 "$work/bad-interpreter"
+    expect_status 127
+    [[ "$err" == *"cannot run $work/bad-interpreter: No such file or directory (its interpreter, #!/no/such/interpreter -x, was not found)"* ]] ||
+      fail "a script with a missing interpreter: unclear message: $err"
     ;;
   arena-too-large)
     # More than the machine's memory: refused up front with the sizes, never SIGBUS.
