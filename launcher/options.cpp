@@ -106,6 +106,7 @@ LaunchOptions parse_options(int argc, char** argv) {
                  "pin each rank: core (its own cores; the default when N <= usable cores), "
                  "numa (a NUMA node), none");
   app.add_flag("--verbose", options.verbose, "print where each rank runs (rank -> cpus -> NUMA node)");
+  app.set_version_flag("--version", "axon-launch " AXON_LAUNCH_VERSION);
   app.footer("Example: axon-launch -n 8 ./examples/train --epochs 2");
   // CLI11 takes an empty value ('') as the option's default; whoever typed
   // one meant something else (an unset shell variable, say).
@@ -117,12 +118,18 @@ LaunchOptions parse_options(int argc, char** argv) {
   }
   // Numbers in decimal, as the AXON_* variables read them: CLI11 also takes
   // 0x10, 0o20 and 0b10000, which the environment refused (found by a review).
-  const CLI::Validator decimal(
-      [](std::string& value) {
-        const bool plain = value.find_first_not_of("0123456789.+-eE") == std::string::npos;
-        return plain ? std::string() : "'" + value + "' is not a decimal number";
-      },
-      "", "decimal");
+  // Each keeps the text as typed, for messages: 1e-400 reads as 0, and the
+  // range message quoted "--timeout 0" (a review).
+  std::string timeout_text, start_timeout_text;
+  auto decimal = [](std::string& typed) {
+    return CLI::Validator(
+        [&typed](std::string& value) {
+          typed = value;
+          const bool plain = value.find_first_not_of("0123456789.+-eE") == std::string::npos;
+          return plain ? std::string() : "'" + value + "' is not a decimal number";
+        },
+        "", "decimal");
+  };
   // Whole numbers that fit: CLI11 clamps one too large to the type's limit,
   // and the range message then quoted a number nobody typed.
   const CLI::Validator whole(
@@ -140,14 +147,16 @@ LaunchOptions parse_options(int argc, char** argv) {
   for (CLI::Option* option : {nproc, app.get_option("--arena-mb"), app.get_option("--max-restarts")}) {
     option->transform(whole);  // a transform, not a check: it hands CLI11 the number in plain decimal
   }
-  for (CLI::Option* option : {app.get_option("--timeout"), app.get_option("--start-timeout")}) {
-    option->check(decimal);
-  }
+  app.get_option("--timeout")->check(decimal(timeout_text));
+  app.get_option("--start-timeout")->check(decimal(start_timeout_text));
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    std::exit(0);
+  } catch (const CLI::CallForVersion&) {
+    std::cout << app.version() << "\n";
     std::exit(0);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
@@ -179,6 +188,15 @@ LaunchOptions parse_options(int argc, char** argv) {
     bad_arguments(what);
   }
 
+  // First: prefix_command() stops at the first word it does not know, so
+  // "--n 2 prog" left "--n" as the program, and the message was that -n is
+  // required (a review).
+  options.command = app.remaining();
+  if (!options.command.empty() && options.command.front() == "--") {
+    options.command.erase(options.command.begin());
+  } else if (!options.command.empty() && !options.command.front().empty() && options.command.front().front() == '-') {
+    bad_arguments("unknown option " + options.command.front());
+  }
   if (nproc->count() == 0) {
     bad_arguments("-n N is required: the number of ranks to start, e.g. axon-launch -n 4 PROGRAM");
   }
@@ -186,17 +204,17 @@ LaunchOptions parse_options(int argc, char** argv) {
     bad_arguments("-n " + std::to_string(options.world_size) + " is out of range (1.." +
                   std::to_string(max_ranks) + ")");
   }
-  auto check_seconds = [](const char* flag, double seconds) {
+  auto check_seconds = [](const char* flag, double seconds, const std::string& typed) {
     // The same range as AXON_TIMEOUT, which --timeout sets for the ranks; the
     // negated comparisons also catch NaN.
     namespace env = axonml::distributed::env;
     if (!(seconds >= env::kMinTimeoutSeconds) || !(seconds <= env::kMaxTimeoutSeconds)) {
-      bad_arguments(std::string(flag) + " " + axonml::distributed::shortest_text(seconds) +
+      bad_arguments(std::string(flag) + " " + (typed.empty() ? axonml::distributed::shortest_text(seconds) : typed) +
                     " is not a number of seconds in " + env::timeout_range_text());
     }
   };
-  if (options.timeout_s) check_seconds("--timeout", *options.timeout_s);
-  check_seconds("--start-timeout", options.start_timeout_s);
+  if (options.timeout_s) check_seconds("--timeout", *options.timeout_s, timeout_text);
+  check_seconds("--start-timeout", options.start_timeout_s, start_timeout_text);
   if (options.max_restarts < 0 || options.max_restarts > kMaxRestarts) {
     bad_arguments("--max-restarts " + std::to_string(options.max_restarts) + " is out of range (0.." +
                   std::to_string(kMaxRestarts) + ")");
@@ -208,15 +226,7 @@ LaunchOptions parse_options(int argc, char** argv) {
     options.bind = bind_policy_from(bind);
     if (!options.bind) bad_arguments("--bind " + bind + " is not one of none, core, numa");
   }
-  options.command = app.remaining();
-  if (!options.command.empty() && options.command.front() == "--") {
-    options.command.erase(options.command.begin());
-  }
   if (options.command.empty()) bad_arguments("no PROGRAM given");
-  if (!options.command.front().empty() && options.command.front().front() == '-') {
-    // prefix_command() stops at the first positional; a leftover flag is one we do not know.
-    bad_arguments("unknown option " + options.command.front());
-  }
   return options;
 }
 

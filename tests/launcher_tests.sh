@@ -118,6 +118,19 @@ case "$case_name" in
       expect_status 0
       [ "$out" = "[rank 0] 5" ] || fail "--timeout did not replace a bad AXON_TIMEOUT: $out $err"
     done
+    # A value that reads as 0 is quoted as typed; an unknown option before
+    # -n is named (it was taken for the program, and the message said that
+    # -n is required); --version answers (a review).
+    run -n 2 --timeout 1e-400 "$probe" ok
+    expect_status 2
+    [[ "$err" == "axon-launch: --timeout 1e-400 is not a number of seconds in 0.01..1e+06 (see axon-launch --help)" ]] ||
+      fail "--timeout 1e-400: $err"
+    run --n 2 "$probe" ok
+    expect_status 2
+    [[ "$err" == "axon-launch: unknown option --n (see axon-launch --help)" ]] || fail "--n 2: $err"
+    run --version
+    expect_status 0
+    [[ "$out" =~ ^axon-launch\ [0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "--version: $out $err"
     # --timeout reaches the ranks as given, not rounded to six digits.
     for seconds in 123456.789 0.3; do
       run -n 1 --timeout "$seconds" /usr/bin/printenv AXON_TIMEOUT
