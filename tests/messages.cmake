@@ -118,6 +118,17 @@ if(TARGET train)
                FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
 endif()
 
+# MPICH's mpiexec (PMI_SIZE) starts processes that Open MPI takes for
+# singletons: refused, naming the variable, not a world of one each (a review).
+if(TARGET train AND AXON_WITH_MPI)
+  set(name "messages: PMI_SIZE=4 from another MPI's launcher fails instead of giving a world of one")
+  add_test(NAME "${name}"
+           COMMAND /usr/bin/env -u AXON_ARENA_FD -u WORLD_SIZE PMI_SIZE=4 PMI_RANK=0 $<TARGET_FILE:train> --epochs 1 --samples 512 --hidden 8)
+  set_tests_properties("${name}"
+    PROPERTIES PASS_REGULAR_EXPRESSION "MPI sees a world of 1 while PMI_SIZE=4 says the launcher started that many ranks"
+               FAIL_REGULAR_EXPRESSION "parameter checksum" TIMEOUT 120)
+endif()
+
 # AXON_CHECK_COLLECTIVES=0 on one rank only: the rank that checks says the
 # setting differs, not "unknown-collective" (found by a review).
 if(TARGET train AND TARGET axon-launch)

@@ -57,6 +57,18 @@ std::shared_ptr<Backend> mpi_backend() {
           "would run alone. Use the MPI backend under mpirun (mpirun -np " + n +
           " PROGRAM), or leave AXON_BACKEND unset (or shm) under axon-launch");
     }
+    // A launcher of another MPI (MPICH's mpiexec sets PMI_SIZE) starts
+    // processes that this build's MPI takes for singletons: each ran alone,
+    // in silence (a review).
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+      const auto started = lenient_count(name);
+      if (started && *started > 1) {
+        throw InvalidArgument(std::string("MPI sees a world of 1 while ") + name + "=" + std::to_string(*started) +
+                              " says the launcher started that many ranks: this build's MPI does not know that "
+                              "launcher, so each rank would run alone. Start the program with the mpirun of the "
+                              "MPI it was built with (Open MPI), or with axon-launch -n " + std::to_string(*started));
+      }
+    }
   }
   return backend;
 #else
