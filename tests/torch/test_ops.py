@@ -231,6 +231,7 @@ def check(rank, n):
     check_complex(rank, n)
     check_expanded(rank, n, gloo)
     check_overlapping_coalesced(rank, n, gloo)
+    check_aliased_input(rank, n)
     dist.destroy_process_group()
     return stats
 
@@ -326,6 +327,44 @@ def check_overlapping_coalesced(rank, n, gloo):
                 dist.all_reduce_coalesced(views(base)[case], op=op, group=group)
                 got[name] = base
             same(got["axon"], got["gloo"], f"all_reduce_coalesced of {case} views, {op}")
+
+
+def check_aliased_input(rank, n):
+    """An input that is another part of the output than this rank's block
+    gives what separate buffers give: the runtime refuses such overlaps, on
+    that rank only, and the ranks fell out of step (found in a review)."""
+    k = 5
+    mine = torch.arange(k, dtype=torch.float32) + 10 * rank
+    every = torch.cat([torch.arange(k, dtype=torch.float32) + 10 * r for r in range(n)])
+    # _allgather_base: the input in block 0 of the output on every rank.
+    out = torch.zeros(n * k)
+    out[:k] = mine
+    dist._all_gather_base(out, out[:k])
+    same(out, every, "_all_gather_base with the input in block 0 of the output")
+    # gather on rank 0 / scatter from rank 0 with the input at an offset of 1.
+    root_buffer = torch.zeros(n * k + 1)
+    root_buffer[:k] = mine
+    if rank == 0:
+        dist.gather(root_buffer[:k], gather_list=list(root_buffer[1:].view(n, k).unbind(0)), dst=0)
+        same(root_buffer[1:], every, "gather with the input overlapping the gather list")
+    else:
+        dist.gather(mine, dst=0)
+    if rank == 0:
+        wide = torch.cat([torch.zeros(1), every])
+        dist.scatter(wide[:k], scatter_list=list(wide[1:].view(n, k).unbind(0)), src=0)
+        same(wide[:k], every[:k], "scatter into an output overlapping the scatter list")
+    else:
+        got = torch.zeros(k)
+        dist.scatter(got, src=0)
+        same(got, every[rank * k:(rank + 1) * k], "scatter beside an overlapping root")
+    # _reduce_scatter_base: the output one element into the input.
+    x = torch.arange(n * k + 1, dtype=torch.float32) + rank
+    want = sum(torch.arange(n * k + 1, dtype=torch.float32) + r for r in range(n))
+    dist._reduce_scatter_base(x[1:k + 1], x[:n * k])
+    same(x[1:k + 1], want[rank * k:(rank + 1) * k], "_reduce_scatter_base with the output one element into the input")
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    same(t, torch.full((2,), float(n)), "an all_reduce after, in step")
 
 
 if __name__ == "__main__":
