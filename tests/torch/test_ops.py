@@ -264,6 +264,17 @@ def check_complex(rank, n):
                 out = torch.empty(count, dtype=dtype)
                 dist.reduce_scatter(out, list(blocks[rank].split(count)), op=op)
                 same(out, combine(blocks, op)[rank * count:(rank + 1) * count], f"reduce_scatter {at}")
+            # PRODUCT, which PyTorch lets through to reduce and reduce_scatter
+            # (its all_reduce refuses it), as the README says; finite inputs.
+            finite = [torch.complex(data(r, count, torch.float64, 95), data(r, count, torch.float64, 96)).to(dtype)
+                      for r in range(n)]
+            at = f"{dtype} count {count} PRODUCT rank {rank}"
+            t = finite[rank].clone()
+            dist.reduce(t, dst=0, op=R.PRODUCT)
+            same(t, combine(finite, R.PRODUCT) if rank == 0 else finite[rank], f"reduce {at}")
+            out = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter_tensor(out, blocks[rank], op=R.PRODUCT)
+            same(out, combine(blocks, R.PRODUCT)[rank * count:(rank + 1) * count], f"reduce_scatter_tensor {at}")
 
 
 def check_nan_min_max(rank, n):
