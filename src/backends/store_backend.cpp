@@ -96,11 +96,14 @@ constexpr auto kFailureSeenWait = std::chrono::seconds(2);
 // kFailureSeenWait, until every rank has: the rank that left it and every
 // reader, the store's host included, stays until the slowest has read it.
 // Kept short: a peer already past the store (waiting in the arena, which
-// abort_job ended) never reads it. Throws what the store throws.
+// abort_job ended) never reads it. Nor is a peer waited for that never
+// published its host entry (it never came; a timeout waiting for it took 2 s
+// longer than the timeout it named, a review). Throws what the store throws.
 void mark_failure_read(KeyValueStore& store, int rank, int world_size) {
   store.set(kFailureSeenPrefix + std::to_string(rank), "1");
   const auto until = std::chrono::steady_clock::now() + kFailureSeenWait;
   for (int peer = 0; peer < world_size; ++peer) {
+    if (!store.has("axon/host/" + std::to_string(peer)).value_or(true)) continue;
     while (!store.has(kFailureSeenPrefix + std::to_string(peer)).value_or(true) &&
            std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

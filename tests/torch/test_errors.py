@@ -712,6 +712,27 @@ def late_peer(rank, n):
     return text
 
 
+def absent_at_new_group(rank, n):
+    """A member that never comes to new_group: the others raise after the
+    group's timeout, not 2 s later (they waited for it to read why they gave
+    up, which a rank that never came cannot; found by a review: "timed out
+    after 5.0 s" came after 7 s). The late member then gets their reason."""
+    dist.init_process_group("axon")
+    dist.barrier()
+    make = lambda: dist.new_group(timeout=datetime.timedelta(seconds=2))
+    if rank == n - 1:
+        time.sleep(5)
+        text = raises(make, "timed out after 2.0 s (the group's timeout)")
+    else:
+        start = time.monotonic()
+        text = raises(make, "timed out after 2.0 s (the group's timeout)", f"rank {n - 1}'s host")
+        waited = time.monotonic() - start
+        assert waited < 3.5, f"new_group raised {waited:.1f} s after it began, for a 2 s timeout: {text}"
+    dist.barrier()
+    dist.destroy_process_group()
+    return text
+
+
 def axon_timeout_caps(rank, n):
     """AXON_TIMEOUT (axon-launch --timeout) bounds a group's waits when it is
     shorter than the group's own timeout (found by a review: --timeout 3 left
@@ -864,6 +885,9 @@ if __name__ == "__main__":
     print(f"test_errors: rank 0's set-up failure reached the peers though its program ended at once: {texts[1].splitlines()[0][:160]}")
     texts = run_ranks(2, late_peer)
     print(f"test_errors: a late rank raised after its peer's timeout: {texts[1].splitlines()[0]}")
+    texts = run_ranks(3, absent_at_new_group)
+    print(f"test_errors: a member absent from new_group timed out the others after the group's timeout, and itself: "
+          f"{texts[0].splitlines()[0][:160]}")
     texts = run_ranks(2, axon_timeout_caps)
     print(f"test_errors: AXON_TIMEOUT shorter than the group's timeout applied: {texts[0].splitlines()[0]}")
     waits = run_ranks(3, late_at_set_up)
