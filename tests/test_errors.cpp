@@ -221,6 +221,11 @@ TEST_CASE("a moved-from ProcessGroup refuses collectives with InvalidArgument sa
   CHECK_THROWS_AS(moved.all_reduce_tensor(t), InvalidArgument);  // NOLINT(bugprone-use-after-move)
   CHECK_THROWS_WITH(moved.barrier(), "barrier: this ProcessGroup is empty (it was moved from)");
   CHECK_THROWS_WITH(moved.new_group({0}), Contains("moved from"));
+  // ... and so do comm.hpp's functions over it (they crashed the same way).
+  CHECK_THROWS_WITH(scatter_tensor(t, 0, moved), "scatter_tensor: this ProcessGroup is empty (it was moved from)");
+  CHECK_THROWS_WITH(gather_tensor(t, 0, moved), Contains("moved from"));
+  std::vector<Tensor> grads{Tensor::zeros({2})};
+  CHECK_THROWS_WITH(sync_gradients(grads, moved), Contains("moved from"));
   CHECK(moved.rank() == -1);
   CHECK_FALSE(moved.is_member());
   kept.all_reduce_tensor(t);  // the group itself moved on intact

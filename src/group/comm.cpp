@@ -36,12 +36,7 @@ int rank(const ProcessGroup& pg) { return pg.rank(); }
 namespace {
 
 // Named for the op, where pg.backend() would say "backend".
-void require_member(const char* op, const ProcessGroup& pg) {
-  if (!pg.is_member()) {
-    throw InvalidArgument(std::string(op) + ": rank " + std::to_string(pg.parent()->rank()) + " is not a member of " +
-                          pg.describe());
-  }
-}
+void require_member(const char* op, const ProcessGroup& pg) { pg.member_backend(op); }
 
 void check_split(const char* op, const Tensor& t, std::size_t dim, const ProcessGroup& pg) {
   if (dim >= t.dim()) {

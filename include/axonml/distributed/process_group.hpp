@@ -35,6 +35,9 @@ class ProcessGroup {
 
   // This rank's endpoint of the group's communicator. Throws on a non-member.
   Backend& backend() const;
+  // The same for `op`: its InvalidArgument, on a non-member or a group
+  // moved from, names op (the collectives in comm.hpp use it).
+  Backend& member_backend(const char* op) const;
   const std::shared_ptr<Backend>& backend_ptr() const;
   // The communicator the group was carved from (ranks() refer to it).
   const std::shared_ptr<Backend>& parent() const { return parent_; }
@@ -79,7 +82,6 @@ class ProcessGroup {
  private:
   ProcessGroup(std::shared_ptr<Backend> parent, std::vector<int> ranks,
                std::shared_ptr<Backend> communicator);
-  Backend& member_backend(const char* op) const;
 
   std::shared_ptr<Backend> parent_;
   std::vector<int> ranks_;
