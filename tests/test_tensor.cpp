@@ -38,12 +38,19 @@ TEST_CASE("copies share storage and clone does not", "[tensor]") {
 
 // A moved-from tensor kept its element count over a null pointer: to_vec()
 // read 4 floats from address 0 (a review).
-TEST_CASE("a moved-from tensor has no elements, and a null view with elements is refused", "[tensor][errors]") {
+TEST_CASE("a moved-from tensor is an empty tensor of shape [0], and a null view with elements is refused", "[tensor][errors]") {
   Tensor a = Tensor::full({4}, 1.0f);
   Tensor b = std::move(a);
   CHECK(a.numel() == 0);  // NOLINT(bugprone-use-after-move)
-  CHECK(a.dim() == 0);
+  CHECK(a.shape() == Shape{0});
   CHECK(a.to_vec().empty());
+  CHECK(a.clone().numel() == 0);
+  // A scalar moved from is no scalar any more: copying from it is refused.
+  Tensor scalar = Tensor::full({}, 1.0f);
+  Tensor taken = std::move(scalar);
+  Tensor other = Tensor::full({}, 2.0f);
+  CHECK_THROWS_AS(other.copy_from(scalar), InvalidArgument);  // NOLINT(bugprone-use-after-move)
+  CHECK(other.to_vec() == std::vector<float>{2.0f});
   CHECK(b.to_vec() == std::vector<float>(4, 1.0f));
   Tensor c;
   c = std::move(b);

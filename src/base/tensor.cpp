@@ -65,17 +65,21 @@ Tensor Tensor::full(Shape shape, float value) {
   return Tensor(std::move(storage), std::move(shape));
 }
 
-Tensor::Tensor(Tensor&& other) noexcept
+// The moved-from tensor is Tensor()'s empty [0] (its elements pointer null,
+// which no access of 0 elements reads): left with shape [] and count 4 over a
+// null pointer, to_vec() read address 0, and with [] (a scalar, 1 element) a
+// clone() claimed an element it did not have (reviews).
+Tensor::Tensor(Tensor&& other)
     : data_(std::move(other.data_)), shape_(std::move(other.shape_)), numel_(std::exchange(other.numel_, 0)) {
-  other.shape_.clear();  // a moved-from vector is only "valid but unspecified"
+  other.shape_.assign(1, 0);
 }
 
-Tensor& Tensor::operator=(Tensor&& other) noexcept {
+Tensor& Tensor::operator=(Tensor&& other) {
   if (this != &other) {
     data_ = std::move(other.data_);
     shape_ = std::move(other.shape_);
     numel_ = std::exchange(other.numel_, 0);
-    other.shape_.clear();
+    other.shape_.assign(1, 0);
   }
   return *this;
 }

@@ -24,12 +24,14 @@ class Tensor {
  public:
   // An empty tensor of shape [0].
   Tensor();
-  // Copies share the elements. A moved-from tensor has no elements
-  // (numel() 0, no dimensions); assign to it before using it again.
+  // Copies share the elements. A moved-from tensor is an empty tensor of
+  // shape [0], as Tensor() makes. (Not noexcept: that shape takes an
+  // allocation; a container that grows copies Tensors instead, which shares
+  // their elements.)
   Tensor(const Tensor&) = default;
   Tensor& operator=(const Tensor&) = default;
-  Tensor(Tensor&& other) noexcept;
-  Tensor& operator=(Tensor&& other) noexcept;
+  Tensor(Tensor&& other);
+  Tensor& operator=(Tensor&& other);
 
   // Throws InvalidArgument when the product of shape differs from data.size().
   static Tensor from_vec(std::vector<float> data, Shape shape);
