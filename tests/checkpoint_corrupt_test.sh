@@ -34,6 +34,14 @@ fi
 grep -q "train: --checkpoint $work/corrupt is truncated or corrupt" "$work/out" ||
   fail "corrupt count: $(cat "$work/out")"
 
+# A checkpoint read from a pipe resumes (the count check first sought the
+# file's end, and called every pipe corrupt; a review).
+mkfifo "$work/pipe"
+cat "$work/ck" >"$work/pipe" &
+timeout 120 "$train" --epochs 2 --samples 512 --hidden 8 --checkpoint "$work/pipe" >"$work/out" 2>&1 ||
+  fail "resuming from a pipe: $(cat "$work/out")"
+grep -q "resuming from $work/pipe after epoch 1" "$work/out" || fail "resuming from a pipe: $(cat "$work/out")"
+
 # A directory given as the checkpoint.
 mkdir "$work/dir"
 timeout 60 "$train" "${opts[@]}" --checkpoint "$work/dir" >"$work/out" 2>&1
