@@ -52,4 +52,11 @@ for round in 1 2 3 4 5; do
   done
   echo "round $round: $ran of 2 ran, the others refused with a message"
 done
+# Alone, a job that fits runs, however little it leaves: a first version
+# asked for 16 MiB to spare and refused it (a review: 496 MiB of 512).
+for mb in 480 496; do
+  out=$(timeout 60 bash -c 'echo $$ >"$1/cgroup.procs" && exec "$2" -n 2 --arena-mb "$3" /bin/true' _ "$dir" "$launch" "$mb" 2>&1)
+  status=$?
+  ((status == 0)) || { echo "FAIL: a lone job of $mb MiB in 512 MiB: exit status $status: $out"; exit 1; }
+done
 echo PASS

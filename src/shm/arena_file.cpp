@@ -158,30 +158,38 @@ void check_file_size_limit(std::size_t bytes, std::string_view remedy) {
 }
 
 // The arena's pages are taken a piece at a time (reserve_in_pieces).
-constexpr std::size_t kReservePiece = std::size_t{16} << 20;
+constexpr std::size_t kReservePiece = std::size_t{8} << 20;
+// How far the available memory may fall beyond this reservation's own
+// pieces before other processes count as taking it: this process's own
+// allocations, and the kernel's batched accounting, move it a little.
+constexpr std::size_t kOthersTolerance = std::size_t{32} << 20;
 
-// The memory that must be available before `remaining` bytes of an arena
-// are reserved: beyond one piece, one more piece, which another job
-// reserving at the same moment may take between a check and the piece.
-std::size_t room_needed(std::size_t remaining) {
-  return remaining > kReservePiece ? remaining + kReservePiece : remaining;
-}
-
-// Takes the arena's pages a piece at a time, asking before each piece that
-// the rest (room_needed) still fits. A job started at the same moment
-// passed the same first check, and the two together took more than the
-// machine had: the OOM killer then took the second launcher and unrelated
+// Takes the arena's pages a piece at a time. Before each piece, when what
+// is left no longer fits in the memory available and other processes took
+// memory meanwhile, it stops (`out_of_memory`): a job started at the same
+// moment passed the same first check, and the two together took more than
+// the machine had, so the OOM killer took the second launcher and unrelated
 // processes, with no word (a review: two 13 GB arenas on a 23 GB machine).
-// `fail` reports a shortfall (no_room or no_memory) and must throw.
-template <class Fail>
-void reserve_in_pieces(int fd, std::size_t bytes, Fail&& fail) {
+// A reservation alone is never stopped: the first check let it through,
+// and only its own pieces used the memory (a first version, asking for a
+// piece to spare, refused jobs that fitted; a review). `fallocate_failed`
+// reports posix_fallocate's error. Both must throw.
+template <class OutOfMemory, class FallocateFailed>
+void reserve_in_pieces(int fd, std::size_t bytes, OutOfMemory&& out_of_memory, FallocateFailed&& fallocate_failed) {
+  const std::size_t at_start = available_memory_bytes();
   for (std::size_t done = 0; done < bytes;) {
-    const std::size_t piece = std::min(kReservePiece, bytes - done);
-    if (done != 0 && room_needed(bytes - done) > available_memory_bytes()) {
-      fail("the memory ran out while it was being reserved: another process took it meanwhile");
+    if (done != 0) {
+      const std::size_t available = available_memory_bytes();
+      const std::size_t by_others = at_start > available + done ? at_start - available - done : 0;
+      if (bytes - done > available && by_others > kOthersTolerance) {
+        out_of_memory("while it was being reserved, other processes took " + format_bytes(by_others) +
+                      " and the " + format_bytes(bytes - done) +
+                      " left no longer fit (another job starting at the same time?)");
+      }
     }
+    const std::size_t piece = std::min(kReservePiece, bytes - done);
     if (const int err = ::posix_fallocate(fd, static_cast<off_t>(done), static_cast<off_t>(piece)); err != 0) {
-      fail(std::string("posix_fallocate: ") + std::strerror(err));
+      fallocate_failed(std::string("posix_fallocate: ") + std::strerror(err));
     }
     done += piece;
   }
@@ -215,7 +223,9 @@ std::shared_ptr<bip::mapped_region> create_arena_file(const std::string& name, c
     // Asking first spares the machine a partial reservation that is undone anyway.
     if (bytes > dev_shm_free_bytes()) no_room(bytes, "not enough space", remedy);
     const int fd = object.get_mapping_handle().handle;
-    reserve_in_pieces(fd, bytes, [&](const std::string& why) { no_room(bytes, why, remedy); });
+    reserve_in_pieces(
+        fd, bytes, [&](const std::string& why) { no_memory(bytes, why, remedy); },
+        [&](const std::string& why) { no_room(bytes, why, remedy); });
     auto region = std::make_shared<bip::mapped_region>(object, bip::read_write, 0, bytes);
     ArenaSpec sized = spec;
     sized.arena_bytes = bytes;
@@ -242,12 +252,13 @@ MemfdArena create_arena_memfd(const std::string& label, const ArenaSpec& spec,
   try {
     // Asking first spares the machine a partial reservation that is undone
     // anyway; a reservation beyond memory would otherwise end in the OOM killer.
-    if (room_needed(arena.bytes) > available_memory_bytes()) no_memory(arena.bytes, "not enough memory", remedy);
+    if (arena.bytes > available_memory_bytes()) no_memory(arena.bytes, "not enough memory", remedy);
     check_file_size_limit(arena.bytes, remedy);
     if (::ftruncate(arena.fd, static_cast<off_t>(arena.bytes)) != 0) {
       no_memory(arena.bytes, std::string("ftruncate: ") + std::strerror(errno), remedy);
     }
-    reserve_in_pieces(arena.fd, arena.bytes, [&](const std::string& why) { no_memory(arena.bytes, why, remedy); });
+    const auto no_memory_for_arena = [&](const std::string& why) { no_memory(arena.bytes, why, remedy); };
+    reserve_in_pieces(arena.fd, arena.bytes, no_memory_for_arena, no_memory_for_arena);
     void* base = ::mmap(nullptr, arena.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, arena.fd, 0);
     if (base == MAP_FAILED) {
       no_memory(arena.bytes, std::string("mmap: ") + std::strerror(errno), remedy);
