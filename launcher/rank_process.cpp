@@ -54,7 +54,16 @@ constexpr int kReadsPerDrain = 4;
     if (got > 2 && head[0] == '#' && head[1] == '!') {
       std::string interpreter(head + 2, static_cast<std::size_t>(got) - 2);
       interpreter = interpreter.substr(0, interpreter.find('\n'));
-      line += " (its interpreter, #!" + interpreter + ", was not found)";
+      if (!interpreter.empty() && interpreter.back() == '\r') {
+        // Windows line endings: the kernel looks for "sh\r", and a \r in the
+        // message sent the cursor back over it (diff review).
+        interpreter.pop_back();
+        line += " (its #! line, #!" + interpreter +
+                ", ends in a carriage return: the script has Windows line endings; convert it, e.g. with "
+                "dos2unix or sed -i 's/\\r$//')";
+      } else {
+        line += " (its interpreter, #!" + interpreter + ", was not found)";
+      }
     }
   }
   line += "\n";

@@ -211,6 +211,14 @@ case "$case_name" in
     expect_status 127
     [[ "$err" == *"cannot run $work/bad-interpreter: No such file or directory (its interpreter, #!/no/such/interpreter -x, was not found)"* ]] ||
       fail "a script with a missing interpreter: unclear message: $err"
+    # ... and one with Windows line endings, whose #! line ends in \r.
+    printf '#!/bin/sh\r\necho hello\r\n' >"$work/crlf"
+    chmod +x "$work/crlf"
+    run -n 2 "$work/crlf"
+    expect_status 127
+    [[ "$err" == *"cannot run $work/crlf: No such file or directory (its #! line, #!/bin/sh, ends in a carriage return: the script has Windows line endings;"* ]] ||
+      fail "a script with Windows line endings: unclear message: $err"
+    [[ "$err" != *$'\r'* ]] || fail "the message carries a carriage return: $err"
     ;;
   arena-too-large)
     # More than the machine's memory: refused up front with the sizes, never SIGBUS.
@@ -770,10 +778,10 @@ RANK
     expect_status 0
     grep -q "chained rank=1 value=2" "$work/out" || fail "rank 1 did not get rank 2's value through rank 0: $out $err"
     # ... and ranks that all take longer than --start-timeout before
-    # World::init(), arriving 0.1 s apart, are not held to it: it counts from
+    # World::init(), arriving 0.1 s apart (3 s to spare), are not held to it: it counts from
     # the first to arrive (from the launch, whichever had not arrived when the
     # first did was blamed; a review).
-    run -n 4 --timeout 60 --start-timeout 1 "$probe" slow-start all 1.5
+    run -n 4 --timeout 60 --start-timeout 3 "$probe" slow-start all 3.5
     expect_status 0
     [ "$(grep -c 'met rank=' "$work/out")" -eq 4 ] || fail "not every late rank met: $out $err"
     # ... and a rank still not joined after --start-timeout is named, with
