@@ -55,13 +55,6 @@ void Backend::count_overflows(std::string_view op, std::string_view what, std::s
                         " bytes, more than can exist (the byte count overflows)");
 }
 
-void Backend::overlapping_buffers(std::string_view op, std::size_t send_bytes, std::size_t recv_bytes) const {
-  throw InvalidArgument(where(op) + ": send (" + std::to_string(send_bytes) + " bytes) and recv (" +
-                        std::to_string(recv_bytes) +
-                        " bytes) overlap, other than as in place (the smaller one exactly this rank's block of "
-                        "the larger); give separate buffers");
-}
-
 void Backend::reduce_op_invalid(std::string_view op, ReduceOp reduce_op) const {
   throw InvalidArgument(where(op) + ": invalid reduce op " +
                         std::to_string(static_cast<unsigned>(reduce_op)) +

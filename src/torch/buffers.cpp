@@ -17,24 +17,6 @@ namespace {
   throw std::logic_error("axonml_torch internal error (a bug in axonml-distributed, not in your program): " + what);
 }
 
-// `send` itself, or a copy of it when its bytes overlap recv's other than
-// in the in-place form the op allows (`in_place`): the runtime refuses
-// other overlaps (backend.hpp), on this rank only, and a PyTorch program
-// gets them as with separate buffers, as it would from another backend.
-at::Tensor apart_from(const at::Tensor& send, const at::Tensor& recv, bool in_place) {
-  const auto* s = static_cast<const std::byte*>(send.data_ptr());
-  const auto* r = static_cast<const std::byte*>(recv.data_ptr());
-  const std::size_t send_bytes = send.nbytes(), recv_bytes = recv.nbytes();
-  if (in_place || send_bytes == 0 || recv_bytes == 0 || s >= r + recv_bytes || r >= s + send_bytes) return send;
-  return send.clone();
-}
-
-// Whether `block` starts at block `index` of `whole`, blocks of block's size.
-bool is_block(const at::Tensor& block, const at::Tensor& whole, std::int64_t index) {
-  return static_cast<const std::byte*>(block.data_ptr()) ==
-         static_cast<const std::byte*>(whole.data_ptr()) + static_cast<std::size_t>(index) * block.nbytes();
-}
-
 }  // namespace
 
 std::optional<ad::DataType> native_type(at::ScalarType type) {
@@ -222,9 +204,8 @@ void all_gather_words(ad::Backend& b, const at::Tensor& send, at::Tensor& recv) 
     return unpad(staged_recv, recv, n);
   }
   const Words w = words_of(send);
-  const at::Tensor apart = apart_from(send, recv, is_block(send, recv, b.rank()));
   typed(w.type, [&]<typename T>(T) {
-    b.all_gather<T>(span_of<const T>(apart, w.count), span_of<T>(recv, w.count * static_cast<std::size_t>(n)));
+    b.all_gather<T>(span_of<const T>(send, w.count), span_of<T>(recv, w.count * static_cast<std::size_t>(n)));
   });
 }
 
@@ -239,9 +220,8 @@ void gather_words(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, int 
     return;
   }
   const Words w = words_of(send);
-  const at::Tensor apart = is_root ? apart_from(send, recv, is_block(send, recv, b.rank())) : send;
   typed(w.type, [&]<typename T>(T) {
-    b.gather<T>(span_of<const T>(apart, w.count),
+    b.gather<T>(span_of<const T>(send, w.count),
                 span_of<T>(recv, is_root ? w.count * static_cast<std::size_t>(n) : 0), root);
   });
 }
@@ -256,9 +236,8 @@ void scatter_words(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, int
     return unpad(staged_recv, recv, 1);
   }
   const Words w = words_of(recv);
-  const at::Tensor apart = is_root ? apart_from(send, recv, is_block(recv, send, b.rank())) : send;
   typed(w.type, [&]<typename T>(T) {
-    b.scatter<T>(span_of<const T>(apart, is_root ? w.count * static_cast<std::size_t>(n) : 0),
+    b.scatter<T>(span_of<const T>(send, is_root ? w.count * static_cast<std::size_t>(n) : 0),
                  span_of<T>(recv, w.count), root);
   });
 }
@@ -293,18 +272,16 @@ void all_reduce(ad::Backend& b, at::Tensor& flat, ad::ReduceOp op) {
 void reduce(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, int root, ad::ReduceOp op) {
   const Words w = words_of(send);
   const std::size_t out = b.rank() == root ? w.count : 0;
-  const at::Tensor apart = out != 0 ? apart_from(send, recv, send.data_ptr() == recv.data_ptr()) : send;
   typed(w.type, [&]<typename T>(T) {
-    b.reduce<T>(span_of<const T>(apart, w.count), span_of<T>(recv, out), root, op);
+    b.reduce<T>(span_of<const T>(send, w.count), span_of<T>(recv, out), root, op);
   });
 }
 
 void reduce_scatter(ad::Backend& b, const at::Tensor& send, at::Tensor& recv, ad::ReduceOp op) {
   const Words w = words_of(recv);
   const std::size_t n = static_cast<std::size_t>(b.world_size());
-  const at::Tensor apart = apart_from(send, recv, is_block(recv, send, b.rank()));
   typed(w.type, [&]<typename T>(T) {
-    b.reduce_scatter<T>(span_of<const T>(apart, w.count * n), span_of<T>(recv, w.count), op);
+    b.reduce_scatter<T>(span_of<const T>(send, w.count * n), span_of<T>(recv, w.count), op);
   });
 }
 

@@ -28,14 +28,13 @@
 //                   A recv whose buffer is not the message's size throws
 //                   InvalidArgument naming both, and takes the message (as an
 //                   MPI receive that truncates): the next recv gets the next.
-// In place: besides all_reduce, send and recv may overlap only as "this
-// rank's block": all_gather's and gather's (on dst) send may be the caller's
-// block of recv (recv + rank * count), reduce_scatter's recv the caller's
-// block of send, scatter's recv on src its block of send, reduce's recv on
-// dst its send; all_to_all's send and recv may overlap in any way (it then
-// copies send first: memory for a second buffer of that size, for the call).
-// Results are then as with separate buffers. Any other overlap of send and
-// recv throws InvalidArgument.
+// In place: besides all_reduce, send and recv may overlap as "this rank's
+// block" at no cost: all_gather's and gather's (on dst) send may be the
+// caller's block of recv (recv + rank * count), reduce_scatter's recv the
+// caller's block of send, scatter's recv on src its block of send, reduce's
+// recv on dst its send. Any other overlap (all_to_all's in any way) copies
+// send first: memory for a second buffer of send's size, for the call.
+// Results are as with separate buffers either way.
 //
 // A group whose ranks called different collectives (CollectiveMismatch) stays
 // unusable: every later collective on it throws the same mismatch, rather
@@ -231,18 +230,23 @@ class Backend {
     if (data == nullptr && count != 0) [[unlikely]] null_data(op, what, count);
   }
   [[noreturn]] void null_data(std::string_view op, std::string_view what, std::size_t count) const;
-  // Throws when the bytes of send and recv overlap and `in_place` (the one
-  // in-place form the op allows, which the caller compared) is false. A
-  // partial overlap gave wrong results in silence (a review). Inline: a few
-  // compares on the way into the op.
-  void check_overlap(std::string_view op, const void* send, std::size_t send_bytes, const void* recv,
-                     std::size_t recv_bytes, bool in_place) const {
-    const auto* s = static_cast<const std::byte*>(send);
-    const auto* r = static_cast<const std::byte*>(recv);
-    if (in_place || send_bytes == 0 || recv_bytes == 0 || s >= r + recv_bytes || r >= s + send_bytes) return;
-    overlapping_buffers(op, send_bytes, recv_bytes);
+  // `send`, or a copy of it made in `copy` when its bytes overlap recv's
+  // other than as `in_place` (the one in-place form the op allows, which the
+  // caller compared): the op then gives what separate buffers give. A
+  // partial overlap gave wrong results in silence (a review), and refusing
+  // it on the root alone left the others in the op and the group out of
+  // step (a diff review). Inline: a few compares on the way into the op.
+  template <Element T>
+  static std::span<const T> apart_from(std::span<const T> send, std::span<const T> recv, bool in_place,
+                                       std::vector<T>& copy) {
+    const auto* s = reinterpret_cast<const std::byte*>(send.data());
+    const auto* r = reinterpret_cast<const std::byte*>(recv.data());
+    if (in_place || send.empty() || recv.empty() || s >= r + recv.size_bytes() || r >= s + send.size_bytes()) {
+      return send;
+    }
+    copy.assign(send.begin(), send.end());
+    return copy;
   }
-  [[noreturn]] void overlapping_buffers(std::string_view op, std::size_t send_bytes, std::size_t recv_bytes) const;
   // "all_reduce on rank 1 of 2", and the group when it is not the world.
   std::string where(std::string_view op) const;
   // Throws when `reduce_op` is none of ReduceOp's values (a cast from a bad
@@ -342,10 +346,10 @@ template <Element T> void Backend::all_gather(std::span<const std::type_identity
     check_size("all_gather", "recv", recv.size(), expected, "send count x world size");
     check_data("all_gather", "send", send.data(), send.size());
     check_data("all_gather", "recv", recv.data(), recv.size());
-    check_overlap("all_gather", send.data(), send.size_bytes(), recv.data(), recv.size_bytes(),
-                  send.data() == recv.data() + static_cast<std::size_t>(rank()) * send.size());
   });
-  do_all_gather(view(send), view(recv));
+  std::vector<T> copy;
+  const auto apart = apart_from<T>(send, recv, send.data() == recv.data() + static_cast<std::size_t>(rank()) * send.size(), copy);
+  do_all_gather(view(apart), view(recv));
 }
 
 template <Element T>
@@ -357,10 +361,10 @@ void Backend::reduce_scatter(std::span<const std::type_identity_t<T>> send, std:
     check_size("reduce_scatter", "send", send.size(), expected, "recv count x world size");
     check_data("reduce_scatter", "send", send.data(), send.size());
     check_data("reduce_scatter", "recv", recv.data(), recv.size());
-    check_overlap("reduce_scatter", send.data(), send.size_bytes(), recv.data(), recv.size_bytes(),
-                  recv.data() == send.data() + static_cast<std::size_t>(rank()) * recv.size());
   });
-  do_reduce_scatter(view(send), view(recv), op);
+  std::vector<T> copy;
+  const auto apart = apart_from<T>(send, recv, recv.data() == send.data() + static_cast<std::size_t>(rank()) * recv.size(), copy);
+  do_reduce_scatter(view(apart), view(recv), op);
 }
 
 template <Element T> void Backend::gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int dst) {
@@ -370,13 +374,12 @@ template <Element T> void Backend::gather(std::span<const std::type_identity_t<T
     const std::size_t expected = times_world_size("gather", "send", send.size(), sizeof(T));
     if (rank() == dst) check_size("gather", "recv", recv.size(), expected, "send count x world size on dst");
     check_data("gather", "send", send.data(), send.size());
-    if (rank() == dst) {
-      check_data("gather", "recv", recv.data(), recv.size());
-      check_overlap("gather", send.data(), send.size_bytes(), recv.data(), recv.size_bytes(),
-                    send.data() == recv.data() + static_cast<std::size_t>(rank()) * send.size());
-    }
+    if (rank() == dst) check_data("gather", "recv", recv.data(), recv.size());
   });
-  do_gather(view(send), view(recv), dst);
+  std::vector<T> copy;
+  const auto apart = rank() != dst ? send
+                                   : apart_from<T>(send, recv, send.data() == recv.data() + static_cast<std::size_t>(rank()) * send.size(), copy);
+  do_gather(view(apart), view(recv), dst);
 }
 
 template <Element T> void Backend::scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int src) {
@@ -387,12 +390,11 @@ template <Element T> void Backend::scatter(std::span<const std::type_identity_t<
     if (rank() == src) check_size("scatter", "send", send.size(), expected, "recv count x world size on src");
     if (rank() == src) check_data("scatter", "send", send.data(), send.size());
     check_data("scatter", "recv", recv.data(), recv.size());
-    if (rank() == src) {
-      check_overlap("scatter", send.data(), send.size_bytes(), recv.data(), recv.size_bytes(),
-                    recv.data() == send.data() + static_cast<std::size_t>(rank()) * recv.size());
-    }
   });
-  do_scatter(view(send), view(recv), src);
+  std::vector<T> copy;
+  const auto apart = rank() != src ? send
+                                   : apart_from<T>(send, recv, recv.data() == send.data() + static_cast<std::size_t>(rank()) * recv.size(), copy);
+  do_scatter(view(apart), view(recv), src);
 }
 
 template <Element T>
@@ -404,12 +406,11 @@ void Backend::reduce(std::span<const std::type_identity_t<T>> send, std::span<T>
     check_count("reduce", "send", send.size(), sizeof(T));
     if (rank() == dst) check_size("reduce", "recv", recv.size(), send.size(), "send count on dst");
     check_data("reduce", "send", send.data(), send.size());
-    if (rank() == dst) {
-      check_data("reduce", "recv", recv.data(), recv.size());
-      check_overlap("reduce", send.data(), send.size_bytes(), recv.data(), recv.size_bytes(), send.data() == recv.data());
-    }
+    if (rank() == dst) check_data("reduce", "recv", recv.data(), recv.size());
   });
-  do_reduce(view(send), view(recv), dst, op);
+  std::vector<T> copy;
+  const auto apart = rank() != dst ? send : apart_from<T>(send, recv, send.data() == recv.data(), copy);
+  do_reduce(view(apart), view(recv), dst, op);
 }
 
 template <Element T>
