@@ -1,10 +1,13 @@
 #include "mpi/mpi_runtime.hpp"
 #include "mpi/waiting.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -14,6 +17,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "base/log.hpp"
+#include "base/text.hpp"
 #include "shm/wait.hpp"
 
 namespace axonml::distributed::mpi {
@@ -171,6 +175,46 @@ void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
   MPI_Finalize();
 }
 
+// Open MPI's MPI_Init waits for every process of the job, with no timeout
+// of its own: a process that ended (status 0) without calling World::init()
+// left the others there for ever, AXON_TIMEOUT or not (a review: 8 of 10
+// such jobs hung). While it lives, a thread ends this process, saying why,
+// once AXON_TIMEOUT has passed, as every other wait of this library gives up;
+// mpirun then ends the job.
+class InitWatchdog {
+ public:
+  explicit InitWatchdog(std::chrono::milliseconds timeout) : thread_([this, timeout] { watch(timeout); }) {}
+  ~InitWatchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    returned_.notify_one();
+    thread_.join();
+  }
+  InitWatchdog(const InitWatchdog&) = delete;
+  InitWatchdog& operator=(const InitWatchdog&) = delete;
+
+ private:
+  void watch(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (returned_.wait_for(lock, timeout, [this] { return done_; })) return;
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    const std::string line =
+        std::string("axonml-distributed: rank ") + (rank != nullptr ? rank : "?") + ": MPI_Init_thread has not returned after " +
+        format_seconds(std::chrono::duration<double>(timeout).count()) +
+        " s (AXON_TIMEOUT): Open MPI waits there for every process of the job, so one of them has ended, or has "
+        "not reached World::init(), without starting MPI; ending this process (exit status 1)\n";
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
+    ::_exit(1);
+  }
+
+  std::mutex mutex_;
+  std::condition_variable returned_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts after the fields above exist
+};
+
 // Started by the first ensure_initialized(); its destructor runs at exit,
 // after every object constructed later (a static World, say) is gone.
 class Runtime {
@@ -187,8 +231,11 @@ class Runtime {
       // once, and run send / recv beside a group's collectives (Backend's
       // promise). Open MPI provides it; the cost on a small all-reduce was
       // within this machine's noise (docs/design.md).
-      check(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided_), "MPI_Init_thread",
-            -1, "starting MPI");
+      {
+        const InitWatchdog watchdog(shm::default_timeout());
+        check(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided_), "MPI_Init_thread",
+              -1, "starting MPI");
+      }
       owned_ = true;
       // Collective, like MpiBackend::create() that calls us: every process
       // makes it, for meet_at_exit_then_finalize().
