@@ -175,6 +175,12 @@ void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
   MPI_Finalize();
 }
 
+// The status exit() was called with (main's return value), from on_exit:
+// ensure_initialized() registers note_exit_status after the Runtime exists,
+// so that it runs before the Runtime's destructor reads it.
+std::atomic<int> exit_status{0};
+void note_exit_status(int status, void*) { exit_status.store(status); }
+
 // Open MPI's MPI_Init waits for every process of the job, with no timeout
 // of its own: a process that ended (status 0) without calling World::init()
 // left the others there for ever, AXON_TIMEOUT or not (a review: 8 of 10
@@ -263,6 +269,20 @@ class Runtime {
     MPI_Finalized(&finalized);
     if (owned_ && !finalized) {
       refuse_calls_then_wait_for_those_in_flight();
+      if (const int status = exit_status.load(); status != 0) {
+        // A failing process: its peers may wait for it in a collective, and
+        // it waited for them in the exit's barrier until AXON_TIMEOUT, after
+        // which mpirun named one of them (a review). It tells them and
+        // aborts the job with its own status, which mpirun reports.
+        const int rank = world_rank();
+        tell_job_aborted("rank " + std::to_string(rank) + " exited with status " + std::to_string(status));
+        log::log(log::Level::Error, rank,
+                 "MpiBackend: exiting with status {}: calling MPI_Abort so that mpirun ends the job, naming this "
+                 "rank, rather than waiting for the others at exit",
+                 status);
+        std::fflush(nullptr);
+        MPI_Abort(MPI_COMM_WORLD, status);
+      }
       if (requests_abandoned.load()) {
         // MPI_Finalize would wait for them (and for peers that may hang).
         if (ending_waits.load()) {
@@ -296,7 +316,11 @@ bool finalized() {
   return done != 0;
 }
 
-void ensure_initialized() { static Runtime runtime; }
+void ensure_initialized() {
+  static Runtime runtime;
+  static const bool exit_status_noted = ::on_exit(note_exit_status, nullptr) == 0;
+  (void)exit_status_noted;
+}
 
 // Why: under MPI, abort() marked only its own process: a peer waiting for
 // the aborting rank waited out AXON_TIMEOUT and then blamed it for never
