@@ -678,32 +678,8 @@ void Supervisor::print_summary() const {
   if (f.blame == Blame::AbortedByRank || ending_after_forward_) {
     if (signalled) line += "; the ranks still running were stopped";
   } else if (phase_ != Phase::Running) {
-    // Ranks that exited non-zero without ever joining the job, in a job
-    // whose groups reported no failure, could not have seen the abort: each
-    // failed by itself (a bad variable every rank read, `sh -c 'exit 3'`),
-    // and "the job was aborted and the other ranks ended" suggested a cause
-    // (reviews). Not once the launcher signalled them: a rank that caught
-    // its SIGTERM exits with a code of its own.
-    std::vector<int> by_themselves;
-    bool all_others = !signalled;
-    for (const auto& r : ranks_) {
-      if (r.rank == f.rank) continue;
-      const bool own = !signalled && !r.running && WIFEXITED(r.status) && WEXITSTATUS(r.status) != 0 &&
-                       !arena_.joined(r.rank) && !group_failure_reason();
-      if (own) by_themselves.push_back(r.rank);
-      all_others = all_others && own;
-    }
-    if (all_others && !by_themselves.empty()) {
-      line += by_themselves.size() == 1 ? "; the other rank failed too, by itself (it had not joined the job)"
-                                        : "; every other rank failed too, by itself (none had joined the job)";
-    } else {
-      if (!by_themselves.empty()) {
-        line += "; " + std::string(by_themselves.size() == 1 ? "rank " : "ranks ") + axonml::distributed::joined(by_themselves) +
-                " failed too, by " + (by_themselves.size() == 1 ? "itself" : "themselves") + " (not joined)";
-      }
-      line += signalled ? "; the job was aborted and the ranks still running were stopped"
-                        : "; the job was aborted and the other ranks ended";
-    }
+    line += signalled ? "; the job was aborted and the ranks still running were stopped"
+                      : "; the job was aborted and the other ranks ended";
   }
   line += " (exit status " + std::to_string(exit_code(f)) + ")";
   say(line + "\n");
