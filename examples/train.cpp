@@ -121,7 +121,7 @@ void write_floats(std::ostream& out, const std::vector<float>& values) {
 // A count, then that many floats. They are read a million at a time, so
 // that memory grows only with what the file really holds: a corrupt count
 // made every rank allocate gigabytes before the read found the file short
-// (a review). A pipe (--checkpoint <(zcat ck.gz)) reads the same way.
+// (a review). A pipe (a FIFO, for a world of one) reads the same way.
 std::vector<float> read_floats(std::istream& in, const std::string& path) {
   std::uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), sizeof(n));

@@ -50,7 +50,7 @@
 // MPI is initialized (MPI_THREAD_MULTIPLE asked) by the first backend unless
 // the program already did, and then finalized at exit; a program that
 // initialized MPI itself finalizes it itself. MPI_Init waits for every
-// process of the job: after AXON_TIMEOUT without it returning, the process
+// process of the job: after AXON_TIMEOUT (10 s at least) without it returning, the process
 // says so and exits 1 (a process that ended before World::init() left the
 // others waiting there for ever).
 //
