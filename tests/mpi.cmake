@@ -243,14 +243,16 @@ endif()
 # A process of the job that ends (status 0) before World::init(): Open MPI's
 # MPI_Init waits for every process, and the others waited there for ever,
 # AXON_TIMEOUT or not (a review: 8 of 10 jobs hung). Now they end after
-# AXON_TIMEOUT saying why, and mpirun ends the job. (launcher_probe is made
-# in shm.cmake, included after this file.)
+# AXON_TIMEOUT saying why, and mpirun ends the job. (In about 1 run of 5
+# mpirun itself sees the early exit first and ends the job, "exiting
+# improperly": no hang either.) (launcher_probe is made in shm.cmake,
+# included after this file.)
 set(name "mpi: a process that ends before World::init() ends the others' MPI_Init after AXON_TIMEOUT, saying why (mpirun -np 3)")
 add_test(NAME "${name}"
   COMMAND ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 3 -x AXON_TIMEOUT=2
           /bin/sh -c "RANK=$OMPI_COMM_WORLD_RANK exec \"$0\" early 1 0" $<TARGET_FILE:launcher_probe>)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 60 ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}"
-  PASS_REGULAR_EXPRESSION "rank [02]: MPI_Init_thread has not returned after 10.0 s \\(AXON_TIMEOUT, at least 10 s\\): Open MPI waits there for every process of the job")
+  PASS_REGULAR_EXPRESSION "rank [02]: MPI_Init_thread has not returned after 10.0 s \\(AXON_TIMEOUT, at least 10 s\\): Open MPI waits there for every process of the job|process rank 1 with PID [0-9]+ on[^.]*exiting improperly")
 
 # A rank that exits with a non-zero status between collectives: it waited
 # for the others in the exit's barrier while they waited for it in theirs,
