@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "base/env.hpp"
 #include "shm/numa_place.hpp"
 
 namespace axon_launch {
@@ -240,12 +241,11 @@ namespace {
 // on the outer rank's one core ran "not oversubscribed", at half speed (a
 // review).
 bool set_by_user(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return false;
+  const auto value = axonml::distributed::env::text(name);  // empty: none
+  if (!value) return false;
   const char* outer = std::getenv("AXON_LAUNCH_SET");
   if (outer == nullptr) return true;
-  std::string entry(name);
-  entry.append("=").append(value);
+  const std::string entry = std::string(name) + "=" + *value;
   std::string_view words(outer);  // "NAME=VALUE NAME=VALUE "
   while (!words.empty()) {
     const std::size_t end = std::min(words.find(' '), words.size());

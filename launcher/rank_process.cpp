@@ -17,6 +17,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "base/env.hpp"
 #include "base/text.hpp"
 
 namespace axon_launch {
@@ -117,14 +118,12 @@ constexpr int kReadsPerDrain = 4;
     const char* inherited = std::getenv("MASTER_PORT");
     const char* outer = std::getenv("AXON_LAUNCH_MASTER_PORT");
     const bool outer_jobs = inherited != nullptr && outer != nullptr && std::string(inherited) == outer;
-    // Empty counts as unset (README): `MASTER_PORT= axon-launch ...` reached
-    // the ranks empty, and torch.distributed failed on it (a review).
-    const auto unset = [](const char* name) {
-      const char* value = std::getenv(name);
-      return value == nullptr || *value == '\0';
-    };
-    ::setenv("MASTER_ADDR", "127.0.0.1", unset("MASTER_ADDR") ? 1 : 0);
-    ::setenv("MASTER_PORT", port.c_str(), outer_jobs || unset("MASTER_PORT") ? 1 : 0);
+    // Empty counts as unset (README; env::text gives none for it):
+    // `MASTER_PORT= axon-launch ...` reached the ranks empty, and
+    // torch.distributed failed on it (a review).
+    namespace env = axonml::distributed::env;
+    ::setenv("MASTER_ADDR", "127.0.0.1", env::text("MASTER_ADDR") ? 0 : 1);
+    ::setenv("MASTER_PORT", port.c_str(), outer_jobs || !env::text("MASTER_PORT") ? 1 : 0);
     if (port == std::getenv("MASTER_PORT")) {
       ::setenv("AXON_LAUNCH_MASTER_PORT", port.c_str(), 1);
     } else {
