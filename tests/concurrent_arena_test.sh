@@ -16,24 +16,11 @@ shift
 lone_mbs=("$@")
 ((${#lone_mbs[@]})) || lone_mbs=(480 496)
 
-v1=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}:\(.*\)$/\3/p' /proc/self/cgroup | head -1)
-v2=$(sed -n 's/^0::\(.*\)$/\1/p' /proc/self/cgroup | head -1)
-dir="" limit_file=""
-if [[ -n $v1 && -w /sys/fs/cgroup/memory${v1%/}/ ]]; then
-  dir=/sys/fs/cgroup/memory${v1%/}/axon-concurrent-test-$$ limit_file=memory.limit_in_bytes
-elif [[ -n $v2 && -f /sys/fs/cgroup/cgroup.controllers && -w /sys/fs/cgroup${v2%/}/ ]]; then
-  dir=/sys/fs/cgroup${v2%/}/axon-concurrent-test-$$ limit_file=memory.max
-fi
-if [[ -z $dir ]] || ! mkdir "$dir" 2>/dev/null; then
-  echo "skipped: cannot make a memory cgroup here"
-  exit 77
-fi
+source "$(dirname "$0")/support/memory_cgroup.sh"
+memory_cgroup axon-concurrent-test $((512 << 20))
+dir=$cgroup_dir
 work=$(mktemp -d)
 trap 'rm -rf "$work"; rmdir "$dir" 2>/dev/null' EXIT
-if ! echo $((512 << 20)) >"$dir/$limit_file" 2>/dev/null; then
-  echo "skipped: cannot set $dir/$limit_file"
-  exit 77
-fi
 
 for round in 1 2 3 4 5; do
   for job in a b; do

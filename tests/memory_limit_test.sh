@@ -10,23 +10,9 @@
 set -uo pipefail
 launch=$1
 
-v1=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}:\(.*\)$/\3/p' /proc/self/cgroup | head -1)
-v2=$(sed -n 's/^0::\(.*\)$/\1/p' /proc/self/cgroup | head -1)
-dir="" limit_file=""
-if [[ -n $v1 && -w /sys/fs/cgroup/memory${v1%/}/ ]]; then
-  dir=/sys/fs/cgroup/memory${v1%/}/axon-limit-test-$$ limit_file=memory.limit_in_bytes
-elif [[ -n $v2 && -f /sys/fs/cgroup/cgroup.controllers && -w /sys/fs/cgroup${v2%/}/ ]]; then
-  dir=/sys/fs/cgroup${v2%/}/axon-limit-test-$$ limit_file=memory.max
-fi
-if [[ -z $dir ]] || ! mkdir "$dir" 2>/dev/null; then
-  echo "skipped: cannot make a memory cgroup here"
-  exit 77
-fi
-trap 'rmdir "$dir" 2>/dev/null' EXIT
-if ! echo $((64 << 20)) >"$dir/$limit_file" 2>/dev/null; then
-  echo "skipped: cannot set $dir/$limit_file"
-  exit 77
-fi
+source "$(dirname "$0")/support/memory_cgroup.sh"
+memory_cgroup axon-limit-test $((64 << 20))
+dir=$cgroup_dir
 
 # A child shell moves itself into the cgroup, then runs the launcher there.
 out=$(timeout 60 bash -c 'echo $$ >"$1/cgroup.procs" && exec "$2" -n 2 --arena-mb 200 /bin/true' _ "$dir" "$launch" 2>&1)
