@@ -95,8 +95,9 @@ constexpr auto kFailureSeenWait = std::chrono::seconds(2);
 // Marks the failure under kFailedKey read by `rank`, then waits, at most
 // kFailureSeenWait, until every rank has: the rank that left it and every
 // reader, the store's host included, stays until the slowest has read it.
-// Kept short: a peer already past the store (waiting in the arena, which
-// abort_job ended) never reads it. Nor is a peer waited for that never
+// A peer already past the store (waiting in the arena, which abort_job
+// ended) marks it as it leaves (leave_reason); kept short for one that died
+// and never does. Nor is a peer waited for that never
 // published its host entry (it never came; a timeout waiting for it took 2 s
 // longer than the timeout it named, a review). Throws what the store throws.
 void mark_failure_read(KeyValueStore& store, int rank, int world_size) {
@@ -119,11 +120,22 @@ std::string named_by(const std::string& who, const std::string& reason) {
 }
 
 // Peers waiting for this rank's next entry learn why it will not come
-// (the first reason stays: later ones follow from it). Never throws.
+// (the first reason stays: later ones follow from it). Where a peer's reason
+// is there already, this rank still stays until every rank has read it: it
+// may have learned of the failure elsewhere (in the arena, which abort_job
+// ended) and, as the store's host, have taken the reason with it when its
+// program ended (a peer still polling the store got "Broken pipe", 1 run in
+// 10). A rank that read the reason in the store has waited for the others
+// then. Never throws.
 void leave_reason(KeyValueStore& store, int rank, int world_size, const std::string& reason) {
   try {
-    if (store.has(kFailedKey) != std::optional<bool>(false)) return;
-    store.set(kFailedKey, reason);
+    const std::optional<bool> failed = store.has(kFailedKey);
+    if (!failed.has_value()) return;  // a store that cannot check: no reasons
+    if (!*failed) {
+      store.set(kFailedKey, reason);
+    } else if (store.has(kFailureSeenPrefix + std::to_string(rank)).value_or(true)) {
+      return;
+    }
     mark_failure_read(store, rank, world_size);
   } catch (...) {  // the store failing too: the peers' own checks remain
   }
