@@ -674,10 +674,15 @@ void Supervisor::print_summary() const {
   }
   // "Stopped" only when the launcher signalled them: the others may have
   // ended by themselves once the abort woke them, or failed on their own.
+  // Aborted also when every rank had ended before the launcher reaped the
+  // first (so it started no abort of its own): a rank's abort, or a PyTorch
+  // group's failure, had ended the others then (the clause was missing, 1
+  // run in 8 on a loaded machine).
   const bool signalled = signalled_ranks();
+  const bool aborted_before_reaped = ranks_.size() > 1 && (abort_reason() || group_failure_reason());
   if (f.blame == Blame::AbortedByRank || ending_after_forward_) {
     if (signalled) line += "; the ranks still running were stopped";
-  } else if (phase_ != Phase::Running) {
+  } else if (phase_ != Phase::Running || aborted_before_reaped) {
     line += signalled ? "; the job was aborted and the ranks still running were stopped"
                       : "; the job was aborted and the other ranks ended";
   }

@@ -66,7 +66,7 @@ add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_early_exit.py $<TARGET
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
 
-set(name "torch: axon-launch's summary of a failed PyTorch job gives the reason its groups failed (a timeout naming the rank never come, a rank that raised, a rank that exited 0 before init_process_group, named at once)")
+set(name "torch: axon-launch's summary of a failed PyTorch job gives the reason its groups failed (a timeout naming the rank never come, a rank that raised, a rank that exited 0 before init_process_group, named at once), also when every rank ended before the launcher reaped one")
 add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_launcher_summary.py $<TARGET_FILE:axon-launch>
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")

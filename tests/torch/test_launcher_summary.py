@@ -7,8 +7,10 @@ that group blamed gives the job its exit status.
     test_launcher_summary.py AXON_LAUNCH   (runs itself under axon-launch -n 3)
 """
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -62,6 +64,14 @@ def rank_body(case):
         if rank == 2:
             time.sleep(3)
             os._exit(7)  # a failure of its own, later
+    elif case == "exit-0-unreaped":
+        sync = os.environ["SUMMARY_SYNC_DIR"]
+        if rank == 1:
+            open(os.path.join(sync, "ready"), "w").close()
+            while not os.path.exists(os.path.join(sync, "go")):  # the launcher is stopped by then
+                time.sleep(0.01)
+            sys.exit(0)  # leaves the others waiting; all three end before the launcher reaps any
+        dist.all_reduce(torch.ones(4))
     elif case == "exit-3":
         if rank == 1:
             dist.destroy_process_group()  # leaves while the others wait in the all_reduce ...
@@ -74,23 +84,84 @@ def rank_body(case):
         dist.all_reduce(torch.ones(4))
 
 
-def run(launcher, case, timeout="2", status=None):
+def launch_env(**extra):
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    env.update(extra)
+    return env
+
+
+def run(launcher, case, timeout="2", status=None):
     out = subprocess.run([launcher, "-n", "3", "--timeout", timeout, sys.executable, __file__, "--rank", case],
-                         env=env, capture_output=True, text=True, timeout=300)
-    lines = [line for line in out.stderr.splitlines() if line.startswith("axon-launch: the job had been aborted: ")]
-    if out.returncode == 0 or len(lines) != 1 or status not in (None, out.returncode):
-        raise SystemExit(f"{case}: axon-launch exited {out.returncode} with {len(lines)} reason lines:\n{out.stderr}")
+                         env=launch_env(), capture_output=True, text=True, timeout=300)
+    return checked_summary(case, out.returncode, out.stderr, status)
+
+
+def checked_summary(case, returncode, stderr, status):
+    lines = [line for line in stderr.splitlines() if line.startswith("axon-launch: the job had been aborted: ")]
+    if returncode == 0 or len(lines) != 1 or status not in (None, returncode):
+        raise SystemExit(f"{case}: axon-launch exited {returncode} with {len(lines)} reason lines:\n{stderr}")
     # The first line says the others were "stopped" only when the launcher
     # signalled them (its "sending SIGTERM" line); otherwise they "ended" by
     # themselves once the abort released them.
-    summary = [line for line in out.stderr.splitlines() if line.endswith(f"(exit status {out.returncode})")]
-    signalled = "sending SIGTERM" in out.stderr
+    summary = [line for line in stderr.splitlines() if line.endswith(f"(exit status {returncode})")]
+    signalled = "sending SIGTERM" in stderr
     wording = "the ranks still running were stopped" if signalled else "the job was aborted and the other ranks ended"
     if len(summary) != 1 or wording not in summary[0]:
         raise SystemExit(f"{case}: the summary line should say '{wording}' (launcher signalled the ranks: "
-                         f"{signalled}):\n{out.stderr}")
-    return lines[0], out.stderr
+                         f"{signalled}):\n{stderr}")
+    return lines[0], stderr
+
+
+def children_of(pid):
+    """The pids whose parent is `pid`, and each one's state letter (Z: ended, not yet reaped)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found[int(entry)] = fields[0]
+    return found
+
+
+def run_unreaped(launcher):
+    """Rank 1 leaves the others waiting while the launcher is held stopped
+    (as a loaded machine's scheduler may hold it), and all three ranks end
+    before it reaps any: it then starts no abort of its own, and its summary
+    left out that the job was aborted (1 run in 8 of exit-0-mid-loop on a
+    loaded machine)."""
+    with tempfile.TemporaryDirectory() as sync:
+        proc = subprocess.Popen([launcher, "-n", "3", "--timeout", "100", sys.executable, __file__, "--rank",
+                                 "exit-0-unreaped"], env=launch_env(SUMMARY_SYNC_DIR=sync),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(os.path.join(sync, "ready")):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"exit-0-unreaped: rank 1 never got ready:\n{proc.communicate()[1]}")
+                time.sleep(0.01)
+            os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                ranks = children_of(proc.pid)
+                if len(ranks) != 3:
+                    raise SystemExit(f"exit-0-unreaped: axon-launch has {len(ranks)} children, not 3 ranks: {ranks}")
+                open(os.path.join(sync, "go"), "w").close()
+                while any(state != "Z" for state in children_of(proc.pid).values()):
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"exit-0-unreaped: the ranks did not all end: {children_of(proc.pid)}")
+                    time.sleep(0.01)
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
+            _, stderr = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return checked_summary("exit-0-unreaped", proc.returncode, stderr, 1)
 
 
 def main():
@@ -131,6 +202,12 @@ def main():
         if "axon-launch: rank 1 exited (status 0) while other ranks still waited for it" not in err:
             raise SystemExit(f"exit-0-mid-loop, run {attempt + 1}: the summary does not blame rank 1's exit:\n{err}")
     print(f"test_launcher_summary: a rank that left amid its peers' all_reduces and exited 0, six times: {line}")
+    # ... and when every rank ended before the launcher reaped the first.
+    line, err = run_unreaped(launcher)
+    if "axon-launch: rank 1 exited (status 0) while other ranks still waited for it" not in err:
+        raise SystemExit(f"exit-0-unreaped: the summary does not blame rank 1's exit:\n{err}")
+    print(f"test_launcher_summary: every rank ended before the launcher reaped any, rank 1 exited 0 leaving the "
+          f"others waiting: {line}")
     # ... but not for a later failure of a rank it never left waiting (a
     # review saw rank 2's exit 7 reported as rank 1's leave, status 1).
     line, err = run(launcher, "crash-after-handled-leave", timeout="100", status=7)
