@@ -9,6 +9,7 @@ through the store torch.distributed passes in.
 """
 import atexit
 import sys
+import time
 import warnings
 
 try:
@@ -21,7 +22,8 @@ except ImportError as error:
         f"axonml_torch needs PyTorch (1.13, Debian 12's python3-torch), and this Python ({sys.executable}) "
         f"cannot import it: {error}. Run the program with /usr/bin/python3, or install python3-torch") from error
 
-from ._C import _close_store_together_as_it_goes, _exited_processes, _program_ends, _world_begins
+from ._C import _close_store_together_as_it_goes, _exited_processes, _note_failure_elsewhere, _program_ends
+from ._C import _world_begins
 from ._C import create_process_group
 from ._C import allreduce_in_arena as _allreduce_in_arena
 from ._C import in_arena as _in_arena
@@ -150,9 +152,12 @@ class _BarrierStoreWatchingPeers:
     died before it added leaves the others polling for new_group's timeout,
     30 minutes by default (found by a review). Here each process first marks
     its arrival under a key of its own, and about every tenth poll asks
-    whether this process's axon groups saw a process of the job exit; one
-    that did without marking its arrival never comes, and the barrier
-    raises, naming it."""
+    whether this process's axon groups saw a process of the job exit (or
+    leave the default group: its program is ending); one that did without
+    marking its arrival never comes, and the barrier raises, naming it.
+    The store failing under a poll (rank 0's process, which hosts it under
+    env:// and tcp://, gone) is reported naming that process where one of
+    the groups saw it go (a review saw a bare "Connection reset by peer")."""
 
     def __init__(self, store, rank, world_size):
         self._store = store
@@ -161,9 +166,12 @@ class _BarrierStoreWatchingPeers:
         self._polls = 0
 
     def add(self, key, value):
-        if value != 0:
-            self._store.add(f"{key}/axon_arrived/{self._rank}", 1)  # add: every store has it (check() is C++ only)
-        count = self._store.add(key, value)
+        try:
+            if value != 0:
+                self._store.add(f"{key}/axon_arrived/{self._rank}", 1)  # add: every store has it (check() is C++ only)
+            count = self._store.add(key, value)
+        except RuntimeError as error:
+            raise self._store_failed(key, error) from error
         self._polls += 1
         if value == 0 and count != self._world_size and self._polls % 10 == 0:
             for global_rank, description in _exited_processes():
@@ -173,6 +181,26 @@ class _BarrierStoreWatchingPeers:
                         f"at the end of new_group() (key {key}), which every process of the job must reach: "
                         f"{count} of {self._world_size} did")
         return count
+
+    def _store_failed(self, key, error):
+        # A killed process's sockets close a moment before a watch sees it
+        # exit: look for a second.
+        deadline = time.monotonic() + 1.0
+        while True:
+            gone = _exited_processes()
+            if gone or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        where = f"PyTorch's store-based barrier at the end of new_group() (key {key})"
+        if not gone:
+            return RuntimeError(
+                f"rank {self._rank}: the store failed ({error}) in {where}; under env:// and tcp:// the store lives "
+                f"in global rank 0's process, so that process may have failed or exited: see its error")
+        gone.sort(key=lambda process: process[0] != 0)  # rank 0's first: its store is the one that failed
+        reason = (f"rank {self._rank}: {gone[0][1]}, and the store failed ({error}) while this rank waited in "
+                  f"{where}")
+        _note_failure_elsewhere(reason)
+        return RuntimeError(reason)
 
     def __getattr__(self, name):
         return getattr(self._store, name)

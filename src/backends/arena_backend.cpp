@@ -129,6 +129,8 @@ std::vector<ExitedPeer> ArenaBackend::exited_peers() const {
   return exited;
 }
 
+std::vector<int> ArenaBackend::left_peers() const { return impl_->state->waits.left_peers(); }
+
 std::vector<int> ArenaBackend::ranks_waiting_for_this_rank() const { return impl_->channel.members_ahead(); }
 
 void ArenaBackend::leave_for_good() { impl_->state->waits.mark_left(); }

@@ -79,6 +79,40 @@ std::shared_ptr<void> map_shared(int fd, std::size_t bytes, const std::string& w
   return std::shared_ptr<void>(base, [bytes](void* p) { ::munmap(p, bytes); });
 }
 
+// One rank's entry at "axon/host/<rank>", as publish_host() writes it:
+// "hostname boot-id pid token world-size job-rank group".
+struct HostEntry {
+  std::string host;  // "hostname boot-id"
+  int pid = 0;
+  std::uint64_t token = 0;  // the world's, in its process (LiveWorld)
+  int size = 0;      // 0 where the entry has none
+  // The job's number of the process that wrote the entry, as it was told
+  // (-1 where the entry has none). Ranks given different groups number
+  // one another differently: only the writer knows its own.
+  int job_rank = -1;
+  std::string group;
+};
+
+HostEntry parse_host_entry(const std::string& value) {
+  HostEntry e;
+  std::istringstream entry(value);
+  std::string name, boot_id;
+  entry >> name >> boot_id >> e.pid >> e.token >> e.size;
+  // The job rank, where the entry has one: a word that is all digits
+  // (an entry without one goes straight on to the group's text).
+  std::string rest;
+  std::getline(entry >> std::ws, rest);
+  const std::size_t digits = rest.find_first_not_of("0123456789");
+  const std::size_t word_end = digits == std::string::npos ? rest.size() : digits;
+  if (word_end > 0 && word_end <= 9 && (word_end == rest.size() || rest[word_end] == ' ')) {
+    e.job_rank = std::stoi(rest.substr(0, word_end));
+    rest.erase(0, std::min(rest.size(), word_end + 1));
+  }
+  e.group = rest;
+  e.host = name + " " + boot_id;
+  return e;
+}
+
 // Where a rank whose set-up failed after it published its host says why,
 // so that the others, waiting for its next entry, fail at once with the
 // reason rather than at their deadline.
@@ -104,10 +138,25 @@ void mark_failure_read(KeyValueStore& store, int rank, int world_size) {
   store.set(kFailureSeenPrefix + std::to_string(rank), "1");
   const auto until = std::chrono::steady_clock::now() + kFailureSeenWait;
   for (int peer = 0; peer < world_size; ++peer) {
-    if (!store.has("axon/host/" + std::to_string(peer)).value_or(true)) continue;
-    while (!store.has(kFailureSeenPrefix + std::to_string(peer)).value_or(true) &&
+    const std::string host_key = "axon/host/" + std::to_string(peer);
+    if (!store.has(host_key).value_or(true)) continue;
+    // Nor a peer whose process has exited (killed, most often: what failed
+    // the set-up): it never reads, and every rank's error came 2 s after the
+    // kill (a review).
+    ProcessWatch process;
+    bool gone = false;
+    if (peer != rank && store.has(host_key) == std::optional<bool>(true)) {
+      const int pid = parse_host_entry(store.get(host_key)).pid;
+      try {
+        if (pid > 0 && pid != ::getpid()) process = ProcessWatch(pid, "");
+      } catch (const PeerFailure&) {  // gone already
+        gone = true;
+      }
+    }
+    while (!gone && !store.has(kFailureSeenPrefix + std::to_string(peer)).value_or(true) &&
            std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      gone = process.exited();
     }
   }
 }
@@ -230,9 +279,18 @@ class SetupWait {
         throw;
       } catch (const std::exception& e) {
         // The store itself failed (PyTorch's TCPStore lives in one rank's
-        // process): a watched peer's exit is the better reason; else say
-        // what failed, and where the real reason may be.
-        throw_if_a_watched_peer_exited(waiting_for);
+        // process): a watched peer's exit, or the caller's (a process its
+        // other groups saw exit), is the better reason; else say what
+        // failed, and where the real reason may be. Looked for up to a
+        // second: a killed process's sockets close a moment before a watch
+        // sees it exit (a review saw bare "Connection reset by peer").
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        for (;;) {
+          if (options_.while_waiting) options_.while_waiting();
+          throw_if_a_watched_peer_exited(waiting_for);
+          if (std::chrono::steady_clock::now() >= until) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
         throw_store_failed(e.what(), waiting_for);
       }
       // The caller's check first: under PyTorch it names a process that
@@ -305,40 +363,6 @@ class LiveWorld {
  private:
   std::uint64_t token_ = 0;
 };
-
-// One rank's entry at "axon/host/<rank>", as publish_host() writes it:
-// "hostname boot-id pid token world-size job-rank group".
-struct HostEntry {
-  std::string host;  // "hostname boot-id"
-  int pid = 0;
-  std::uint64_t token = 0;  // the world's, in its process (LiveWorld)
-  int size = 0;      // 0 where the entry has none
-  // The job's number of the process that wrote the entry, as it was told
-  // (-1 where the entry has none). Ranks given different groups number
-  // one another differently: only the writer knows its own.
-  int job_rank = -1;
-  std::string group;
-};
-
-HostEntry parse_host_entry(const std::string& value) {
-  HostEntry e;
-  std::istringstream entry(value);
-  std::string name, boot_id;
-  entry >> name >> boot_id >> e.pid >> e.token >> e.size;
-  // The job rank, where the entry has one: a word that is all digits
-  // (an entry without one goes straight on to the group's text).
-  std::string rest;
-  std::getline(entry >> std::ws, rest);
-  const std::size_t digits = rest.find_first_not_of("0123456789");
-  const std::size_t word_end = digits == std::string::npos ? rest.size() : digits;
-  if (word_end > 0 && word_end <= 9 && (word_end == rest.size() || rest[word_end] == ' ')) {
-    e.job_rank = std::stoi(rest.substr(0, word_end));
-    rest.erase(0, std::min(rest.size(), word_end + 1));
-  }
-  e.group = rest;
-  e.host = name + " " + boot_id;
-  return e;
-}
 
 void publish_host(KeyValueStore& store, int rank, int world_size, const std::string& mine, const std::string& group,
                   std::uint64_t token, const RankNames& names) {

@@ -192,6 +192,14 @@ RankControl& WaitContext::control(int rank) const {
   return ArenaView(header_).rank_control(rank);
 }
 
+std::vector<int> WaitContext::left_peers() const {
+  std::vector<int> left;
+  for (int r = 0; r < static_cast<int>(header_.world_size); ++r) {
+    if (r != rank_ && control(r).left.load(std::memory_order_acquire) != 0) left.push_back(r);
+  }
+  return left;
+}
+
 int WaitContext::first_ended(const std::vector<int>& ranks) const {
   const bool launched = header_.launcher_pid != 0;
   for (int r : ranks) {

@@ -104,6 +104,8 @@ class WaitContext {
   // The watched peers (world ranks) whose processes have exited, and their
   // pids; touches nothing shared.
   std::vector<std::pair<int, int>> exited_peers() const;
+  // The peers (world ranks) that left the arena for good (mark_left()).
+  std::vector<int> left_peers() const;
   // Marks the job aborted (first caller wins) and wakes everyone; does
   // nothing in a forked child (in_forked_child()).
   void abort(int rank, const std::string& reason) const;

@@ -504,7 +504,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     }
     throw;
   }
-  C10dStore kv(store);
+  std::optional<C10dStore> kv;  // made below, where a store that fails is named
   ad::StoreOptions options;
   options.timeout = timeout;
   options.timeout_name = timeout_name;
@@ -532,7 +532,29 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     options.size_remedy = "run fewer ranks (a group of " + std::to_string(size) + " ranks needs this much)";
   }
   try {
-    backend_ = ad::StoreBackend::create(kv, rank, size, options);
+    try {
+      kv.emplace(store);
+      backend_ = ad::StoreBackend::create(*kv, rank, size, options);
+    } catch (const ad::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      // The store itself failed outside a wait (publishing this rank's
+      // entry, say): under env:// and tcp:// it lives in global rank 0's
+      // process, gone. A process this process's other groups saw go is the
+      // reason to give, looked for up to a second: a killed process's
+      // sockets close a moment before a watch sees it exit (a review saw a
+      // bare "Connection reset by peer").
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      do {
+        give_up_if_a_process_exited();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } while (std::chrono::steady_clock::now() < until);
+      throw ad::Error("rank " + std::to_string(rank) + " (global rank " +
+                      std::to_string(global_ranks_[static_cast<std::size_t>(rank)]) +
+                      "): the store failed (" + e.what() + ") while this rank set up the axon group of global ranks " +
+                      describe_global_ranks() + "; under env:// and tcp:// the store lives in global rank 0's "
+                      "process, so that process may have failed or exited: see its error");
+    }
   } catch (const ad::PeerFailure& e) {  // a Timeout too
     note_outcome(serial_, &e);
     // axon-launch's summary gives the reason, as for a group that fails
@@ -970,6 +992,29 @@ std::string ProcessGroupAxon::describe_global_ranks() const { return ad::bracket
 // Called by the set-up of this group, before it is live: the others are
 // those of live_groups(), whose mutex keeps them alive meanwhile. Only a
 // member of this group can hold up its set-up.
+void ProcessGroupAxon::note_failure_elsewhere(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(failure_seen_mutex());
+  if (!failure_seen()) failure_seen() = FailureSeen{0, reason};  // 0: no group's serial
+  any_failure_seen.store(true, std::memory_order_relaxed);
+}
+
+// The members of the current world's default group that have left it for
+// good, as (global rank, description). Under live_groups_mutex().
+std::vector<std::pair<int, std::string>> ProcessGroupAxon::left_default_group_locked() {
+  std::vector<std::pair<int, std::string>> left;
+  const std::uint64_t world = current_world.load(std::memory_order_relaxed);
+  for (const ProcessGroupAxon* group : live_groups()) {
+    if (group->world_ != world || group->subgroup_ || group->in_forked_child()) continue;
+    for (const int rank : group->backend_->left_peers()) {
+      const int global = group->global_ranks_[static_cast<std::size_t>(rank)];
+      left.emplace_back(global, "global rank " + std::to_string(global) +
+                                    " left the job's default group (its program ended, or it called "
+                                    "destroy_process_group())");
+    }
+  }
+  return left;
+}
+
 void ProcessGroupAxon::give_up_if_a_process_exited() const {
   // Under axon-launch the launcher says which ranks have ended, the first
   // group of a process too: a member that exited, even with status 0,
@@ -999,6 +1044,20 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
           group->describe_global_ranks() + " saw");
     }
   }
+  // A member that left the world's default group comes to no group of this
+  // world: its program is ending (rank 0's lingers up to 5 s, keeping the
+  // store up), and the others waited for it until then, to get a bare
+  // "Broken pipe" (a review). Only for a subgroup: while a default group
+  // sets up, the one before it (destroyed, but perhaps still held) is still
+  // the current world's, and every member has left it.
+  for (const auto& [global, description] : subgroup_ ? left_default_group_locked()
+                                                     : std::vector<std::pair<int, std::string>>{}) {
+    if (std::find(global_ranks_.begin(), global_ranks_.end(), global) == global_ranks_.end()) continue;
+    throw ad::PeerFailure("rank " + std::to_string(getRank()) + " (global rank " +
+                          std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
+                          "): gave up setting up the axon group of global ranks " + describe_global_ranks() +
+                          ": its member " + description + " before the group was set up");
+  }
 }
 
 void ProcessGroupAxon::world_begins(const c10::intrusive_ptr<c10d::ProcessGroup>& default_group) {
@@ -1019,6 +1078,11 @@ std::vector<std::pair<int, std::string>> ProcessGroupAxon::exited_processes() {
       exited.emplace_back(global, "global rank " + std::to_string(global) + " (pid " + std::to_string(peer.pid) +
                                       ") exited or was killed, as this process's axon group of global ranks " +
                                       group->describe_global_ranks() + " saw");
+    }
+  }
+  for (auto& left : left_default_group_locked()) {
+    if (std::none_of(exited.begin(), exited.end(), [&](const auto& seen) { return seen.first == left.first; })) {
+      exited.push_back(std::move(left));
     }
   }
   return exited;

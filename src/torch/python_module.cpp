@@ -90,6 +90,8 @@ PYBIND11_MODULE(_C, m) {
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "The job's processes this process's live axon groups of the current world saw exit: (global rank, "
         "description) pairs");
+  m.def("_note_failure_elsewhere", &axonml::torch::ProcessGroupAxon::note_failure_elsewhere, pybind11::arg("reason"),
+        "Records a failure met outside the groups' ops: peers this rank then leaves waiting are told it");
   m.def("_world_begins", &axonml::torch::ProcessGroupAxon::world_begins, pybind11::arg("default_group"),
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "torch.distributed made a new world: groups made before belong to the old one, except default_group");

@@ -178,6 +178,31 @@ def killed_rank(rank, n):
     return text
 
 
+def rank0_left_before_new_group(rank, n):
+    """Rank 0's program ends (it raised, say) while the others go on to
+    new_group([0, 1]). It lingers up to 5 s keeping its store up for them,
+    and they waited all that time, then got a bare "Broken pipe" (a review):
+    now the member and the rank outside the group (in PyTorch's store-based
+    barrier) name it at once."""
+    dist.init_process_group("axon")
+    dist.all_reduce(torch.ones(4))
+    if rank == 0:
+        return None  # its program ends here
+    return raises(lambda: dist.new_group([0, 1]), "global rank 0 left the job's default group")
+
+
+def rank0_killed_before_new_group(rank, n):
+    """Rank 0 killed as the others go on to new_group([0, 1]): its store goes
+    with it, and the member (publishing its entry) and the rank outside the
+    group (in PyTorch's store-based barrier) got a bare "Connection reset by
+    peer" about half the time (a review). Now both name rank 0's process."""
+    dist.init_process_group("axon")
+    dist.all_reduce(torch.ones(4))
+    if rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return raises(lambda: dist.new_group([0, 1]), "global rank 0 (pid", "exited or was killed")
+
+
 def subgroup_errors_name_the_group(rank, n):
     """new_group([0, 1]) of three ranks numbers its members as the job does,
     but it is not the job: its errors name the group (they read "axon
@@ -899,6 +924,13 @@ if __name__ == "__main__":
           f"(waits {', '.join(f'{w:.1f}' for w in waits)} s)")
     texts = run_ranks(3, killed_rank, dead={2})
     print(f"test_errors: kill -9 of rank 2 raised on the others: {texts[0].splitlines()[0]}")
+    texts = run_ranks(3, rank0_left_before_new_group)
+    print(f"test_errors: rank 0's program ended before new_group([0, 1]): the member and the rank outside named it: "
+          f"{texts[1].splitlines()[0][:140]} / {texts[2].splitlines()[0][:140]}")
+    for _ in range(3):
+        texts = run_ranks(3, rank0_killed_before_new_group, dead={0})
+    print(f"test_errors: kill -9 of rank 0 before new_group([0, 1]), 3 runs: the member and the rank outside named it: "
+          f"{texts[1].splitlines()[0][:140]} / {texts[2].splitlines()[0][:140]}")
     texts = run_ranks(3, subgroup_errors_name_the_group)
     print(f"test_errors: new_group([0, 1])'s errors name the group: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(4, killed_subgroup_member, dead={3})

@@ -59,6 +59,10 @@ class ArenaBackend : public Backend {
   // a caller waiting elsewhere for the same processes (setting up another
   // group through a store) give up when one has gone.
   std::vector<ExitedPeer> exited_peers() const;
+  // The peers (numbered as rank() is) that have left this arena for good
+  // (leave_for_good(): PyTorch's destroy_process_group, or the end of the
+  // program), though their processes may still run.
+  std::vector<int> left_peers() const;
   // The ranks of this group (numbered as rank() is) that have entered a
   // collective this rank has not, and wait for it. A rank that leaves the
   // group for good with such ranks (PyTorch's destroy_process_group, or the

@@ -113,7 +113,18 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // Only groups of the current world count (see world_begins()): a group
   // the program still holds from a world it has destroyed numbers its
   // members as that world did.
+  // Also the members of the current world's default group that have left
+  // it for good (their program ended, or it called destroy_process_group()),
+  // though their processes may still run: they come to no new group of this
+  // world either.
   static std::vector<std::pair<int, std::string>> exited_processes();
+  // Records `reason` as the failure this process met outside its groups'
+  // ops (the Python module's watch on PyTorch's store-based barrier: rank
+  // 0's process, and the store with it, gone), as an op's PeerFailure is
+  // recorded: when this rank then leaves its groups with peers waiting, they
+  // are told that cause, not that this rank left (a review saw a survivor
+  // blame its peer for rank 0's death).
+  static void note_failure_elsewhere(const std::string& reason);
   // torch.distributed made a new world (the Python module calls this at the
   // store barrier that ends init_process_group): the groups made so far
   // belong to the old one, except `default_group` when it is an axon group.
@@ -230,6 +241,7 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // Throws when a process another live group watches has exited (see the
   // constructor); called while this group sets up.
   void give_up_if_a_process_exited() const;
+  static std::vector<std::pair<int, std::string>> left_default_group_locked();
   // "[0, 2, 3]": the group's members as ranks of the job.
   std::string describe_global_ranks() const;
   // "axon allreduce on rank 1 of 2 (global rank 2)": where an op's error happened.
