@@ -209,7 +209,11 @@ void Supervisor::reap() {
       unjoined_exit_ = Failure{it->rank, status, false, Blame::ExitedUnjoined};
     }
   }
+  const bool failure_before = first_failure_.has_value();
   if (!failed.empty()) record_failures(failed);
+  // The first failure came in a pass that reaped several ranks and left
+  // none running: they had all ended before the launcher could react.
+  if (!failure_before && first_failure_ && ended.size() > 1 && running_count() == 0) failed_all_at_once_ = true;
   // A PyTorch rank aborts its groups as it leaves them, before it exits:
   // the members it left waiting may fail, and be reaped, first. Once it has
   // exited 0 it is the culprit, as a C++ rank that exits 0 mid-job is (the
@@ -679,7 +683,8 @@ void Supervisor::print_summary() const {
   // group's failure, had ended the others then (the clause was missing, 1
   // run in 8 on a loaded machine).
   const bool signalled = signalled_ranks();
-  const bool aborted_before_reaped = ranks_.size() > 1 && (abort_reason() || group_failure_reason());
+  const bool aborted_before_reaped =
+      failed_all_at_once_ && forwarded_signal_ == 0 && (abort_reason() || group_failure_reason());
   if (f.blame == Blame::AbortedByRank || ending_after_forward_) {
     if (signalled) line += "; the ranks still running were stopped";
   } else if (phase_ != Phase::Running || aborted_before_reaped) {

@@ -160,6 +160,9 @@ class Supervisor {
   std::optional<Clock::time_point> all_exited_at_;
   bool leftovers_stopped_ = false;
   bool clean_exit_after_abort_ = false;  // a rank exited 0 once a rank had aborted the job
+  // The first failure was reaped together with every rank still running
+  // (print_summary: the launcher started no abort of its own).
+  bool failed_all_at_once_ = false;
   std::string launcher_abort_reason_;    // what start_abort() published, if it did
   std::optional<Clock::time_point> suspended_at_;  // when the ranks were stopped with the launcher (Ctrl-Z)
 };

@@ -146,7 +146,7 @@ def _create_from_options(options, pg_options=None):
 
 class _BarrierStoreWatchingPeers:
     """The store that PyTorch's store-based barrier at the end of new_group()
-    (and init_process_group()) polls, passed through, watching for processes
+    (and init_process_group(), `call`) polls, passed through, watching for processes
     that will never come. Every process of the job adds 1 to the barrier's
     key, then each polls it (add of 0, every 10 ms) until all have: one that
     died before it added leaves the others polling for new_group's timeout,
@@ -159,27 +159,34 @@ class _BarrierStoreWatchingPeers:
     env:// and tcp://, gone) is reported naming that process where one of
     the groups saw it go (a review saw a bare "Connection reset by peer")."""
 
-    def __init__(self, store, rank, world_size):
+    def __init__(self, store, rank, world_size, call):
         self._store = store
         self._rank = rank
         self._world_size = world_size
+        self._where = f"PyTorch's store-based barrier at the end of {call}"  # "new_group()"
         self._polls = 0
 
     def add(self, key, value):
+        never_comes = None
         try:
             if value != 0:
                 self._store.add(f"{key}/axon_arrived/{self._rank}", 1)  # add: every store has it (check() is C++ only)
             count = self._store.add(key, value)
+            self._polls += 1
+            if value == 0 and count != self._world_size and self._polls % 10 == 0:
+                for global_rank, description in _exited_processes():
+                    if self._store.add(f"{key}/axon_arrived/{global_rank}", 0) == 0:
+                        never_comes = description
+                        break
         except RuntimeError as error:
             raise self._store_failed(key, error) from error
-        self._polls += 1
-        if value == 0 and count != self._world_size and self._polls % 10 == 0:
-            for global_rank, description in _exited_processes():
-                if self._store.add(f"{key}/axon_arrived/{global_rank}", 0) == 0:
-                    raise RuntimeError(
-                        f"rank {self._rank}: {description}, before it came to PyTorch's store-based barrier "
-                        f"at the end of new_group() (key {key}), which every process of the job must reach: "
-                        f"{count} of {self._world_size} did")
+        if never_comes is not None:
+            # Recorded as this rank's cause, as a store failure is: peers it
+            # then leaves waiting are told it.
+            reason = (f"rank {self._rank}: {never_comes}, before it came to {self._where} (key {key}), which every "
+                      f"process of the job must reach: {count} of {self._world_size} did")
+            _note_failure_elsewhere(reason)
+            raise RuntimeError(reason)
         return count
 
     def _store_failed(self, key, error):
@@ -191,7 +198,7 @@ class _BarrierStoreWatchingPeers:
             if gone or time.monotonic() >= deadline:
                 break
             time.sleep(0.01)
-        where = f"PyTorch's store-based barrier at the end of new_group() (key {key})"
+        where = f"{self._where} (key {key})"
         if not gone:
             return RuntimeError(
                 f"rank {self._rank}: the store failed ({error}) in {where}; under env:// and tcp:// the store lives "
@@ -223,10 +230,12 @@ def _watch_store_based_barrier():
         # still holds from the old one number their members as it did, and
         # must not be asked about this one's processes (found by a review).
         count = getattr(c10d, "_group_count", None)
-        if last_group_count[0] is None or count is None or count <= last_group_count[0]:
+        begins = last_group_count[0] is None or count is None or count <= last_group_count[0]
+        if begins:
             _world_begins(c10d._get_default_group())
         last_group_count[0] = count
-        watched = _BarrierStoreWatchingPeers(store, rank, c10d.get_world_size())
+        watched = _BarrierStoreWatchingPeers(store, rank, c10d.get_world_size(),
+                                             "init_process_group()" if begins else "new_group()")
         return barrier(rank, watched, timeout)
 
     store_based_barrier._axon_watches_peers = True

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <new>
 #include <array>
 #include <atomic>
 #include <cctype>
@@ -537,6 +538,8 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
       backend_ = ad::StoreBackend::create(*kv, rank, size, options);
     } catch (const ad::Error&) {
       throw;
+    } catch (const std::bad_alloc&) {
+      throw;
     } catch (const std::exception& e) {
       // The store itself failed outside a wait (publishing this rank's
       // entry, say): under env:// and tcp:// it lives in global rank 0's
@@ -544,16 +547,26 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
       // reason to give, looked for up to a second: a killed process's
       // sockets close a moment before a watch sees it exit (a review saw a
       // bare "Connection reset by peer").
+      // Global rank 0, outside a subgroup, is named as the barrier's
+      // watch names it.
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      do {
+      std::vector<std::pair<int, std::string>> gone;
+      for (;;) {
         give_up_if_a_process_exited();
+        gone = exited_processes();
+        if (!gone.empty() || std::chrono::steady_clock::now() >= until) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      } while (std::chrono::steady_clock::now() < until);
-      throw ad::Error("rank " + std::to_string(rank) + " (global rank " +
-                      std::to_string(global_ranks_[static_cast<std::size_t>(rank)]) +
-                      "): the store failed (" + e.what() + ") while this rank set up the axon group of global ranks " +
-                      describe_global_ranks() + "; under env:// and tcp:// the store lives in global rank 0's "
-                      "process, so that process may have failed or exited: see its error");
+      }
+      const std::string where = "rank " + std::to_string(rank) + " (global rank " +
+                                std::to_string(global_ranks_[static_cast<std::size_t>(rank)]) + "): ";
+      const std::string failed = "the store failed (" + std::string(e.what()) +
+                                 ") while this rank set up the axon group of global ranks " + describe_global_ranks();
+      if (!gone.empty()) {
+        std::stable_partition(gone.begin(), gone.end(), [](const auto& process) { return process.first == 0; });
+        throw ad::PeerFailure(where + gone.front().second + ", and " + failed);
+      }
+      throw ad::Error(where + failed + "; under env:// and tcp:// the store lives in global rank 0's process, so "
+                      "that process may have failed or exited: see its error");
     }
   } catch (const ad::PeerFailure& e) {  // a Timeout too
     note_outcome(serial_, &e);
@@ -998,13 +1011,21 @@ void ProcessGroupAxon::note_failure_elsewhere(const std::string& reason) {
   any_failure_seen.store(true, std::memory_order_relaxed);
 }
 
-// The members of the current world's default group that have left it for
-// good, as (global rank, description). Under live_groups_mutex().
+// The members of the newest default group that have left it for good, as
+// (global rank, description). Under live_groups_mutex(). The newest, not
+// the current world's (world_begins()): that is known only where the Python
+// module's barrier guessed it, and an older default group the program still
+// holds, which every other member has left, made every later new_group fail
+// naming live ranks (a review: a failed init_process_group, then a retry).
 std::vector<std::pair<int, std::string>> ProcessGroupAxon::left_default_group_locked() {
   std::vector<std::pair<int, std::string>> left;
-  const std::uint64_t world = current_world.load(std::memory_order_relaxed);
+  const ProcessGroupAxon* newest = nullptr;
   for (const ProcessGroupAxon* group : live_groups()) {
-    if (group->world_ != world || group->subgroup_ || group->in_forked_child()) continue;
+    if (group->subgroup_ || group->in_forked_child()) continue;
+    if (newest == nullptr || group->serial_ > newest->serial_) newest = group;
+  }
+  for (const ProcessGroupAxon* group : {newest}) {
+    if (group == nullptr) continue;
     for (const int rank : group->backend_->left_peers()) {
       const int global = group->global_ranks_[static_cast<std::size_t>(rank)];
       left.emplace_back(global, "global rank " + std::to_string(global) +
@@ -1062,6 +1083,12 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
 
 void ProcessGroupAxon::world_begins(const c10::intrusive_ptr<c10d::ProcessGroup>& default_group) {
   std::lock_guard<std::mutex> lock(live_groups_mutex());
+  {
+    // A cause met in the world before is none of the new world's peers' business.
+    std::lock_guard<std::mutex> seen(failure_seen_mutex());
+    failure_seen().reset();
+    any_failure_seen.store(false, std::memory_order_relaxed);
+  }
   const std::uint64_t world = current_world.fetch_add(1, std::memory_order_relaxed) + 1;
   if (auto* axon = dynamic_cast<ProcessGroupAxon*>(default_group.get())) axon->world_ = world;
 }

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from harness import run_ranks
+from harness import free_port, run_ranks
 
 
 def raises(fn, *words):
@@ -201,6 +201,48 @@ def rank0_killed_before_new_group(rank, n):
     if rank == 0:
         os.kill(os.getpid(), signal.SIGKILL)
     return raises(lambda: dist.new_group([0, 1]), "global rank 0 (pid", "exited or was killed")
+
+
+def rank0_killed_in_init_barrier(rank, n):
+    """Rank 0 killed in PyTorch's store-based barrier at the end of
+    init_process_group: the others name it and that call, not new_group (a
+    review: the barrier's watch said "at the end of new_group()" for both)."""
+    c10d = dist.distributed_c10d
+    if rank == 0:
+        def die(*args, **kwargs):
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+        c10d._store_based_barrier = die
+    return raises(lambda: dist.init_process_group("axon"), "global rank 0 (pid", "exited or was killed",
+                  "at the end of init_process_group()")
+
+
+def old_default_group_held_through_a_failed_init(rank, n, port2, port3):
+    """Rank 0 holds the old default group (a DDP model would), every rank
+    destroys the world, a first init_process_group fails (a bad setting on
+    rank 0) and the retry succeeds: its new_group([0, 1]), rank 1 a second
+    late, sets up. It failed at once naming live rank 1 as having "left the
+    job's default group": the held old group, which rank 1 had left, was
+    taken for the current one (a review)."""
+    dist.init_process_group("axon")
+    dist.all_reduce(torch.ones(4))
+    kept = dist.group.WORLD if rank == 0 else None  # noqa: F841
+    dist.destroy_process_group()
+    os.environ["MASTER_PORT"] = str(port2)
+    if rank == 0:
+        os.environ["AXON_TORCH_INLINE_BYTES"] = "lots"
+    raises(lambda: dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60)), "AXON_TORCH_INLINE_BYTES=lots")
+    os.environ.pop("AXON_TORCH_INLINE_BYTES", None)
+    os.environ["MASTER_PORT"] = str(port3)
+    time.sleep(rank)  # rank 1 comes later
+    dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
+    time.sleep(rank)
+    group = dist.new_group([0, 1])
+    t = torch.ones(4)
+    dist.all_reduce(t, group=group)
+    assert t.tolist() == [2.0] * 4, t
+    dist.destroy_process_group()
+    return "ok"
 
 
 def subgroup_errors_name_the_group(rank, n):
@@ -931,6 +973,11 @@ if __name__ == "__main__":
         texts = run_ranks(3, rank0_killed_before_new_group, dead={0})
     print(f"test_errors: kill -9 of rank 0 before new_group([0, 1]), 3 runs: the member and the rank outside named it: "
           f"{texts[1].splitlines()[0][:140]} / {texts[2].splitlines()[0][:140]}")
+    texts = run_ranks(3, rank0_killed_in_init_barrier, dead={0})
+    print(f"test_errors: kill -9 of rank 0 in init_process_group's barrier named it and that call: {texts[1][:160]}")
+    run_ranks(2, old_default_group_held_through_a_failed_init, free_port(), free_port())
+    print("test_errors: an old default group held through a failed init_process_group and its retry left the "
+          "retry's new_group alone")
     texts = run_ranks(3, subgroup_errors_name_the_group)
     print(f"test_errors: new_group([0, 1])'s errors name the group: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(4, killed_subgroup_member, dead={3})

@@ -72,6 +72,19 @@ def rank_body(case):
                 time.sleep(0.01)
             sys.exit(0)  # leaves the others waiting; all three end before the launcher reaps any
         dist.all_reduce(torch.ones(4))
+    elif case == "handled-then-own-exit":
+        g = dist.new_group([0, 1])
+        if rank == 0:
+            time.sleep(0.5)
+            dist.destroy_process_group(g)  # leaves while rank 1 waits in g ...
+            del g
+            time.sleep(3)  # ... which it handles and ends, as rank 2 does at once ...
+            sys.exit(5)  # ... and seconds later this rank fails on its own
+        if rank == 1:
+            try:
+                dist.all_reduce(torch.ones(4), group=g)
+            except RuntimeError:
+                pass
     elif case == "exit-3":
         if rank == 1:
             dist.destroy_process_group()  # leaves while the others wait in the all_reduce ...
@@ -208,6 +221,15 @@ def main():
         raise SystemExit(f"exit-0-unreaped: the summary does not blame rank 1's exit:\n{err}")
     print(f"test_launcher_summary: every rank ended before the launcher reaped any, rank 1 exited 0 leaving the "
           f"others waiting: {line}")
+    # A failure of a rank's own, reaped alone after the others had ended
+    # cleanly (one having handled an earlier group failure): nothing was
+    # aborted (a review of the clause above saw it added here).
+    out = subprocess.run([launcher, "-n", "3", sys.executable, __file__, "--rank", "handled-then-own-exit"],
+                         env=launch_env(), capture_output=True, text=True, timeout=300)
+    if out.returncode != 5 or "axon-launch: rank 0 exited with code 5 (exit status 5)\n" not in out.stderr:
+        raise SystemExit(f"handled-then-own-exit: axon-launch exited {out.returncode}; the summary should be "
+                         f"'rank 0 exited with code 5 (exit status 5)':\n{out.stderr}")
+    print("test_launcher_summary: a rank's own exit 5 after the others had ended cleanly says nothing was aborted")
     # ... but not for a later failure of a rank it never left waiting (a
     # review saw rank 2's exit 7 reported as rank 1's leave, status 1).
     line, err = run(launcher, "crash-after-handled-leave", timeout="100", status=7)
