@@ -11,6 +11,7 @@ import atexit
 import sys
 import time
 import warnings
+import weakref
 
 try:
     import torch
@@ -190,20 +191,22 @@ class _BarrierStoreWatchingPeers:
         return count
 
     def _store_failed(self, key, error):
-        # A killed process's sockets close a moment before a watch sees it
-        # exit: look for a second.
+        # Global rank 0's process holds the store: a killed process's sockets
+        # close a moment before a watch sees it exit, so look for it for a
+        # second; else one that exited (not merely left the default group:
+        # that may be a rank that finished its work).
         deadline = time.monotonic() + 1.0
         while True:
-            gone = _exited_processes()
+            gone = [process for process in _exited_processes() if process[0] == 0]
             if gone or time.monotonic() >= deadline:
                 break
             time.sleep(0.01)
+        gone = gone or _exited_processes(with_left=False)
         where = f"{self._where} (key {key})"
         if not gone:
             return RuntimeError(
                 f"rank {self._rank}: the store failed ({error}) in {where}; under env:// and tcp:// the store lives "
                 f"in global rank 0's process, so that process may have failed or exited: see its error")
-        gone.sort(key=lambda process: process[0] != 0)  # rank 0's first: its store is the one that failed
         reason = (f"rank {self._rank}: {gone[0][1]}, and the store failed ({error}) while this rank waited in "
                   f"{where}")
         _note_failure_elsewhere(reason)
@@ -218,22 +221,24 @@ def _watch_store_based_barrier():
     barrier = getattr(c10d, "_store_based_barrier", None)
     if barrier is None or getattr(barrier, "_axon_watches_peers", False):
         return
-    last_group_count = [None]
+    last_default_group = [None]  # a weak reference
 
     def store_based_barrier(*args, **kwargs):
         if len(args) != 3 or kwargs:  # not PyTorch 1.13's (rank, store, timeout): leave it be
             return barrier(*args, **kwargs)
         rank, store, timeout = args
-        # torch.distributed counts the groups of a world from 0 again after
-        # destroy_process_group(): a count that did not grow means that this
-        # is init_process_group's barrier of a new world. Groups the program
-        # still holds from the old one number their members as it did, and
-        # must not be asked about this one's processes (found by a review).
-        count = getattr(c10d, "_group_count", None)
-        begins = last_group_count[0] is None or count is None or count <= last_group_count[0]
+        # A default group other than the last barrier's means that this is
+        # init_process_group's barrier of a new world (whatever its backend).
+        # Groups the program still holds from the old one number their
+        # members as it did, and must not be asked about this one's
+        # processes (found by a review). (The count of groups, compared
+        # before, also grows at an init_process_group that fails, and the
+        # retry's barrier was taken for new_group's: a review.)
+        default_group = c10d._get_default_group()
+        begins = last_default_group[0] is None or last_default_group[0]() is not default_group
         if begins:
-            _world_begins(c10d._get_default_group())
-        last_group_count[0] = count
+            _world_begins(default_group)
+            last_default_group[0] = weakref.ref(default_group)  # PyTorch 1.13's groups take weak references
         watched = _BarrierStoreWatchingPeers(store, rank, c10d.get_world_size(),
                                              "init_process_group()" if begins else "new_group()")
         return barrier(rank, watched, timeout)

@@ -549,12 +549,16 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
       // bare "Connection reset by peer").
       // Global rank 0, outside a subgroup, is named as the barrier's
       // watch names it.
+      // Only processes that exited (one that left the default group may be
+      // a non-member that finished its work), and global rank 0's, whose
+      // process holds the store, waited for.
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       std::vector<std::pair<int, std::string>> gone;
       for (;;) {
         give_up_if_a_process_exited();
-        gone = exited_processes();
-        if (!gone.empty() || std::chrono::steady_clock::now() >= until) break;
+        gone = exited_processes(/*with_left=*/false);
+        const bool rank0_gone = std::any_of(gone.begin(), gone.end(), [](const auto& p) { return p.first == 0; });
+        if (rank0_gone || std::chrono::steady_clock::now() >= until) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       const std::string where = "rank " + std::to_string(rank) + " (global rank " +
@@ -1011,17 +1015,18 @@ void ProcessGroupAxon::note_failure_elsewhere(const std::string& reason) {
   any_failure_seen.store(true, std::memory_order_relaxed);
 }
 
-// The members of the newest default group that have left it for good, as
-// (global rank, description). Under live_groups_mutex(). The newest, not
-// the current world's (world_begins()): that is known only where the Python
-// module's barrier guessed it, and an older default group the program still
-// holds, which every other member has left, made every later new_group fail
-// naming live ranks (a review: a failed init_process_group, then a retry).
+// The members of the current world's default group that have left it for
+// good, as (global rank, description). Under live_groups_mutex(). An older
+// default group the program still holds, which every other member has
+// left, must not count (a review: it failed a later world's new_group
+// naming live ranks); nor one of the current world made without
+// global_ranks by other means than init_process_group: the newest counts.
 std::vector<std::pair<int, std::string>> ProcessGroupAxon::left_default_group_locked() {
   std::vector<std::pair<int, std::string>> left;
+  const std::uint64_t world = current_world.load(std::memory_order_relaxed);
   const ProcessGroupAxon* newest = nullptr;
   for (const ProcessGroupAxon* group : live_groups()) {
-    if (group->subgroup_ || group->in_forked_child()) continue;
+    if (group->world_ != world || group->subgroup_ || group->in_forked_child()) continue;
     if (newest == nullptr || group->serial_ > newest->serial_) newest = group;
   }
   for (const ProcessGroupAxon* group : {newest}) {
@@ -1093,7 +1098,7 @@ void ProcessGroupAxon::world_begins(const c10::intrusive_ptr<c10d::ProcessGroup>
   if (auto* axon = dynamic_cast<ProcessGroupAxon*>(default_group.get())) axon->world_ = world;
 }
 
-std::vector<std::pair<int, std::string>> ProcessGroupAxon::exited_processes() {
+std::vector<std::pair<int, std::string>> ProcessGroupAxon::exited_processes(bool with_left) {
   std::vector<std::pair<int, std::string>> exited;
   std::lock_guard<std::mutex> lock(live_groups_mutex());
   const std::uint64_t world = current_world.load(std::memory_order_relaxed);
@@ -1107,7 +1112,7 @@ std::vector<std::pair<int, std::string>> ProcessGroupAxon::exited_processes() {
                                       group->describe_global_ranks() + " saw");
     }
   }
-  for (auto& left : left_default_group_locked()) {
+  for (auto& left : with_left ? left_default_group_locked() : std::vector<std::pair<int, std::string>>{}) {
     if (std::none_of(exited.begin(), exited.end(), [&](const auto& seen) { return seen.first == left.first; })) {
       exited.push_back(std::move(left));
     }

@@ -86,10 +86,10 @@ PYBIND11_MODULE(_C, m) {
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "Lets every axon group's pending ops finish (cancelling receives still waiting), so that no "
         "thread of theirs holds a Python object when the interpreter ends");
-  m.def("_exited_processes", &axonml::torch::ProcessGroupAxon::exited_processes,
+  m.def("_exited_processes", &axonml::torch::ProcessGroupAxon::exited_processes, pybind11::arg("with_left") = true,
         pybind11::call_guard<pybind11::gil_scoped_release>(),
-        "The job's processes this process's live axon groups of the current world saw exit: (global rank, "
-        "description) pairs");
+        "The job's processes this process's live axon groups of the current world saw exit (with_left: or "
+        "leave the world's default group): (global rank, description) pairs");
   m.def("_note_failure_elsewhere", &axonml::torch::ProcessGroupAxon::note_failure_elsewhere, pybind11::arg("reason"),
         "Records a failure met outside the groups' ops: peers this rank then leaves waiting are told it");
   m.def("_world_begins", &axonml::torch::ProcessGroupAxon::world_begins, pybind11::arg("default_group"),

@@ -245,6 +245,26 @@ def old_default_group_held_through_a_failed_init(rank, n, port2, port3):
     return "ok"
 
 
+def old_axon_world_held_under_a_gloo_world(rank, n, port2):
+    """Rank 0 holds an axon default group (a DDP model would), every rank
+    destroys the world and makes a gloo one: its axon new_group([0, 1]),
+    rank 1 a second late, sets up. The held group, which rank 1 had left,
+    must not count as the current world's (a review)."""
+    dist.init_process_group("axon")
+    dist.all_reduce(torch.ones(4))
+    kept = dist.group.WORLD if rank == 0 else None  # noqa: F841
+    dist.destroy_process_group()
+    os.environ["MASTER_PORT"] = str(port2)
+    dist.init_process_group("gloo")
+    time.sleep(rank)
+    group = dist.new_group([0, 1], backend="axon")
+    t = torch.ones(4)
+    dist.all_reduce(t, group=group)
+    assert t.tolist() == [2.0] * 4, t
+    dist.destroy_process_group()
+    return "ok"
+
+
 def subgroup_errors_name_the_group(rank, n):
     """new_group([0, 1]) of three ranks numbers its members as the job does,
     but it is not the job: its errors name the group (they read "axon
@@ -978,6 +998,8 @@ if __name__ == "__main__":
     run_ranks(2, old_default_group_held_through_a_failed_init, free_port(), free_port())
     print("test_errors: an old default group held through a failed init_process_group and its retry left the "
           "retry's new_group alone")
+    run_ranks(2, old_axon_world_held_under_a_gloo_world, free_port())
+    print("test_errors: an old axon default group held under a new gloo world left its axon new_group alone")
     texts = run_ranks(3, subgroup_errors_name_the_group)
     print(f"test_errors: new_group([0, 1])'s errors name the group: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(4, killed_subgroup_member, dead={3})

@@ -113,11 +113,11 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // Only groups of the current world count (see world_begins()): a group
   // the program still holds from a world it has destroyed numbers its
   // members as that world did.
-  // Also the members of the current world's default group that have left
+  // With `with_left`, also the members of the current world's default group that have left
   // it for good (their program ended, or it called destroy_process_group()),
   // though their processes may still run: they come to no new group of this
   // world either.
-  static std::vector<std::pair<int, std::string>> exited_processes();
+  static std::vector<std::pair<int, std::string>> exited_processes(bool with_left = true);
   // Records `reason` as the failure this process met outside its groups'
   // ops (the Python module's watch on PyTorch's store-based barrier: rank
   // 0's process, and the store with it, gone), as an op's PeerFailure is
