@@ -543,15 +543,12 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     } catch (const std::exception& e) {
       // The store itself failed outside a wait (publishing this rank's
       // entry, say): under env:// and tcp:// it lives in global rank 0's
-      // process, gone. A process this process's other groups saw go is the
-      // reason to give, looked for up to a second: a killed process's
-      // sockets close a moment before a watch sees it exit (a review saw a
-      // bare "Connection reset by peer").
-      // Global rank 0, outside a subgroup, is named as the barrier's
-      // watch names it.
-      // Only processes that exited (one that left the default group may be
-      // a non-member that finished its work), and global rank 0's, whose
-      // process holds the store, waited for.
+      // process, gone. A member that went, or else a process this process's
+      // other groups saw exit (global rank 0 first, a member or not; not one
+      // that only left the default group: a non-member may have finished
+      // its work), is the reason to give. Rank 0 is looked for up to a
+      // second: a killed process's sockets close a moment before a watch
+      // sees it exit (a review saw a bare "Connection reset by peer").
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       std::vector<std::pair<int, std::string>> gone;
       for (;;) {
