@@ -9,7 +9,6 @@ through the store torch.distributed passes in.
 """
 import atexit
 import sys
-import time
 import warnings
 import weakref
 
@@ -23,7 +22,8 @@ except ImportError as error:
         f"axonml_torch needs PyTorch (1.13, Debian 12's python3-torch), and this Python ({sys.executable}) "
         f"cannot import it: {error}. Run the program with /usr/bin/python3, or install python3-torch") from error
 
-from ._C import _close_store_together_as_it_goes, _exited_processes, _note_failure_elsewhere, _program_ends
+from ._C import (_close_store_together_as_it_goes, _exited_processes, _note_failure_elsewhere,
+                 _process_gone_with_the_store, _program_ends)
 from ._C import _world_begins
 from ._C import create_process_group
 from ._C import allreduce_in_arena as _allreduce_in_arena
@@ -191,23 +191,13 @@ class _BarrierStoreWatchingPeers:
         return count
 
     def _store_failed(self, key, error):
-        # Global rank 0's process holds the store: a killed process's sockets
-        # close a moment before a watch sees it exit, so look for it for a
-        # second; else one that exited (not merely left the default group:
-        # that may be a rank that finished its work).
-        deadline = time.monotonic() + 1.0
-        while True:
-            gone = [process for process in _exited_processes() if process[0] == 0]
-            if gone or time.monotonic() >= deadline:
-                break
-            time.sleep(0.01)
-        gone = gone or _exited_processes(with_left=False)
+        gone = _process_gone_with_the_store()
         where = f"{self._where} (key {key})"
-        if not gone:
+        if gone is None:
             return RuntimeError(
                 f"rank {self._rank}: the store failed ({error}) in {where}; under env:// and tcp:// the store lives "
                 f"in global rank 0's process, so that process may have failed or exited: see its error")
-        reason = (f"rank {self._rank}: {gone[0][1]}, and the store failed ({error}) while this rank waited in "
+        reason = (f"rank {self._rank}: {gone[1]}, and the store failed ({error}) while this rank waited in "
                   f"{where}")
         _note_failure_elsewhere(reason)
         return RuntimeError(reason)

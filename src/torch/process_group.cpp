@@ -543,29 +543,14 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     } catch (const std::exception& e) {
       // The store itself failed outside a wait (publishing this rank's
       // entry, say): under env:// and tcp:// it lives in global rank 0's
-      // process, gone. A member that went, or else a process this process's
-      // other groups saw exit (global rank 0 first, a member or not; not one
-      // that only left the default group: a non-member may have finished
-      // its work), is the reason to give. Rank 0 is looked for up to a
-      // second: a killed process's sockets close a moment before a watch
-      // sees it exit (a review saw a bare "Connection reset by peer").
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      std::vector<std::pair<int, std::string>> gone;
-      for (;;) {
-        give_up_if_a_process_exited();
-        gone = exited_processes(/*with_left=*/false);
-        const bool rank0_gone = std::any_of(gone.begin(), gone.end(), [](const auto& p) { return p.first == 0; });
-        if (rank0_gone || std::chrono::steady_clock::now() >= until) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      // process, gone. A member that went (give_up_if_a_process_exited), or
+      // else the process that took the store with it, is the reason to give.
+      const auto gone = process_gone_with_the_store([this] { give_up_if_a_process_exited(); });
       const std::string where = "rank " + std::to_string(rank) + " (global rank " +
                                 std::to_string(global_ranks_[static_cast<std::size_t>(rank)]) + "): ";
       const std::string failed = "the store failed (" + std::string(e.what()) +
                                  ") while this rank set up the axon group of global ranks " + describe_global_ranks();
-      if (!gone.empty()) {
-        std::stable_partition(gone.begin(), gone.end(), [](const auto& process) { return process.first == 0; });
-        throw ad::PeerFailure(where + gone.front().second + ", and " + failed);
-      }
+      if (gone) throw ad::PeerFailure(where + gone->second + ", and " + failed);
       throw ad::Error(where + failed + "; under env:// and tcp:// the store lives in global rank 0's process, so "
                       "that process may have failed or exited: see its error");
     }
@@ -1115,6 +1100,24 @@ std::vector<std::pair<int, std::string>> ProcessGroupAxon::exited_processes(bool
     }
   }
   return exited;
+}
+
+std::optional<std::pair<int, std::string>> ProcessGroupAxon::process_gone_with_the_store(
+    const std::function<void()>& between_looks) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    if (between_looks) between_looks();
+    // Rank 0 having left the default group counts: its program is ending,
+    // and the store ends with it.
+    for (auto& process : exited_processes(/*with_left=*/true)) {
+      if (process.first == 0) return std::move(process);
+    }
+    if (std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto exited = exited_processes(/*with_left=*/false);
+  if (exited.empty()) return std::nullopt;
+  return std::move(exited.front());
 }
 
 // Held by every collective entry point from its first check until it calls

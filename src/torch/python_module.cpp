@@ -90,6 +90,11 @@ PYBIND11_MODULE(_C, m) {
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "The job's processes this process's live axon groups of the current world saw exit (with_left: or "
         "leave the world's default group): (global rank, description) pairs");
+  m.def(
+      "_process_gone_with_the_store", [] { return axonml::torch::ProcessGroupAxon::process_gone_with_the_store(); },
+      pybind11::call_guard<pybind11::gil_scoped_release>(),
+      "The process to name when the store failed: global rank 0's (which hosts it under env:// and tcp://), "
+      "looked for up to a second, else any process of the job that exited; (global rank, description) or None");
   m.def("_note_failure_elsewhere", &axonml::torch::ProcessGroupAxon::note_failure_elsewhere, pybind11::arg("reason"),
         "Records a failure met outside the groups' ops: peers this rank then leaves waiting are told it");
   m.def("_world_begins", &axonml::torch::ProcessGroupAxon::world_begins, pybind11::arg("default_group"),

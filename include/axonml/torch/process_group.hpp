@@ -118,6 +118,15 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // though their processes may still run: they come to no new group of this
   // world either.
   static std::vector<std::pair<int, std::string>> exited_processes(bool with_left = true);
+  // The process to name when the c10d store failed under this process: under
+  // env:// and tcp:// the store lives in global rank 0's process. Looks for
+  // that process among exited_processes() for up to a second (a killed
+  // process's sockets close a moment before a watch sees it exit: a review
+  // saw a bare "Connection reset by peer"), calling `between_looks` before
+  // each look; else any process of the job that exited (not one that only
+  // left the default group: it may have finished its work). Empty when none.
+  static std::optional<std::pair<int, std::string>> process_gone_with_the_store(
+      const std::function<void()>& between_looks = {});
   // Records `reason` as the failure this process met outside its groups'
   // ops (the Python module's watch on PyTorch's store-based barrier: rank
   // 0's process, and the store with it, gone), as an op's PeerFailure is
