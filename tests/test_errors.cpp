@@ -187,8 +187,10 @@ TEST_CASE("subgroup lists with duplicate or out-of-range ranks are rejected", "[
 }
 
 // The ranks compare new_group lists by hash; each rank's message also gives
-// the list it passed, which the hashes alone do not.
-TEST_CASE("new_group with different lists on different ranks is a mismatch naming this rank's list",
+// the list it passed, which the hashes alone do not. A later call on the
+// broken group repeats that message as it was: it named the later call's
+// list beside the first call's descriptors (a review).
+TEST_CASE("new_group with different lists on different ranks is a mismatch naming this rank's list, repeated as it was",
           "[errors][groups][mismatch]") {
   run_ranks(3, [](std::shared_ptr<Backend> b, int r) {
     const std::vector<int> list = r == 1 ? std::vector<int>{0, 1} : std::vector<int>{2, 0, 1};
@@ -197,6 +199,8 @@ TEST_CASE("new_group with different lists on different ranks is a mismatch namin
                                  Contains("new_group(2 ranks, list hash ") && Contains("new_group(3 ranks, list hash ") &&
                                  Contains(std::string("; this rank's new_group list is ") +
                                           (r == 1 ? "[0, 1]" : "[2, 0, 1]")));
+    RANK_REQUIRE(error_of([&] { (void)b->new_group(std::vector<int>{0}); }) == error);
+    RANK_REQUIRE(error_of([&] { b->barrier(); }) == error.substr(0, error.find("; this rank's new_group list")));
   });
 }
 

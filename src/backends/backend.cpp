@@ -143,7 +143,11 @@ std::shared_ptr<Backend> Backend::new_group(std::span<const int> ranks) {
     // list this rank passed, which the hash alone does not (found by a review).
     const std::string what = e.what();
     if (what.find("new_group(") == std::string::npos) throw;
-    throw CollectiveMismatch(what + "; this rank's new_group list is " + bracketed(ranks));
+    if (what != new_group_mismatch_thrown_) {
+      new_group_mismatch_thrown_ = what;
+      new_group_mismatch_told_ = what + "; this rank's new_group list is " + bracketed(ranks);
+    }
+    throw CollectiveMismatch(new_group_mismatch_told_);
   }
 }
 

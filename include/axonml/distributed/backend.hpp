@@ -305,6 +305,12 @@ class Backend {
 
   // The thread inside a collective here or holding the endpoint; none when free.
   std::atomic<std::thread::id> holder_{};
+  // new_group's first mismatch as the transport threw it, and as new_group
+  // told it (with this rank's list): a later call on the broken group gets
+  // the transport's same text, and must be told the same, not that text with
+  // the later call's list (a review). Touched under a ThreadClaim only.
+  std::string new_group_mismatch_thrown_;
+  std::string new_group_mismatch_told_;
   // Why it is held (hold_collectives_for), or nullptr while a collective
   // merely runs; read only to word the error.
   std::atomic<const char*> hold_reason_{nullptr};
