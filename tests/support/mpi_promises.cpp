@@ -548,6 +548,32 @@ void exit_with_thread(Backend& b, const std::string& dir, std::uint64_t token) {
          "PeerFailure naming that exit: '" + *error + "'");
 }
 
+// Every rank runs 20 barriers and 20 checked all_reduces; rank 1 then
+// returns status 1 (main does), having done its part in all of them. Under
+// MPI its exit's abort notice could overtake its last messages, and the
+// others threw PeerFailure from a last call rank 1 had finished (a review:
+// 2-3 runs in 8). The others must finish every call. No tally: a call after
+// rank 1's exit fails, as promised; each rank prints its own failures.
+void exit_nonzero_after_its_part(Backend& b) {
+  const int n = b.world_size();
+  std::string error = "no error";
+  int wrong = 0;
+  try {
+    for (int i = 0; i < 20; ++i) b.barrier();
+    for (int i = 0; i < 20; ++i) {
+      std::vector<float> v(3, static_cast<float>(b.rank() + i));
+      b.all_reduce(std::span<float>(v), ReduceOp::Sum);
+      const float expected = static_cast<float>(n * (n - 1) / 2 + n * i);
+      for (float x : v) wrong += x != expected;
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  expect(error == "no error" && wrong == 0,
+         "every call rank 1 took part in before it exited with status 1 finishes, with the right sums (" +
+             std::to_string(wrong) + " wrong): " + error);
+}
+
 void exit_with_waiting_thread(std::shared_ptr<Backend> b) {
   if (b->rank() != 0) return;
   std::thread waiting([b] {  // a copy: the World in main goes before the thread's wait ends
@@ -814,6 +840,9 @@ int main(int argc, char** argv) {
       exit_with_thread(b, arg, token);
     } else if (mode == "exit-with-waiting-thread") {
       exit_with_waiting_thread(world.default_group().backend_ptr());
+    } else if (mode == "exit-nonzero-after-its-part") {
+      exit_nonzero_after_its_part(b);
+      if (me == 1) return 1;
     } else if (mode == "refused-on-one-rank") {
       refused_on_one_rank(b);
     } else if (mode == "init-twice") {
@@ -830,13 +859,14 @@ int main(int argc, char** argv) {
       group_of_one_untouched(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | exit-with-waiting-thread | refused-on-one-rank | late-rank | late-at-the-timeout | init-twice | alloc-shared | mismatch KIND | after-exit | rank-order\n");
+                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | exit-with-waiting-thread | exit-nonzero-after-its-part | refused-on-one-rank | late-rank | late-at-the-timeout | init-twice | alloc-shared | mismatch KIND | after-exit | rank-order\n");
       return 2;
     }
     int total = failures;
     // Under axon-launch a timeout aborts the whole job, the tally's group too.
     const bool job_aborted = mode == "collective-timeout" || mode == "hung-peer" || mode == "abort" ||
                              mode == "abort-in-broadcast" || mode == "exit-with-thread" ||
+                             mode == "exit-nonzero-after-its-part" ||
                              ((mode == "late-rank" || mode == "late-at-the-timeout") && b.name() != "mpi");
     if (!job_aborted) {
       tally->all_reduce(std::span<int>(&total, 1), ReduceOp::Sum);
