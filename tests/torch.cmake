@@ -33,6 +33,8 @@ axon_torch_test("a group destroyed while its op still runs returns once the op e
 axon_torch_test("an async collective never waits for its peers in the caller (a send after it, two groups in opposite order), and a callback's collectives and PowerSGD's DDP hook run" test_async.py)
 axon_torch_test("the async patterns and callbacks also complete with every collective on the communication thread (AXON_TORCH_INLINE_BYTES=0)" test_async.py 0)
 axon_torch_test("200 rounds of callbacks nested three deep (an irecv's callback runs a collective, a send/recv and an async collective whose callback runs an isend/irecv ring) complete on 3 ranks" test_callbacks.py 3 200)
+axon_torch_test("a collective issued from a future's callback pairs in program order on every rank: after the ops called before the future was taken, before those called after, on 2 ranks" test_callback_order.py 2 20)
+axon_torch_test("callbacks' collectives pair in program order on 3 ranks with every collective on the communication thread (AXON_TORCH_INLINE_BYTES=0)" test_callback_order.py 3 10 0)
 axon_torch_test("a future's callback that waits on an op queued after its own runs the ops up to it, in order, instead of hanging every rank" test_callback_waits.py)
 axon_torch_test("the nested callbacks also complete with every collective on the communication thread (AXON_TORCH_INLINE_BYTES=0)" test_callbacks.py 3 100 0)
 axon_torch_test("collectives run in call order on 3 ranks, a short one on the caller's thread when its peers wait in it, done on return" test_order.py 3)

@@ -38,8 +38,26 @@ void AxonWork::fail(std::exception_ptr error) {
   finish(error);
 }
 
+c10::intrusive_ptr<c10::ivalue::Future> AxonWork::getFuture() {
+  if (program_calls_ && future_taken_after_.load(std::memory_order_relaxed) == kFutureNotTaken) {
+    std::uint64_t not_taken = kFutureNotTaken;
+    future_taken_after_.compare_exchange_strong(not_taken, program_calls_->load(std::memory_order_relaxed),
+                                                std::memory_order_relaxed);
+  }
+  return future_;
+}
+
+std::optional<std::uint64_t> AxonWork::future_taken_after() const {
+  const std::uint64_t taken = future_taken_after_.load(std::memory_order_relaxed);
+  if (taken == kFutureNotTaken) return std::nullopt;
+  return taken;
+}
+
 namespace {
+// The threads whose run token this thread holds, and beside each the Work
+// whose op or callbacks run under it, innermost last.
 thread_local std::vector<CommThread*> tokens_held;
+thread_local std::vector<const AxonWork*> works_running;
 }  // namespace
 
 const std::vector<CommThread*>& CommThread::tokens_held_here() { return tokens_held; }
@@ -87,19 +105,47 @@ CommThread::~CommThread() {
   thread_.join();
 }
 
+std::uint64_t CommThread::accept_program_call_locked(AxonWork& work) {
+  const std::uint64_t number = program_calls_->load(std::memory_order_relaxed) + 1;
+  program_calls_->store(number, std::memory_order_relaxed);
+  work.note_accepted(program_calls_);
+  return number;
+}
+
 void CommThread::push(c10::intrusive_ptr<AxonWork> work, std::function<void()> run) {
   unfinished_.fetch_add(1, std::memory_order_relaxed);
   bool nested;
+  bool at_once = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     nested = busy_ && owner_ == std::this_thread::get_id();
-    if (!nested) queue_.push_back(Task{work, std::move(run)});
+    if (!nested) {
+      const std::uint64_t number = accept_program_call_locked(*work);
+      queue_.push_back(Task{work, std::move(run), number});
+    } else {
+      // From one of this thread's ops or its future's callbacks: after the
+      // program's calls made before that op's future was taken. (The op
+      // runs under the innermost token of this thread held here.)
+      work->note_accepted(program_calls_);
+      const AxonWork* running = nullptr;
+      for (std::size_t i = tokens_held.size(); i-- > 0;) {
+        if (tokens_held[i] == this) {
+          running = works_running[i];
+          break;
+        }
+      }
+      const std::optional<std::uint64_t> after = running ? running->future_taken_after() : std::nullopt;
+      const auto before =
+          after ? std::find_if(queue_.begin(), queue_.end(), [&](const Task& t) { return t.place > *after; })
+                : queue_.begin();
+      at_once = before == queue_.begin();
+      if (!at_once) queue_.insert(before, Task{work, std::move(run), *after});
+    }
   }
-  if (nested) {
-    // From one of this thread's ops or its future's callbacks: queued, it
-    // would wait for the very thread that waits for it.
+  if (at_once) {
+    // Queued first, it would wait for the very thread that waits for it.
     run_and_complete(work, run);
-  } else {
+  } else if (!nested) {
     ready_.notify_one();
   }
 }
@@ -114,18 +160,20 @@ void CommThread::wait_idle() {
   drained_.wait(lock, [&] { return idle_locked(); });
 }
 
-bool CommThread::take_if_idle() {
+bool CommThread::take_if_idle(AxonWork& work, std::uint64_t& place) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!idle_locked() || stopping_) return false;
   busy_ = true;
   owner_ = std::this_thread::get_id();
+  place = accept_program_call_locked(work);
   return true;
 }
 
 bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std::function<void()> run,
                                   const std::function<void()>& committed, const std::function<bool()>& peers_ready,
                                   std::chrono::microseconds patience) {
-  if (!take_if_idle()) {
+  std::uint64_t place = 0;
+  if (!take_if_idle(*work, place)) {
     push(work, std::move(run));
     return false;
   }
@@ -147,7 +195,7 @@ bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std:
   {
     // Ops queued while we held the token were called after this one.
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_front(Task{work, std::move(run)});
+    queue_.push_front(Task{work, std::move(run), place});
     busy_ = false;
     owner_ = {};
   }
@@ -159,8 +207,12 @@ void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, cons
   // This thread holds the run token while the op and its future's callbacks
   // run (they run in complete() or fail()).
   tokens_held.push_back(this);
+  works_running.push_back(work.get());
   struct Release {
-    ~Release() { tokens_held.pop_back(); }
+    ~Release() {
+      tokens_held.pop_back();
+      works_running.pop_back();
+    }
   } release;
   std::exception_ptr error;
   try {

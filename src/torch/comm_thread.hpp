@@ -16,10 +16,18 @@
 //
 // Call order holds: an op runs on a caller's thread only when every op
 // called before it has finished, and no op called after it starts before it
-// ends. An op called while one of this group's ops or its future's
-// callbacks runs on the same thread (a callback that issues a collective, as
-// DDP's PowerSGD hook does) runs at once, nested: queued, it would wait for
-// the very thread that waits for it.
+// ends. An op called from one of this group's ops or its future's callbacks
+// (a callback that issues a collective, as DDP's PowerSGD hook does) takes
+// its place right after the ops the program had called when it took that
+// op's future (getFuture(), which then() needs): as if the callback had run
+// then, which it does on a rank where the op was already complete (c10's
+// then() runs the callback at once). Placed at the front, it runs at once,
+// nested (queued, it would wait for the very thread that waits for it);
+// behind ops still queued, it waits for them, and a wait() on it from the
+// callback runs them there (run_queued_through). It ran at once whatever
+// was queued, and ranks whose callback ran on the calling thread ran it
+// after those ops: same-shaped all_reduces were paired crosswise, wrong
+// sums and no error (a review).
 //
 // Thread safety: every member from any thread.
 #pragma once
@@ -33,7 +41,9 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -58,10 +68,23 @@ class AxonWork final : public c10d::Work {
 
   std::vector<at::Tensor> result() override { return outputs_; }
   int sourceRank() const override { return source_rank_ >= 0 ? source_rank_ : c10d::Work::sourceRank(); }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // The first call notes how many ops the program had called on the
+  // CommThread by then: where its callbacks' ops take their place.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+  // By CommThread, as it accepts the op: the count of the ops the program
+  // has called on it (the ops not called from its own ops or callbacks).
+  void note_accepted(std::shared_ptr<const std::atomic<std::uint64_t>> program_calls) {
+    program_calls_ = std::move(program_calls);
+  }
+  // The count noted at the first getFuture(); none before.
+  std::optional<std::uint64_t> future_taken_after() const;
 
  private:
+  static constexpr std::uint64_t kFutureNotTaken = ~std::uint64_t{0};
   std::vector<at::Tensor> outputs_;
+  std::shared_ptr<const std::atomic<std::uint64_t>> program_calls_;
+  std::atomic<std::uint64_t> future_taken_after_{kFutureNotTaken};
   std::uint64_t fork_generation_;  // shm::WaitContext's count of forks when made
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_;
@@ -79,7 +102,9 @@ class CommThread {
 
   // Queues `run` behind every op queued before it; called from the thread
   // that holds the run token (one of this thread's ops, or its future's
-  // callbacks), it runs `run` at once instead, nested.
+  // callbacks), it places it after the ops the program had called when it
+  // took that op's future (see above), and runs it at once, nested, when
+  // that is the front.
   void push(c10::intrusive_ptr<AxonWork> work, std::function<void()> run);
 
   // Whether no op is queued or running. Once idle, this thread holds
@@ -125,11 +150,18 @@ class CommThread {
   struct Task {
     c10::intrusive_ptr<AxonWork> work;
     std::function<void()> run;
+    // The count of program calls it comes after: its own number for a
+    // program call, the count its placing future noted for a callback's.
+    // Non-decreasing along the queue.
+    std::uint64_t place = 0;
   };
   void loop();
   bool idle_locked() const { return !busy_ && queue_.empty(); }  // REQUIRES: mutex_ held
-  // Takes the run token when idle (nothing queued or running).
-  bool take_if_idle();
+  // Counts a call of the program and hands `work` the count; returns it.
+  std::uint64_t accept_program_call_locked(AxonWork& work);  // REQUIRES: mutex_ held
+  // Takes the run token when idle (nothing queued or running), accepting
+  // `work` as a program call (its number in `place`).
+  bool take_if_idle(AxonWork& work, std::uint64_t& place);
   // Runs `run`, completes or fails `work` with what it threw (so the
   // future's callbacks run here, still holding the token), then hands the
   // token back. Called by the token's holder, outside the mutex.
@@ -144,6 +176,9 @@ class CommThread {
   bool busy_ = false;     // the run token: an op runs, on this thread or on a caller's
   std::thread::id owner_;  // the thread holding it, while busy_
   std::atomic<int> unfinished_{0};  // ops accepted whose run() has not returned
+  // Ops called on this thread by the program (not from its ops or their
+  // callbacks); shared with the Works, whose getFuture() reads it.
+  std::shared_ptr<std::atomic<std::uint64_t>> program_calls_ = std::make_shared<std::atomic<std::uint64_t>>(0);
   std::function<void(const std::exception*)> on_outcome_;
   std::thread thread_;  // last: it starts in the constructor and reads the members above
 };
