@@ -170,9 +170,14 @@ class _BarrierStoreWatchingPeers:
     def add(self, key, value):
         never_comes = None
         try:
+            count = self._store.add(key, value)
+            # Marked after the count: a process killed between the two then
+            # has counted and is taken for one that never came, not the
+            # reverse (marked first, it seemed come, and the count it never
+            # added left the others waiting for new_group's timeout: a review,
+            # about 1 kill in 100).
             if value != 0:
                 self._store.add(f"{key}/axon_arrived/{self._rank}", 1)  # add: every store has it (check() is C++ only)
-            count = self._store.add(key, value)
             self._polls += 1
             if value == 0 and count != self._world_size and self._polls % 10 == 0:
                 for global_rank, description in _exited_processes():

@@ -203,6 +203,53 @@ def rank0_killed_before_new_group(rank, n):
     return raises(lambda: dist.new_group([0, 1]), "global rank 0 (pid", "exited or was killed")
 
 
+class _KilledAfterFirstAdd:
+    """A store whose process is killed right after its first add of a
+    non-zero value (in the barrier: the count, or the arrival mark)."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def add(self, key, value):
+        count = self._store.add(key, value)
+        if value != 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return count
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def rank1_killed_between_its_barrier_adds(rank, n):
+    """Rank 1 killed in new_group's store-based barrier between its two adds
+    (the barrier's count, and the watch's mark that it came). With the mark
+    first, the others saw rank 1 as come and waited for a count that never
+    came, for new_group's timeout (a review: about 1 kill in 100 of a loop).
+    Now the count goes first: the others set up and their next op names rank
+    1, or the barrier does; within seconds either way."""
+    import axonml_torch
+    dist.init_process_group("axon", timeout=datetime.timedelta(seconds=30))
+    dist.all_reduce(torch.ones(4))
+    if rank == 1:
+        watching = axonml_torch._BarrierStoreWatchingPeers
+        original_init = watching.__init__
+
+        def init(self, store, *args):
+            original_init(self, _KilledAfterFirstAdd(store), *args)
+        watching.__init__ = init
+    else:
+        time.sleep(0.5)  # rank 1 comes first
+    started = time.monotonic()
+
+    def new_group_then_all_reduce():
+        dist.new_group([0, 2])
+        dist.all_reduce(torch.ones(4))
+    text = raises(new_group_then_all_reduce, "rank 1", "exited or was killed")
+    waited = time.monotonic() - started
+    assert waited < 10, f"named rank 1 only after {waited:.1f} s: {text}"
+    return text
+
+
 def rank0_killed_in_init_barrier(rank, n):
     """Rank 0 killed in PyTorch's store-based barrier at the end of
     init_process_group: the others name it and that call, not new_group (a
@@ -993,6 +1040,9 @@ if __name__ == "__main__":
         texts = run_ranks(3, rank0_killed_before_new_group, dead={0})
     print(f"test_errors: kill -9 of rank 0 before new_group([0, 1]), 3 runs: the member and the rank outside named it: "
           f"{texts[1].splitlines()[0][:140]} / {texts[2].splitlines()[0][:140]}")
+    texts = run_ranks(3, rank1_killed_between_its_barrier_adds, dead={1})
+    print(f"test_errors: kill -9 of rank 1 between its two adds in new_group's barrier was named within seconds: "
+          f"{texts[0].splitlines()[0][:140]}")
     texts = run_ranks(3, rank0_killed_in_init_barrier, dead={0})
     print(f"test_errors: kill -9 of rank 0 in init_process_group's barrier named it and that call: {texts[1][:160]}")
     run_ranks(2, old_default_group_held_through_a_failed_init, free_port(), free_port())
