@@ -48,6 +48,17 @@ def rank_body(case):
                 sys.exit(0)  # leaves as the others come and go in their all_reduces
             dist.all_reduce(t)
             t.fill_(1)
+    elif case == "os-exit-0-mid-loop":
+        t = torch.ones(4)
+        for i in range(1000):
+            if rank == 1 and i == 100:
+                os._exit(0)  # no atexit: it leaves no group; the others' watch sees its process end
+            try:
+                dist.all_reduce(t)
+            except RuntimeError as e:
+                print(f"caught: {e}", flush=True)
+                sys.exit(1)  # the survivors end as a program that catches the error would
+            t.fill_(1)
     elif case == "crash-after-handled-leave":
         g = dist.new_group([0, 1])
         h = dist.new_group([0, 2])
@@ -215,6 +226,15 @@ def main():
         if "axon-launch: rank 1 exited (status 0) while other ranks still waited for it" not in err:
             raise SystemExit(f"exit-0-mid-loop, run {attempt + 1}: the summary does not blame rank 1's exit:\n{err}")
     print(f"test_launcher_summary: a rank that left amid its peers' all_reduces and exited 0, six times: {line}")
+    # Also when it ended with os._exit(0), leaving no group: the survivors'
+    # watch saw its process end, and the summary blamed a survivor that
+    # caught the error and exited 1 (a review: 11 runs of 11). Three runs.
+    for attempt in range(3):
+        line, err = run(launcher, "os-exit-0-mid-loop", timeout="100", status=1)
+        if "axon-launch: rank 1 exited (status 0) while other ranks still waited for it" not in err or \
+                "rank 1 (pid" not in line:
+            raise SystemExit(f"os-exit-0-mid-loop, run {attempt + 1}: the summary does not blame rank 1's exit:\n{err}")
+    print(f"test_launcher_summary: a rank that ended with os._exit(0) amid its peers' all_reduces, three times: {line}")
     # ... and when every rank ended before the launcher reaped the first.
     line, err = run_unreaped(launcher)
     if "axon-launch: rank 1 exited (status 0) while other ranks still waited for it" not in err:
