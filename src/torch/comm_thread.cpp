@@ -145,7 +145,13 @@ void CommThread::push(c10::intrusive_ptr<AxonWork> work, std::function<void()> r
   if (at_once) {
     // Queued first, it would wait for the very thread that waits for it.
     run_and_complete(work, run);
-  } else if (!nested) {
+  } else if (nested) {
+    // Behind ops still queued: they run here first, then it, as it did
+    // before it was placed (at once, nested). Left queued, a callback that
+    // waits on its future (PowerSGD's hook does, on each of its
+    // all_reduces) would wait for the very thread it blocks.
+    run_queued_through(work.get());
+  } else {
     ready_.notify_one();
   }
 }

@@ -21,12 +21,11 @@
 // its place right after the ops the program had called when it took that
 // op's future (getFuture(), which then() needs): as if the callback had run
 // then, which it does on a rank where the op was already complete (c10's
-// then() runs the callback at once). Placed at the front, it runs at once,
-// nested (queued, it would wait for the very thread that waits for it);
-// behind ops still queued, it waits for them, and a wait() on it from the
-// callback runs them there (run_queued_through). It ran at once whatever
-// was queued, and ranks whose callback ran on the calling thread ran it
-// after those ops: same-shaped all_reduces were paired crosswise, wrong
+// then() runs the callback at once). It then runs at once, nested, after
+// those of them still queued, which run there first (queued, it would wait
+// for the very thread that waits for it). It ran at once ahead of
+// everything queued, and ranks whose callback ran on the calling thread ran
+// it after those ops: same-shaped all_reduces were paired crosswise, wrong
 // sums and no error (a review).
 //
 // Thread safety: every member from any thread.
@@ -103,8 +102,8 @@ class CommThread {
   // Queues `run` behind every op queued before it; called from the thread
   // that holds the run token (one of this thread's ops, or its future's
   // callbacks), it places it after the ops the program had called when it
-  // took that op's future (see above), and runs it at once, nested, when
-  // that is the front.
+  // took that op's future (see above), and runs it at once, nested, after
+  // those of them still queued.
   void push(c10::intrusive_ptr<AxonWork> work, std::function<void()> run);
 
   // Whether no op is queued or running. Once idle, this thread holds

@@ -11,7 +11,8 @@ thread. The callback's op ran at once there, ahead of the queued `b`, and
 the ranks paired b with x: wrong sums, no error (a review: 5-11 rounds of 20
 wrong on 2 ranks, every run). Gloo gives the right sums.
 
-The second half is PowerSGD's order: the callback's op must still come
+Then the same with the callback waiting on its op's future (PowerSGD's hook
+does), which must not hang. Last, PowerSGD's order: the callback's op must still come
 before the ops the program calls after it took the future (`c` here).
 
     test_callback_order.py RANKS ROUNDS [INLINE_BYTES]   (sets AXON_TORCH_INLINE_BYTES)
@@ -56,6 +57,23 @@ def body(rank, n, rounds, inline_bytes):
         check("a", a, total, i)
         check("b", b, 100.0 * total, i)
         check("x", x, 5.0 * n, i)
+
+        # The same with the callback waiting on the op's future, as PowerSGD's
+        # hook does: placed behind the queued `b`, it must not wait for the
+        # very thread it blocks.
+        a = torch.full((10,), float(rank + 1))
+        b = torch.full((LARGE,), 100.0 * (rank + 1))
+        w1 = dist.all_reduce(a, async_op=True)
+        w2 = dist.all_reduce(b, async_op=True)
+
+        def after_b_on_its_future(fut):
+            y = torch.full((LARGE,), 3.0)
+            return dist.all_reduce(y, async_op=True).get_future().wait()[0]
+
+        y = w1.get_future().then(after_b_on_its_future).wait()
+        w2.wait()
+        check("b (future)", b, 100.0 * total, i)
+        check("y", y, 3.0 * n, i)
 
         # The callback's op comes before `c`, called after the future was taken
         # (the PowerSGD hook's order), and it need not be waited on in the callback.
