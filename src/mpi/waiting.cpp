@@ -17,16 +17,12 @@ namespace axonml::distributed::mpi {
 
 namespace {
 
-// Calls test() until it returns true, yielding for the first millisecond (a
-// peer on a shared core gets it at once), then sleeping 50 us between tests:
-// latency stays low, and a rank that waits seconds for a slow peer costs next
-// to nothing. Throws PeerFailure when aborted, Timeout after the timeout.
 // How long a wait that has received another process's abort notice goes on
 // testing before it gives up (see poll).
 constexpr auto kNoticeGrace = std::chrono::milliseconds(100);
 
 // Whether test() returns true within `grace`, testing all along (each test
-// drives MPI's progress), yielding the core between tests.
+// drives MPI's progress), sleeping 50 us between tests.
 template <typename Test>
 bool finishes_within(Test& test, std::chrono::milliseconds grace) {
   const auto until = std::chrono::steady_clock::now() + grace;
@@ -37,6 +33,10 @@ bool finishes_within(Test& test, std::chrono::milliseconds grace) {
   return test();
 }
 
+// Calls test() until it returns true, yielding for the first millisecond (a
+// peer on a shared core gets it at once), then sleeping 50 us between tests:
+// latency stays low, and a rank that waits seconds for a slow peer costs next
+// to nothing. Throws PeerFailure when aborted, Timeout after the timeout.
 template <typename Test, typename Describe>
 void poll(Test&& test, const WaitContext& context, Describe&& describe) {
   constexpr auto kYieldPhase = std::chrono::milliseconds(1);

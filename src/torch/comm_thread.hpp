@@ -21,7 +21,9 @@
 // its place right after the ops the program had called when it took that
 // op's future (getFuture(), which then() needs): as if the callback had run
 // then, which it does on a rank where the op was already complete (c10's
-// then() runs the callback at once). It then runs at once, nested, after
+// then() runs the callback at once), provided then() follows getFuture()
+// with no op called between (DDP and its hooks do so; the README tells users
+// to). It then runs at once, nested, after
 // those of them still queued, which run there first (queued, it would wait
 // for the very thread that waits for it). It ran at once ahead of
 // everything queued, and ranks whose callback ran on the calling thread ran

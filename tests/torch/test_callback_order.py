@@ -20,6 +20,7 @@ before the ops the program calls after it took the future (`c` here).
 import datetime
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -88,6 +89,22 @@ def body(rank, n, rounds, inline_bytes):
         check("p", p, total, i)
         check("q", q, 7.0 * n, i)
         check("c", c, 1000.0 * total, i)
+    # A receive's callback that receives again and waits on that receive's
+    # future, its first receive's future taken after a second irecv was
+    # posted: the new irecv goes behind that one, which runs first (left
+    # queued, it hung the receiving thread the callback blocks; a review).
+    if rank == 0:
+        time.sleep(0.3)  # rank 1's receives are posted and waiting
+        for k in range(3):
+            dist.send(torch.full((4,), float(k)), dst=1)
+    elif rank == 1:
+        t1, t2, t3 = torch.zeros(4), torch.zeros(4), torch.zeros(4)
+        w1 = dist.irecv(t1, src=0)
+        w2 = dist.irecv(t2, src=0)
+        w1.get_future().then(lambda fut: dist.irecv(t3, src=0).get_future().wait()).wait()
+        w2.wait()
+        if [t1[0].item(), t2[0].item(), t3[0].item()] != [0.0, 1.0, 2.0]:
+            wrong.append(f"receives in call order: got {t1[0].item()}, {t2[0].item()}, {t3[0].item()}, not 0, 1, 2")
     dist.barrier()
     dist.destroy_process_group()
     return wrong or "ok"
