@@ -83,7 +83,7 @@ LaunchOptions parse_options(int argc, char** argv) {
   // Signed, so that a negative value is named as given rather than wrapped.
   long long arena_mb = 0;
   app.add_option("--arena-mb", arena_mb,
-                 "size of the shared arena in MiB (default, or 0: sized for N ranks)");
+                 "size of the shared arena in MiB, at most 1048576 (1 TiB) (default, or 0: sized for N ranks)");
   app.add_option("--timeout", options.timeout_s,
                  "seconds a rank may wait for its peers in one operation before failing "
                  "(AXON_TIMEOUT, default 300)");

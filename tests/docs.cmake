@@ -49,3 +49,6 @@ set_tests_properties("docs: README's shell commands run in this build tree"
 add_test(NAME "docs: every path README.md and docs/*.md name exists"
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/docs/doc_paths.py
           ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+
+add_test(NAME "docs: arena.md names the layout version the code writes"
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/docs/arena_layout_version.py ${PROJECT_SOURCE_DIR})

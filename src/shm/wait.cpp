@@ -222,7 +222,7 @@ std::string WaitContext::why_refused() const {
 
 void WaitContext::mark_left() const {
   if (in_forked_child()) return;  // the rank's own process has not left
-  // No bell: a sleeping peer looks between sleep slices (50 ms), soon
+  // No bell: a sleeping peer looks between sleep slices (50 ms or more), soon
   // enough, and ringing would mean knowing which bell each one sleeps on.
   control(rank_).left.store(1, std::memory_order_release);
   ops_generation_.store(kLeft, std::memory_order_relaxed);

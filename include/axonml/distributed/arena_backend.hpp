@@ -48,7 +48,7 @@ class ArenaBackend : public Backend {
   std::size_t slot_bytes() const;
   // Whether [p, p + bytes) lies in this rank's mapping of the arena (as an
   // allocate_shared() buffer does): an all_reduce of more than the one-round
-  // size there reads the peers' buffers in place.
+  // size and 8 KiB there reads the peers' buffers in place.
   bool contains(const void* p, std::size_t bytes) const;
   // The whole arena's size, the same on every rank.
   std::size_t arena_bytes() const;

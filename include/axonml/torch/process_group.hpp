@@ -162,7 +162,7 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
 
   // Moves the memory of `tensor`'s storage into this group's shared memory
   // (every tensor and view of that storage follows), where an all_reduce of
-  // more than 16 KiB reads the peers' tensors in place, and each rank writes
+  // more than the one-round limit and 8 KiB (16 KiB at n=2, 8 KiB from n=4) reads the peers' tensors in place, and each rank writes
   // its reduced slice into every rank's tensor, instead of copying through
   // the slots (0.44-0.68x the time at most sizes from 64 KiB here;
   // docs/benchmarks.md). After an all_reduce on it fails, the tensor's
