@@ -1,6 +1,7 @@
 #include "torch/comm_thread.hpp"
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/GradMode.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -222,6 +223,12 @@ void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, cons
   } release;
   std::exception_ptr error;
   try {
+    // A collective is no autograd op: like Gloo, which writes through data
+    // pointers, it may write the result back into a non-contiguous view of a
+    // leaf that requires grad (a transposed parameter), which copy_() refuses
+    // while grad mode is on (found by a review). The callbacks that
+    // complete() runs below keep the thread's own mode.
+    const c10::AutoGradMode outside_autograd(false);
     run();
     if (on_outcome_) on_outcome_(nullptr);
   } catch (const std::exception& e) {
