@@ -319,6 +319,29 @@ TEST_CASE("a lock left held by a dead rank fails waiters on abort", "[arena][all
   REQUIRE(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
 }
 
+TEST_CASE("once the job is aborted, releases under a dead rank's lock return at once, not a sleep slice each",
+          "[arena][allocator][errors]") {
+  // A survivor dropping thousands of placed tensors after a peer was killed
+  // holding the lock sat in their destructors for minutes (a review): each
+  // release waited one sleep slice (50 ms) before it saw the abort.
+  HeapArena arena(64 << 20, std::chrono::seconds(60));
+  std::vector<std::uint64_t> blocks;
+  for (int i = 0; i < 1000; ++i) blocks.push_back(arena.allocator.allocate(kPage));
+  REQUIRE(std::find(blocks.begin(), blocks.end(), 0) == blocks.end());
+  arena.header().allocator.lock.store(3);  // as if rank 2 died holding it
+  arena.waits.abort(2, "rank 2 was killed by signal 9 (SIGKILL)");
+  const auto started = std::chrono::steady_clock::now();
+  for (const std::uint64_t b : blocks) arena.allocator.release(b, kPage);  // each gives up: the block stays taken
+  // 1000 sleep slices would be 50 s; at once is microseconds.
+  REQUIRE(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+  // With the lock free again (no dead holder), an aborted job's release still gives the block back.
+  arena.header().allocator.lock.store(0);
+  const std::size_t free_before = arena.header().allocator.free_bytes;
+  arena.allocator.release(blocks.front(), kPage);
+  REQUIRE(arena.header().allocator.free_bytes == free_before + kPage);
+  REQUIRE(arena.header().allocator.lock.load() == 0);
+}
+
 TEST_CASE("releasing a block twice stops the process naming both ranges", "[arena][allocator][errors]") {
   HeapArena arena(1 << 20);
   const std::uint64_t a = arena.allocator.allocate(2 * kPage);

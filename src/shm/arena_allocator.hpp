@@ -76,7 +76,8 @@ class ArenaAllocator {
   // Gives back the block at `offset` that allocate(bytes) returned.
   // REQUIRES: no rank will touch it again. Never throws: when the lock cannot
   // be had (the job is being aborted, or a rank died holding it) the block
-  // stays allocated, and the arena ends with the job anyway. Releasing a
+  // stays allocated, and the arena ends with the job anyway. Once the job is
+  // aborted it does not wait at all: it takes the lock only if it is free. Releasing a
   // block that overlaps free space (released twice) is a bug: it prints both
   // ranges and aborts the process.
   void release(std::uint64_t offset, std::size_t bytes) noexcept;
@@ -86,6 +87,7 @@ class ArenaAllocator {
 
  private:
   void lock();
+  bool try_lock();  // without waiting: whether it was free and is now held
   void unlock();
   FreeBlock& block_at(std::uint64_t offset) const;
   // REQUIRES: the lock held; `need` whole pages. The offset taken, or 0.
