@@ -45,6 +45,8 @@ foreach(n 2 4)
   axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync, and with gradient_as_bucket_view" test_ddp.py ${n})
 endforeach()
 
+axon_torch_test("a rank stopped in zero-copy all_reduces and continued after its peer timed out raises too, never returning another rank's later writes as its result, and writes at most one 32 KiB piece into the peer's tensor" test_zero_copy_stopped.py 3)
+
 foreach(n 2 3)
   axon_torch_test("tensors placed in the group's shared memory all-reduce to the same bytes as private ones on ${n} ranks, the ranks agree when one cannot place, the space comes back, and DDP with zero_copy_allreduce_hook equals Gloo, also under join() with uneven inputs" test_zero_copy.py ${n})
 endforeach()

@@ -74,6 +74,9 @@ class ArenaChannel final : public collectives::RoundChannel {
   const std::byte* small_inbox(int member) const override { return controls_[member].small_payload[round_ & 1]; }
   void exchange() override;
   void synchronize() override;
+  void throw_if_aborted() const override {
+    if (waits_.aborted()) [[unlikely]] waits_.check_alive();
+  }
   std::uint64_t offset_of(const std::byte* p) const override {
     check::that(p >= arena_base_, "offset_of: p lies in the shared region");
     return static_cast<std::uint64_t>(p - arena_base_);

@@ -226,6 +226,11 @@ std::optional<std::pair<int, int>> all_reduce_shared(RoundChannel& channel, std:
   constexpr std::size_t kPieceBytes = 32 * 1024;
   const std::size_t piece = std::max<std::size_t>(kPieceBytes / es, 1);
   for (std::size_t at = begin; at < end; at += piece) {
+    // A member that timed out has left the op and may be reusing its buffer
+    // (a rank stopped here, SIGSTOP or a debugger, went on writing into it
+    // after the other's call had failed: a review). Checked per piece, so a
+    // late member writes at most the piece it was in.
+    channel.throw_if_aborted();
     const std::size_t len = std::min(piece, end - at);
     for (std::size_t m = 0; m < n; ++m) sources[m] = buffers[m] + at * es;
     kernels::reduce(type, op, sources, data + at * es, len);
@@ -235,6 +240,10 @@ std::optional<std::pair<int, int>> all_reduce_shared(RoundChannel& channel, std:
   }
   // Nobody may return (and change its buffer) until every slice is written.
   channel.exchange();
+  // A member that timed out in that exchange had published its round before
+  // it gave up: the exchange completes for the others, who may have read
+  // what it wrote into its buffer since. They fail too, as its abort says.
+  channel.throw_if_aborted();
   return std::nullopt;
 }
 

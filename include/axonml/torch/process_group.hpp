@@ -162,12 +162,13 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
 
   // Moves the memory of `tensor`'s storage into this group's shared memory
   // (every tensor and view of that storage follows), where an all_reduce of
-  // more than the one-round limit and 8 KiB (16 KiB at n=2, 8 KiB from n=4) reads the peers' tensors in place, and each rank writes
-  // its reduced slice into every rank's tensor, instead of copying through
-  // the slots (0.44-0.68x the time at most sizes from 64 KiB here;
-  // docs/benchmarks.md). After an all_reduce on it fails, the tensor's
-  // contents are undefined (a peer may still be writing them) and its arena
-  // memory is never reused. Collective: every rank calls it, in the same order
+  // more than the one-round limit and 8 KiB (16 KiB at n=2, 8 KiB from n=4)
+  // reads the peers' tensors in place, and each rank writes its reduced
+  // slice into every rank's tensor, instead of copying through the slots
+  // (0.44-0.68x the time at most sizes from 64 KiB here; docs/benchmarks.md).
+  // After an all_reduce on it fails, the tensor's contents are undefined (a
+  // peer stopped mid-op may still write the one 32 KiB piece it was in, then
+  // fails too) and its arena memory is never reused. Collective: every rank calls it, in the same order
   // as the group's other collectives, with a tensor whose storage has the
   // same size (else every rank throws InvalidArgument naming the sizes, and
   // nothing moves). Returns true on every rank when all moved (or had moved
