@@ -35,6 +35,18 @@ def _axon_group(group):
     return group if group is not None else torch.distributed.distributed_c10d._get_default_group()
 
 
+def _not_a_member(group, what):
+    """Whether this rank is outside ``group`` (what ``new_group`` returns on
+    the ranks it leaves out), warning as PyTorch's collectives do there
+    instead of failing in the binding with an unreadable TypeError (found by
+    a review)."""
+    if group is not torch.distributed.GroupMember.NON_GROUP_MEMBER:
+        return False
+    warnings.warn(f"axonml_torch.{what}: global rank {torch.distributed.get_rank()} is not a member of the "
+                  f"given group; nothing done, False returned")
+    return True
+
+
 def place_in_arena(tensor, group=None):
     """Moves the memory under ``tensor``'s storage into ``group``'s shared
     memory (every tensor and view of that storage follows), so that an
@@ -57,11 +69,16 @@ def place_in_arena(tensor, group=None):
     tensor while an op of another group still runs on it: that op finishes
     on the old memory, and its result is lost.
     """
+    if _not_a_member(group, "place_in_arena"):
+        return False
     return _place_in_arena(_axon_group(group), tensor)
 
 
 def in_arena(tensor, group=None):
-    """Whether ``tensor``'s storage lies in ``group``'s shared memory."""
+    """Whether ``tensor``'s storage lies in ``group``'s shared memory (False
+    on a rank outside the group)."""
+    if _not_a_member(group, "in_arena"):
+        return False
     return _in_arena(_axon_group(group), tensor)
 
 

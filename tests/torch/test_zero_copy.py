@@ -329,6 +329,21 @@ def misuse(rank, n):
         assert "axonml_torch.Options" in str(e), str(e)
     else:
         raise AssertionError("a dict was taken as the group's options")
+    # A rank outside the group (new_group's NON_GROUP_MEMBER) is told so and
+    # gets False, as PyTorch's collectives warn and do nothing there; the
+    # binding raised an unreadable TypeError (a review).
+    only_0 = dist.new_group([0], pg_options=axonml_torch.Options(shared_mb=4))
+    t = torch.ones(1000)
+    if rank == 0:
+        assert axonml_torch.place_in_arena(t, only_0) and axonml_torch.in_arena(t, only_0)
+    else:
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert axonml_torch.place_in_arena(t, only_0) is False
+            assert axonml_torch.in_arena(t, only_0) is False
+        told = [str(w.message) for w in caught]
+        assert any(f"global rank {rank} is not a member of the given group" in m for m in told), told
     return True
 
 
