@@ -9,6 +9,9 @@
 #include <span>
 #include <string>
 
+#include "axonml/distributed/error.hpp"
+#include "collectives/algorithms.hpp"
+#include "collectives/round_channel.hpp"
 #include "support/run_ranks.hpp"
 
 using namespace axonml::distributed;
@@ -34,7 +37,71 @@ float reference(ReduceOp op, int n, std::size_t i) {
   return op == ReduceOp::Average ? acc * (1.0f / static_cast<float>(n)) : acc;
 }
 
+// Member 1 of two, alone on one thread: its peer's buffer and its own lie in
+// one heap block, the exchanges pass at once (the peer "published" its
+// offset beforehand), and the job is "aborted" (the peer timed out and left
+// the op) once throw_if_aborted() has been asked `checks_before_abort` times.
+class LateMemberChannel final : public collectives::RoundChannel {
+ public:
+  LateMemberChannel(std::byte* region, std::uint64_t peer_offset, int checks_before_abort)
+      : region_(region), checks_left_(checks_before_abort) {
+    std::memcpy(peer_slot_, &peer_offset, sizeof peer_offset);
+  }
+  int rank() const override { return 1; }
+  int size() const override { return 2; }
+  std::size_t slot_bytes() const override { return sizeof my_slot_; }
+  std::byte* outbox() override { return my_slot_; }
+  const std::byte* inbox(int member) const override { return member == 0 ? peer_slot_ : my_slot_; }
+  void exchange() override {
+    ++exchanges;
+    if (aborted) FAIL("an exchange was entered after the abort");
+  }
+  void synchronize() override { exchange(); }
+  void throw_if_aborted() const override {
+    if (checks_left_-- <= 0) aborted = true;
+    if (aborted) throw PeerFailure("rank 1: job aborted: rank 0: timed out");
+  }
+  std::uint64_t offset_of(const std::byte* p) const override { return static_cast<std::uint64_t>(p - region_); }
+  std::byte* address_of(std::uint64_t offset) const override { return region_ + offset; }
+
+  int exchanges = 0;
+  mutable bool aborted = false;
+
+ private:
+  std::byte* region_;
+  mutable int checks_left_;
+  alignas(8) std::byte my_slot_[8]{};
+  alignas(8) std::byte peer_slot_[8]{};
+};
+
 }  // namespace
+
+TEST_CASE("a member late to a shared all_reduce its peer has left stops within a piece and never enters its last round",
+          "[zero-copy][errors]") {
+  // A rank stopped (SIGSTOP) in the op and continued after its peer timed
+  // out went on writing into the peer's buffer and returned success with
+  // what the peer wrote there after failing (found by a review).
+  constexpr std::size_t kCount = 1 << 20;      // f32: member 1's slice is 2 MiB, 64 pieces of 32 KiB
+  constexpr std::size_t kPieceFloats = 8192;
+  std::vector<float> region(2 * kCount);
+  float* peer = region.data();
+  float* mine = region.data() + kCount;
+  const int pieces = static_cast<int>(kCount / 2 / kPieceFloats);
+  const int checks = GENERATE(0, 1, 5, 64 - 1, 64);  // abort before the first piece ... after the last one
+  std::fill(peer, peer + kCount, 1.0f);
+  std::fill(mine, mine + kCount, 2.0f);
+  LateMemberChannel channel(reinterpret_cast<std::byte*>(region.data()),
+                            static_cast<std::uint64_t>(kCount * 0), checks);
+  REQUIRE_THROWS_WITH(collectives::all_reduce_shared(channel, reinterpret_cast<std::byte*>(mine), kCount,
+                                                     DataType::F32, ReduceOp::Sum),
+                      Contains("job aborted"));
+  REQUIRE(channel.exchanges == 1);  // the addresses' round only
+  // Member 1 writes its slice [kCount/2, kCount) into the peer's buffer, a
+  // piece per check that passed; nothing after the abort.
+  const auto written = static_cast<std::size_t>(std::count(peer, peer + kCount, 3.0f));
+  REQUIRE(written == static_cast<std::size_t>(std::min(checks, pieces)) * kPieceFloats);
+  REQUIRE(std::count(peer, peer + kCount / 2, 1.0f) == static_cast<std::ptrdiff_t>(kCount / 2));  // slice 0 untouched
+}
 
 TEST_CASE("all_reduce of shared tensors gives every rank the reference result", "[zero-copy][mock]") {
   const int n = GENERATE(2, 3, 8);

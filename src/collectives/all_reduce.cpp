@@ -238,12 +238,16 @@ std::optional<std::pair<int, int>> all_reduce_shared(RoundChannel& channel, std:
       if (m != me) copy_bytes(buffers[m] + at * es, data + at * es, len * es);
     }
   }
+  // Once more after the last piece, before this member's last round: a
+  // member that gave up sets the abort before its caller can rewrite its
+  // buffer, and stores become visible in order here (x86), so when no abort
+  // shows now, nothing this member read came from such a rewrite. Not after
+  // the exchange: by then every member may have finished the op, and one
+  // that exits non-zero right after (which aborts the job) would fail the
+  // others' finished op.
+  channel.throw_if_aborted();
   // Nobody may return (and change its buffer) until every slice is written.
   channel.exchange();
-  // A member that timed out in that exchange had published its round before
-  // it gave up: the exchange completes for the others, who may have read
-  // what it wrote into its buffer since. They fail too, as its abort says.
-  channel.throw_if_aborted();
   return std::nullopt;
 }
 

@@ -52,8 +52,8 @@ class RoundChannel {
   virtual void synchronize() = 0;
   // Throws what exchange() would on abort when the job has been aborted
   // since: a member that gave up the collective (it timed out) may already
-  // be rewriting its buffer. For algorithms that write into other members'
-  // memory between exchanges; one load when nothing has failed.
+  // be rewriting its buffer. For algorithms that read and write other
+  // members' memory between exchanges; one load when nothing has failed.
   virtual void throw_if_aborted() const {}
 
   // Memory every member can address: a buffer's position in the shared
