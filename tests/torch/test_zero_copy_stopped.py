@@ -61,9 +61,17 @@ def stopped_and_continued(rank, n, seed):
             t.fill_(SENTINEL)  # reused at once, as a program may after an error
         finally:
             os.kill(pids[1], signal.SIGCONT)
+        # Continued again and again: on a loaded machine rank 0 may time out
+        # before rank 1's timer has stopped it (at most 0.5 s after the
+        # barrier, well inside this watch), and a rank left stopped would
+        # hold the test until its timeout.
         watch_until = time.monotonic() + 1.5
         while time.monotonic() < watch_until:
             changed = max(changed, int((t != SENTINEL).sum()))
+            try:
+                os.kill(pids[1], signal.SIGCONT)
+            except ProcessLookupError:
+                pass
             time.sleep(0.01)
         return {"ops": ops, "error": error, "changed": changed}
     return {"ops": ops, "error": error, "wrong_success": wrong_success}
