@@ -16,6 +16,7 @@
 // Thread safety: one thread per member.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -75,6 +76,9 @@ class ArenaChannel final : public collectives::RoundChannel {
   void exchange() override;
   void synchronize() override;
   void throw_if_aborted() const override {
+    // Keeps the caller's earlier reads of peers' buffers before the flag's
+    // load (free on x86, whose loads keep their order; not so on AArch64).
+    std::atomic_thread_fence(std::memory_order_acquire);
     if (waits_.aborted()) [[unlikely]] waits_.check_alive();
   }
   std::uint64_t offset_of(const std::byte* p) const override {

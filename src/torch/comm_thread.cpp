@@ -1,7 +1,7 @@
 #include "torch/comm_thread.hpp"
 
 #include <ATen/core/ivalue.h>
-#include <c10/core/GradMode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -225,10 +225,11 @@ void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, cons
   try {
     // A collective is no autograd op: like Gloo, which writes through data
     // pointers, it may write the result back into a non-contiguous view of a
-    // leaf that requires grad (a transposed parameter), which copy_() refuses
-    // while grad mode is on (found by a review). The callbacks that
-    // complete() runs below keep the thread's own mode.
-    const c10::AutoGradMode outside_autograd(false);
+    // leaf that requires grad (a transposed parameter) or of an inference
+    // tensor, which copy_() refuses above the autograd and inplace-or-view
+    // layers (found by two reviews). The callbacks that complete() runs
+    // below keep the thread's own dispatch state.
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
     run();
     if (on_outcome_) on_outcome_(nullptr);
   } catch (const std::exception& e) {

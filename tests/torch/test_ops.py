@@ -345,6 +345,16 @@ def check_view_of_parameter(rank, n):
                             torch.full((rows,), float(sum(r + 5 for r in range(n)))),
                             torch.full((rows,), float(n - 1 + 5))], dim=1)
         same(b.detach(), want, f"all_reduce of column 1 and MAX of column 2 of a parameter, {rows} rows")
+        # An inference tensor's view, inside inference mode and outside it
+        # (copy_() refuses "inplace update to inference tensor outside
+        # InferenceMode"; a review).
+        for inside in (True, False):
+            with torch.inference_mode():
+                x = torch.full((rows, 3 * rows // 4), float(rank + 1))
+            with torch.inference_mode(inside):
+                dist.all_reduce(x.t())
+            same(x, torch.full(x.shape, float(n * (n + 1) // 2)),
+                 f"all_reduce of an inference tensor's view, {rows} rows, {'inside' if inside else 'outside'} inference mode")
 
 
 def check_overlapping_coalesced(rank, n, gloo):
