@@ -15,6 +15,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from harness import free_port, run_ranks
 
@@ -935,13 +936,22 @@ def rank0_set_up_failed(rank, n):
     return text  # ends at once: no barrier, no destroy
 
 
-def one_rank_bad_environment(rank, n, name):
+def one_rank_bad_environment(rank, n, name, imported):
     """A bad value on one rank only fails that rank; its peers fail at once
     with its reason. AXON_TORCH_INLINE_BYTES is read before the rendezvous
     (the peers waited out the group's timeout for its entry, naming nothing);
     AXON_SPIN_POLLS while attaching to the arena, after the store (the peers
     waited in the arena while the process lived, then named only its exit).
-    Both found by reviews."""
+    Both found by reviews.
+
+    Every rank first waits at `imported` (a barrier of the spawned processes)
+    until all have imported torch: rank 0, which hosts the store, raises as
+    soon as the bad rank's reason is in, gives the others a moment to read it,
+    then ends, and the store with it; a rank still importing torch seconds
+    later (a loaded CI machine) found no store and timed out connecting after
+    60 s. A job whose store host ends before a rank arrives fails that way
+    under any backend."""
+    imported.wait(timeout=300)
     if rank == n - 1:
         os.environ[name] = "lots"
     start = time.monotonic()
@@ -1016,7 +1026,7 @@ if __name__ == "__main__":
     # ended its program (and the store) before rank 1, polling the store,
     # had read the reason: "Broken pipe", 1 run in 10.
     for name in ("AXON_TORCH_INLINE_BYTES", "AXON_SPIN_POLLS", "AXON_SPIN_POLLS", "AXON_SPIN_POLLS"):
-        texts = run_ranks(3, one_rank_bad_environment, name)
+        texts = run_ranks(3, one_rank_bad_environment, name, mp.get_context("spawn").Barrier(3))
         print(f"test_errors: a bad value on rank 2 only reached its peers at once: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(3, rank0_set_up_failed)
     print(f"test_errors: rank 0's set-up failure reached the peers though its program ended at once: {texts[1].splitlines()[0][:160]}")
