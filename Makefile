@@ -27,7 +27,9 @@ TORCH_PACKAGES := python3-torch libtorch-dev pybind11-dev python3-dev
 test:
 	@bash scripts/install-deps.sh $(TORCH_PACKAGES)
 	@$(MAKE) --no-print-directory build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@echo "cd $(BUILD) && ctest --output-on-failure -j $(JOBS)"
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) \
+	  || { bash $(CURDIR)/scripts/recap-failed-tests.sh $(CURDIR)/$(BUILD); exit 1; }
 
 # Headers, library, tools, CMake package and pkg-config file under PREFIX.
 PREFIX ?= /usr/local
