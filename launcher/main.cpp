@@ -29,6 +29,7 @@
 #include "output_relay.hpp"
 #include "placement.hpp"
 #include "rank_process.hpp"
+#include "reserved_port.hpp"
 #include "shm/arena_layout.hpp"
 #include "supervisor.hpp"
 
@@ -108,8 +109,9 @@ Outcome run_attempt(const LaunchOptions& options, const std::string& program,
           : "choose a smaller AXON_SLOT_BYTES (now " + std::to_string(slot_bytes) +
                 ": the default arena holds several slots of it per rank), or give --arena-mb";
   JobArena arena(options.world_size, arena_bytes, slot_bytes, remedy);
+  const ReservedPort master_port;  // held until the attempt's ranks are gone
   RankEnvironment env{options.world_size, arena.fd(), arena.bytes(), options.timeout_s, attempt,
-                      free_local_port()};
+                      master_port.port()};
   env.placement = &placement.ranks;
   std::vector<RankProcess> ranks;
   ranks.reserve(static_cast<std::size_t>(options.world_size));

@@ -4,9 +4,6 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
-#include <random>
 #include <stdexcept>
 
 #include "base/env.hpp"
@@ -292,68 +288,6 @@ int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
-}
-
-namespace {
-
-// Whether a TCP port can be bound on every IPv4 address right now (PyTorch's
-// TCPStore listens on all of them, not only on 127.0.0.1).
-bool port_is_free(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-  ::close(fd);
-  return free;
-}
-
-// The lowest port the kernel picks on its own (for connect() without bind(),
-// or bind() to port 0), or 32768, Linux's default.
-int lowest_ephemeral_port() {
-  int low = 32768;
-  if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
-    if (std::fscanf(f, "%d", &low) != 1) low = 32768;
-    std::fclose(f);
-  }
-  return low;
-}
-
-}  // namespace
-
-int free_local_port() {
-  // A port is free only until someone takes it, and rank 0's store binds it
-  // a second or more later, once Python has started. A port from the
-  // ephemeral range can be taken in between by any process's outgoing
-  // connection (the ranks' own connections to the store among them), and
-  // then rank 0 fails with EADDRINUSE. Below that range only an explicit
-  // bind() takes a port, so pick one there at random.
-  const int low = lowest_ephemeral_port();
-  const int first = std::max(1024, low - 16384), last = low - 1;
-  if (last - first >= 1024) {
-    std::random_device entropy;
-    std::uniform_int_distribution<int> pick(first, last);
-    for (int attempt = 0; attempt < 64; ++attempt) {
-      const int port = pick(entropy);
-      if (port_is_free(port)) return port;
-    }
-  }
-  // An unusual range: let the kernel choose one (the old way).
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  ::close(fd);
-  return port;
 }
 
 }  // namespace axon_launch

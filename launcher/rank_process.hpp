@@ -70,10 +70,6 @@ struct RankEnvironment {
   const std::vector<RankPlacement>* placement = nullptr;  // per rank; null: leave affinity alone
 };
 
-// A TCP port that was free a moment ago, below the kernel's ephemeral range
-// where that range leaves room (see the definition), or 0.
-int free_local_port();
-
 struct RankProcess {
   int rank = 0;
   pid_t pid = -1;

@@ -323,6 +323,13 @@ print(" ".join(left) or "none")
       [ "$port" -lt "$low" ] && [ "$port" -ge 1024 ] ||
         fail "MASTER_PORT=$port is not below the ephemeral range (which starts at $low)"
     fi
+    # Held by the launcher while the job runs: another program (or axon-launch)
+    # picking a port cannot bind it before rank 0's store does, while a
+    # store, which sets SO_REUSEADDR, can (the torch tests under axon-launch
+    # start real ones there).
+    env -u MASTER_PORT -u AXON_LAUNCH_MASTER_PORT "$launch" -n 1 "$probe" port >"$work/out" 2>"$work/err"
+    grep -q 'plain=EADDRINUSE store=ok' "$work/out" ||
+      fail "the job's MASTER_PORT was not held for it: $(cat "$work/out") $(cat "$work/err")"
     MASTER_PORT=23456 "$launch" -n 2 sh -c 'echo "port=$MASTER_PORT"' >"$work/out" 2>"$work/err"
     [ "$(grep -c 'port=23456' "$work/out")" -eq 2 ] || fail "a user's MASTER_PORT=23456 was not kept: $(cat "$work/out")"
     # A launcher run inside a rank takes a port of its own: the outer one is

@@ -47,6 +47,12 @@
 //   launcher_probe hang RANK              after a first barrier rank RANK stays
 //                                         alive 60 s without calling the second,
 //                                         in which the others time out
+//   launcher_probe port                   no init: tries MASTER_PORT twice on
+//                                         every IPv4 address, as another program
+//                                         picking a port would (plain bind) and as
+//                                         PyTorch's store does (SO_REUSEADDR,
+//                                         bind, listen); prints "plain=<errno
+//                                         name or ok> store=<...>"
 //   launcher_probe fail-first RANK CODE   in the first attempt (AXON_RESTART_COUNT
 //                                         0) rank RANK exits CODE after init; in
 //                                         later ones every rank prints "attempt
@@ -57,8 +63,12 @@
 // (or PROBE_CAUGHT_EXIT, to play a program that handles the error and ends
 // normally).
 #include <signal.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <cstdint>
@@ -122,6 +132,37 @@ int blocked_forever(World& world) {
   return 0;
 }
 
+// Binds a fresh socket to `port` on every IPv4 address, with SO_REUSEADDR
+// and then listen() when `as_store`; "ok", or the errno's name.
+std::string try_port(int port, bool as_store) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "socket-failed";
+  const int yes = 1;
+  if (as_store) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  if (rc == 0 && as_store) rc = ::listen(fd, 16);
+  const int error = errno;
+  ::close(fd);
+  if (rc == 0) return "ok";
+  return error == EADDRINUSE ? "EADDRINUSE" : std::to_string(error);
+}
+
+int port_probe() {
+  const char* port = std::getenv("MASTER_PORT");
+  if (port == nullptr || *port == '\0') {
+    std::printf("no MASTER_PORT\n");
+    return 1;
+  }
+  const std::string plain = try_port(std::atoi(port), false);
+  const std::string store = try_port(std::atoi(port), true);
+  std::printf("plain=%s store=%s\n", plain.c_str(), store.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,6 +172,7 @@ int main(int argc, char** argv) {
     return 64;
   }
   if (args[0] == "lines") return lines(args.size() > 1 ? std::atoi(args[1].c_str()) : 10);
+  if (args[0] == "port") return port_probe();
   if ((args[0] == "init-only" || args[0] == "send-return") && args.size() == 2) {
     // Late ranks attach after early ones have already finished.
     const char* my_rank = std::getenv("RANK");

@@ -12,27 +12,38 @@ import traceback
 import torch.multiprocessing as mp
 
 
+# The sockets that hold the ports free_port() gave, for this process's life.
+_held_ports = []
+
+
 def free_port():
-    """A port free a moment ago, below the kernel's ephemeral range: rank 0's
-    store binds it a second or more later, and a port from that range can be
-    taken in between by any outgoing connection (other tests' ranks
-    connecting to their stores, as ctest runs tests side by side)."""
+    """A port below the kernel's ephemeral range, held for the rest of this
+    process (as axon-launch holds its MASTER_PORT, launcher/reserved_port.hpp).
+    Rank 0's store binds it a second or more later: a port from the ephemeral
+    range can be taken in between by any outgoing connection, and one merely
+    free when chosen by another test run beside this one (ctest -j) picking
+    the same way, which then failed on EADDRINUSE or met this test's store.
+    The socket binds without SO_REUSEADDR, so that taking the port is
+    exclusive, and sets it afterwards, so that rank 0's store (which sets it
+    too) still binds and listens there."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low = int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
     first, last = max(1024, low - 16384), low - 1
-    for _ in range(64 if last - first >= 1024 else 0):
-        port = random.randint(first, last)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-                return port
-            except OSError:
-                continue
-    with socket.socket() as s:  # an unusual range: the kernel's choice
-        s.bind(("127.0.0.1", 0))
+    for attempt in range(65):
+        kernels_choice = attempt == 64 or last - first < 1024  # then, or for an unusual range
+        s = socket.socket()
+        try:
+            s.bind(("", 0 if kernels_choice else random.randint(first, last)))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        except OSError:
+            s.close()
+            if kernels_choice:
+                raise
+            continue
+        _held_ports.append(s)
         return s.getsockname()[1]
 
 
