@@ -28,6 +28,7 @@ test:
 	@bash scripts/install-deps.sh $(TORCH_PACKAGES)
 	@$(MAKE) --no-print-directory build
 	@echo "cd $(BUILD) && ctest --output-on-failure -j $(JOBS)"
+	@rm -f $(BUILD)/Testing/Temporary/LastTestsFailed.log
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) \
 	  || { bash $(CURDIR)/scripts/recap-failed-tests.sh $(CURDIR)/$(BUILD); exit 1; }
 

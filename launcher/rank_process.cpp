@@ -109,11 +109,17 @@ constexpr int kReadsPerDrain = 4;
   // of its ranks): that is the outer job's store, and the inner job's ranks
   // would meet it (found by a review of a nested axon-launch). The launcher
   // marks the port it chose in AXON_LAUNCH_MASTER_PORT to tell them apart.
+  const char* inherited = std::getenv("MASTER_PORT");
+  const char* outer = std::getenv("AXON_LAUNCH_MASTER_PORT");
+  const bool outer_jobs = inherited != nullptr && outer != nullptr && std::string(inherited) == outer;
+  if (env.master_port == 0 && outer_jobs) {
+    // No port of its own (none could be had): better none, which PyTorch
+    // reports, than the outer job's (found by a review).
+    ::unsetenv("MASTER_PORT");
+    ::unsetenv("AXON_LAUNCH_MASTER_PORT");
+  }
   if (env.master_port != 0) {
     const std::string port = std::to_string(env.master_port);
-    const char* inherited = std::getenv("MASTER_PORT");
-    const char* outer = std::getenv("AXON_LAUNCH_MASTER_PORT");
-    const bool outer_jobs = inherited != nullptr && outer != nullptr && std::string(inherited) == outer;
     // Empty counts as unset (README; env::text gives none for it):
     // `MASTER_PORT= axon-launch ...` reached the ranks empty, and
     // torch.distributed failed on it (a review).

@@ -7,12 +7,15 @@
 // program that picks ports the same way, and then one of the two jobs' rank 0
 // failed with EADDRINUSE (or, worse, its peers met the other job's store).
 // So the launcher keeps the port bound, without listening, for as long as the
-// job runs: any other bind() of it fails, while rank 0's store, which sets
-// SO_REUSEADDR, still binds and listens there. (Linux lets a second socket
-// bind a port with SO_REUSEADDR when every socket already bound there has it
-// set too and none listens; the reservation binds without it, so that taking
-// the port is exclusive, and sets it afterwards.) A connection to the port is
-// refused until the store listens, as with no reservation at all.
+// attempt's ranks run: a bind() of it as a port picker makes one (without
+// SO_REUSEADDR, on every IPv4 address or dual-stack IPv6) fails, while rank
+// 0's store, which sets SO_REUSEADDR, still binds and listens there. (Linux
+// lets a second socket bind a port with SO_REUSEADDR when every socket
+// already bound there has it set too and none listens; the reservation binds
+// without it, so that taking the port is exclusive, and sets it afterwards.)
+// The cost: a rank program's own server on MASTER_PORT must set SO_REUSEADDR
+// too (README). A connection to the port is refused until the store listens,
+// as with no reservation at all.
 //
 // The port is chosen at random below the kernel's ephemeral range, where
 // only an explicit bind() takes a port (an outgoing connection never does),

@@ -12,6 +12,9 @@ import traceback
 import torch.multiprocessing as mp
 
 
+# Every rank process run_ranks() has started in this process.
+spawned_pids = set()
+
 # The sockets that hold the ports free_port() gave, for this process's life.
 _held_ports = []
 
@@ -69,6 +72,7 @@ def run_ranks(n, fn, *args, timeout=300, dead=()):
     procs = [ctx.Process(target=_entry, args=(r, n, port, fn, args, queue)) for r in range(n)]
     for p in procs:
         p.start()
+        spawned_pids.add(p.pid)
     results = {}
     deadline = time.monotonic() + timeout
     try:

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import harness
 from harness import free_port, run_ranks
 
 
@@ -995,22 +996,16 @@ def shm_names():
     return {name for name in os.listdir("/dev/shm") if name.startswith("axon")}
 
 
-def creator_alive(name):
-    """Whether the process that made /dev/shm/<name> still runs: names are
-    <prefix>-<pid>-<hex> (shm::unique_arena_name). A test run beside this
-    one (ctest -j) may hold a name of its own right now; only one whose
-    creator is gone is left behind."""
+def made_here(name):
+    """Whether /dev/shm/<name> was made by one of this test's ranks: names
+    are <prefix>-<pid>-<hex> (shm::unique_arena_name). A test run beside
+    this one (ctest -j) may hold names of its own meanwhile; a name whose
+    maker cannot be read counts as this test's."""
     try:
         pid = int(name.rsplit("-", 2)[-2])
     except (ValueError, IndexError):
-        return False
-    try:
-        os.kill(pid, 0)
         return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    return pid in harness.spawned_pids
 
 
 if __name__ == "__main__":
@@ -1103,5 +1098,5 @@ if __name__ == "__main__":
     print(f"test_errors: kill -9 of rank 2 failed the others' new_group: {texts[1].splitlines()[0]}")
     texts = run_ranks(3, killed_at_new_groups_barrier, dead={2})
     print(f"test_errors: kill -9 of rank 2 at new_group's store barrier: {texts[1].splitlines()[0][:160]}")
-    left = {name for name in shm_names() - before if not creator_alive(name)}
+    left = {name for name in shm_names() - before if made_here(name)}
     assert not left, f"left in /dev/shm: {left}"
