@@ -31,10 +31,16 @@ import torch
 import torch.distributed as dist
 
 
+_held_port = socket.socket()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port held for this process (bound, never listening, SO_REUSEADDR
+    set after the bind), so that nothing takes it before the store, which
+    sets SO_REUSEADDR too, binds it (examples/torch_spawn.py)."""
+    _held_port.bind(("", 0))
+    _held_port.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return _held_port.getsockname()[1]
 
 
 def timed(fn, calls, runs):

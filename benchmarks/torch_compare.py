@@ -342,9 +342,19 @@ def rank_main(rank, n, port, cfg, queue):
 
 
 def run_job(n, cfg):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # The rendezvous port, held (bound, never listening, SO_REUSEADDR set
+    # after the bind) until the job is done, so that nothing takes it before
+    # rank 0's store, which sets SO_REUSEADDR too, binds it (examples/torch_spawn.py).
+    held = socket.socket()
+    held.bind(("", 0))
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        return run_held_job(n, cfg, held.getsockname()[1])
+    finally:
+        held.close()
+
+
+def run_held_job(n, cfg, port):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     context = mp.start_processes(rank_main, args=(n, port, cfg, queue), nprocs=n, join=False, start_method="spawn")

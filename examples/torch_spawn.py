@@ -35,11 +35,17 @@ def main():
     args = parser.parse_args()
     if args.ranks < 1:
         parser.error(f"--ranks {args.ranks}: at least one rank is needed")
-    with socket.socket() as s:  # a free port for the rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    mp.spawn(run, args=(args.ranks,), nprocs=args.ranks)  # raises if any rank failed
+    # A free port for the rendezvous, held until the ranks are done: rank 0's
+    # store binds it seconds later, once torch is imported, and a port merely
+    # free now may be taken meanwhile (by any outgoing connection, in the
+    # kernel's range). Bound and never listening, with SO_REUSEADDR set after
+    # the bind, it stays ours while the store, which sets SO_REUSEADDR too,
+    # binds and listens there.
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(held.getsockname()[1]))
+        mp.spawn(run, args=(args.ranks,), nprocs=args.ranks)  # raises if any rank failed
 
 
 if __name__ == "__main__":
