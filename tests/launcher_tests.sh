@@ -340,6 +340,16 @@ print(" ".join(left) or "none")
     inner=$(grep -o 'inner=[0-9]*' "$work/out" | cut -d= -f2)
     [ -n "$outer" ] && [ -n "$inner" ] && [ "$outer" != "$inner" ] ||
       fail "a nested axon-launch kept the outer job's MASTER_PORT: $(cat "$work/out") $(cat "$work/err")"
+    # A nested launcher that can get no port at all passes the outer job's
+    # on no further: its ranks get none (a review). Two ports in all, in a
+    # network namespace of its own, where user namespaces allow one.
+    if unshare -rn true 2>/dev/null; then
+      unshare -rn sh -c 'echo "1500 1501" > /proc/sys/net/ipv4/ip_local_port_range &&
+        env -u MASTER_PORT -u AXON_LAUNCH_MASTER_PORT "$0" -n 1 "$0" -n 1 "$0" -n 1 \
+          sh -c "echo innermost=\$MASTER_PORT,\$AXON_LAUNCH_MASTER_PORT"' "$launch" >"$work/out" 2>"$work/err"
+      grep -q 'innermost=,$' "$work/out" ||
+        fail "a launcher with no port of its own passed the outer job's on: $(cat "$work/out") $(cat "$work/err")"
+    fi
     # An empty variable counts as unset (README): MASTER_PORT= and
     # MASTER_ADDR= reached the ranks empty (a review).
     MASTER_PORT= MASTER_ADDR= OMP_NUM_THREADS= "$launch" -n 2 sh -c 'echo "port=$MASTER_PORT addr=$MASTER_ADDR omp=$OMP_NUM_THREADS"' \
