@@ -18,23 +18,46 @@ std::vector<int> all_ranks(const Backend& backend) {
 }  // namespace
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend)
-    : parent_(backend), ranks_(all_ranks(*backend)), communicator_(std::move(backend)) {}
+    : parent_(backend), ranks_(all_ranks(*backend)), communicator_(std::move(backend)), parent_outer_ranks_(ranks_) {}
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Backend> parent, std::vector<int> ranks,
-                           std::shared_ptr<Backend> communicator)
-    : parent_(std::move(parent)), ranks_(std::move(ranks)), communicator_(std::move(communicator)) {}
+                           std::shared_ptr<Backend> communicator, std::vector<int> parent_outer_ranks)
+    : parent_(std::move(parent)),
+      ranks_(std::move(ranks)),
+      communicator_(std::move(communicator)),
+      parent_outer_ranks_(std::move(parent_outer_ranks)) {}
 
 ProcessGroup ProcessGroup::with_ranks(std::shared_ptr<Backend> backend, std::vector<int> ranks) {
   if (!backend) throw InvalidArgument("ProcessGroup::with_ranks: null backend");
   auto communicator = backend->new_group(ranks);
-  return ProcessGroup(std::move(backend), std::move(ranks), std::move(communicator));
+  std::vector<int> outer = all_ranks(*backend);
+  return ProcessGroup(std::move(backend), std::move(ranks), std::move(communicator), std::move(outer));
 }
 
 ProcessGroup ProcessGroup::mock() { return ProcessGroup(MockBackend::single()); }
 
 ProcessGroup ProcessGroup::new_group(std::vector<int> ranks) const {
   member_backend("new_group");
-  return with_ranks(communicator_, std::move(ranks));
+  ProcessGroup group = with_ranks(communicator_, std::move(ranks));
+  group.parent_outer_ranks_ = outer_ranks(ranks_);
+  return group;
+}
+
+std::vector<int> ProcessGroup::outer_ranks(const std::vector<int>& parent_ranks) const {
+  std::vector<int> outer;
+  outer.reserve(parent_ranks.size());
+  for (int r : parent_ranks) {
+    const bool known = r >= 0 && static_cast<std::size_t>(r) < parent_outer_ranks_.size();
+    outer.push_back(known ? parent_outer_ranks_[static_cast<std::size_t>(r)] : r);
+  }
+  return outer;
+}
+
+bool ProcessGroup::is_nested() const {
+  for (std::size_t r = 0; r < parent_outer_ranks_.size(); ++r) {
+    if (parent_outer_ranks_[r] != static_cast<int>(r)) return true;
+  }
+  return false;
 }
 
 Backend& ProcessGroup::member_backend(const char* op) const {
@@ -42,7 +65,7 @@ Backend& ProcessGroup::member_backend(const char* op) const {
     throw InvalidArgument(std::string(op) + ": this ProcessGroup is empty (it was moved from)");
   }
   if (!communicator_) {
-    throw InvalidArgument(std::string(op) + ": rank " + std::to_string(parent_->rank()) +
+    throw InvalidArgument(std::string(op) + ": rank " + std::to_string(outer_ranks({parent_->rank()}).front()) +
                           " is not a member of " + describe());
   }
   return *communicator_;
@@ -62,7 +85,9 @@ bool ProcessGroup::contains(int rank) const {
 }
 
 std::string ProcessGroup::describe() const {
-  return "group " + bracketed(ranks_);
+  if (!is_nested()) return "group " + bracketed(ranks_);
+  return "group " + bracketed(outer_ranks(ranks_)) + " (ranks " + bracketed(ranks_) + " of its parent group " +
+         bracketed(parent_outer_ranks_) + ")";
 }
 
 Tensor ProcessGroup::alloc_shared(Shape shape) const {

@@ -76,16 +76,26 @@ class ProcessGroup {
   // axon-launch --arena-mb).
   Tensor alloc_shared(Shape shape) const;
 
-  // "group [0, 2] (rank 1 of 2)" for messages.
+  // "group [0, 2]" for messages: the members in the numbering of the
+  // communicator the chain of groups started from (the job's ranks, for
+  // groups made from a World). A subgroup of a subgroup adds its ranks in its
+  // parent: "group [2, 1] (ranks [0, 1] of its parent group [2, 1, 0])".
   std::string describe() const;
 
  private:
-  ProcessGroup(std::shared_ptr<Backend> parent, std::vector<int> ranks,
-               std::shared_ptr<Backend> communicator);
+  ProcessGroup(std::shared_ptr<Backend> parent, std::vector<int> ranks, std::shared_ptr<Backend> communicator,
+               std::vector<int> parent_outer_ranks);
+
+  std::vector<int> outer_ranks(const std::vector<int>& parent_ranks) const;
+  bool is_nested() const;  // the parent is not the communicator the chain started from
 
   std::shared_ptr<Backend> parent_;
   std::vector<int> ranks_;
   std::shared_ptr<Backend> communicator_;  // null on non-members
+  // For messages only: the rank of each member of parent_ in the
+  // communicator the chain started from. Ranks a nested subgroup's messages
+  // name would otherwise be its parent's, not the job's (a review).
+  std::vector<int> parent_outer_ranks_;
 };
 
 }  // namespace axonml::distributed
