@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "base/collective_op.hpp"
 #include "base/text.hpp"
 #include "shm/arena_layout.hpp"
 #include "support/run_ranks.hpp"
@@ -216,6 +217,31 @@ TEST_CASE("a collective on a group the caller is not in names the rank and the g
   });
 }
 
+// A subgroup of a subgroup named the caller and the members in its parent's
+// numbering, so the message named another process as the non-member (a
+// review): ranks are the job's, with the parent's numbering beside them.
+TEST_CASE("a collective on a nested subgroup the caller is not in names the job's ranks and the parent's numbering",
+          "[errors][groups]") {
+  run_ranks(3, [](std::shared_ptr<Backend> b, int r) {
+    ProcessGroup world(b);
+    ProcessGroup outer = world.new_group({2, 1, 0});
+    ProcessGroup inner = outer.new_group({0, 1});  // job ranks 2 and 1
+    RANK_REQUIRE(outer.describe() == "group [2, 1, 0]");
+    RANK_REQUIRE(inner.describe() == "group [2, 1] (ranks [0, 1] of its parent group [2, 1, 0])");
+    if (r == 0) {
+      RANK_REQUIRE(error_of([&] { inner.barrier(); }) ==
+                   "barrier: rank 0 is not a member of group [2, 1] (ranks [0, 1] of its parent group [2, 1, 0])");
+      return;
+    }
+    ProcessGroup innermost = inner.new_group({1});  // job rank 1
+    RANK_REQUIRE(innermost.describe() == "group [1] (ranks [1] of its parent group [2, 1])");
+    if (r == 2) {
+      RANK_REQUIRE(error_of([&] { innermost.barrier(); }) ==
+                   "barrier: rank 2 is not a member of group [1] (ranks [1] of its parent group [2, 1])");
+    }
+  });
+}
+
 // A moved-from group crashed (null parent) instead of throwing (a review).
 TEST_CASE("a moved-from ProcessGroup refuses collectives with InvalidArgument saying it was moved from",
           "[errors][groups]") {
@@ -263,6 +289,39 @@ TEST_CASE("ranks that all-reduce different counts both get a mismatch error", "[
   const auto messages = mismatch_of_counts({100, 200});
   REQUIRE(messages[0] == "collective mismatch in group [0, 1] at call #1: rank 0: all_reduce(f32, 100, sum) vs rank 1: all_reduce(f32, 200, sum)");
   REQUIRE(messages[1] == "collective mismatch in group [0, 1] at call #1: rank 1: all_reduce(f32, 200, sum) vs rank 0: all_reduce(f32, 100, sum)");
+}
+
+// A layer above (the PyTorch backend) runs collectives of its own, which
+// paired silently with a peer's user call of the same op and size: that
+// peer got the layer's numbers as its data (a review). Marked, they are a
+// mismatch on both ranks, and the receiving buffer stays as it was.
+TEST_CASE("a collective marked as a layer's internal step meets a user call of its shape as a mismatch, named on both",
+          "[errors][mismatch]") {
+  name_internal_step(201, "a test layer's agreement");
+  std::vector<std::string> messages(2);
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    const std::vector<std::int64_t> mine{1, 2, 3, 4};
+    std::vector<std::int64_t> all(8, -1);
+    b->barrier();
+    // Marked on both: they meet; the mark goes with the call it marked.
+    b->label_next_collective(201);
+    b->all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+    RANK_REQUIRE(all == std::vector<std::int64_t>{1, 2, 3, 4, 1, 2, 3, 4});
+    b->all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+    if (r == 0) b->label_next_collective(201);
+    std::fill(all.begin(), all.end(), -1);
+    try {
+      b->all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+      RANK_FAIL("no mismatch reported on rank " << r);
+    } catch (const CollectiveMismatch& e) {
+      messages[static_cast<std::size_t>(r)] = e.what();
+    }
+    RANK_REQUIRE(all == std::vector<std::int64_t>(8, -1));
+  });
+  REQUIRE(messages[0] == "collective mismatch in group [0, 1] at call #3: rank 0: all_gather(i64, 4, internal step 201: "
+                         "a test layer's agreement) vs rank 1: all_gather(i64, 4)");
+  REQUIRE(messages[1] == "collective mismatch in group [0, 1] at call #3: rank 1: all_gather(i64, 4) vs rank 0: "
+                         "all_gather(i64, 4, internal step 201: a test layer's agreement)");
 }
 
 // A scalar's payload travels beside the round counter, a larger one in the

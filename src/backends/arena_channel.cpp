@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <utility>
 
 #include "axonml/distributed/error.hpp"
 #include "base/env.hpp"
@@ -38,12 +39,12 @@ std::uint64_t fields_digest_of(const shm::Descriptor& d) {
   std::uint64_t h = mix(d.count + 0x9E3779B97F4A7C15ULL);
   h = mix(h ^ d.detail);
   h = mix(h ^ (std::uint64_t{d.op} | std::uint64_t{static_cast<std::uint32_t>(d.root)} << 32));
-  return mix(h ^ (std::uint64_t{d.dtype} | std::uint64_t{d.reduce_op} << 8));
+  return mix(h ^ (std::uint64_t{d.dtype} | std::uint64_t{d.reduce_op} << 8 | std::uint64_t{d.step} << 16));
 }
 
 bool same_fields(const shm::Descriptor& a, const shm::Descriptor& b) {
   return a.count == b.count && a.detail == b.detail && a.root == b.root && a.op == b.op &&
-         a.dtype == b.dtype && a.reduce_op == b.reduce_op;
+         a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.step == b.step;
 }
 
 // The whole descriptor's digest: equal descriptors have equal digests, and
@@ -91,6 +92,7 @@ shm::Doorbell& ArenaChannel::doorbell_of(int member) const {
 }
 
 void ArenaChannel::begin(const CollectiveCall& call) {
+  const std::uint8_t step = std::exchange(next_step_, 0);
   if (!broken_.empty()) throw CollectiveMismatch(broken_);
   // A rank that left: its peers may have gone, taking the group's memory
   // with them, and those still here count it as ended, so an op now would
@@ -101,6 +103,7 @@ void ArenaChannel::begin(const CollectiveCall& call) {
   // round half done: finishing it could pair with a rank that gave up.
   if (waits_.aborted()) waits_.check_alive();
   pending_ = descriptor_of(call, calls_++);
+  pending_.step = step;
   check_pending_ = collective_checks_enabled();
   if (check_pending_) {
     if (!same_fields(pending_, digested_)) {
@@ -294,8 +297,11 @@ std::string ArenaChannel::describe(const shm::Descriptor& d) const {
   // new_group's detail is its list's hash, which call_text shows as such.
   // The algorithm an all-reduce takes (kPipelined) is not the user's call:
   // only a mismatch in it is worth words (throw_mismatch).
+  // A layer's own step (label_next) is named as that layer named it.
   const bool shared = static_cast<CollectiveOp>(d.op) == CollectiveOp::AllReduce && d.detail == kSharedBuffer;
-  return call_text(d.op, d.dtype, d.count, d.reduce_op, d.root, d.detail, shared ? "shared buffer" : "");
+  std::string note = shared ? "shared buffer" : "";
+  if (d.step != 0) note += (note.empty() ? "" : ", ") + internal_step_text(d.step);
+  return call_text(d.op, d.dtype, d.count, d.reduce_op, d.root, d.detail, note);
 }
 
 void ArenaChannel::check_descriptors(int parity, std::uint64_t round) {
@@ -340,7 +346,8 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
     // side only: the ranks' settings differ, not their calls.
     const bool same_call_but_path = static_cast<CollectiveOp>(mine.op) == CollectiveOp::AllReduce &&
                                     theirs.op == mine.op && theirs.dtype == mine.dtype && theirs.count == mine.count &&
-                                    theirs.reduce_op == mine.reduce_op && theirs.detail != mine.detail;
+                                    theirs.reduce_op == mine.reduce_op && theirs.step == mine.step &&
+                                    theirs.detail != mine.detail;
     const bool one_shared = mine.detail == kSharedBuffer || theirs.detail == kSharedBuffer;
     if (same_call_but_path && !one_shared) {
       auto algorithm = [](const shm::Descriptor& d) { return d.detail == kPipelined ? "pipelined" : "one-round"; };

@@ -64,6 +64,8 @@ class ArenaChannel final : public collectives::RoundChannel {
   // check): its next call then carries the number after it, which its peers
   // still in the refused call see as out of step (Backend::count_refused_collective).
   void count_refused_call() { ++calls_; }
+  // The next begin() posts `step` in its descriptor (Backend::label_next_collective).
+  void label_next(std::uint8_t step) { next_step_ = step; }
 
   int rank() const override { return member_; }
   int size() const override { return static_cast<int>(world_ranks_.size()); }
@@ -157,6 +159,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   std::uint64_t round_ = 0;  // last round this member published
   std::uint64_t calls_ = 0;  // collectives begun
   bool check_pending_ = false;
+  std::uint8_t next_step_ = 0;  // label_next(): taken by the next begin()
   shm::Descriptor pending_{};
   std::uint64_t pending_digest_ = 0;
   // The last descriptor whose fields begin() folded (all but its call

@@ -1,8 +1,37 @@
 #include "base/collective_op.hpp"
 
+#include <array>
+#include <mutex>
+
 #include "axonml/distributed/dtype.hpp"
 
 namespace axonml::distributed {
+namespace {
+
+struct StepNames {
+  std::mutex mutex;
+  std::array<std::string, 256> names;
+};
+
+StepNames& step_names() {
+  static auto* names = new StepNames;  // never destroyed: a message may be written after static destructors
+  return *names;
+}
+
+}  // namespace
+
+void name_internal_step(std::uint8_t step, std::string name) {
+  StepNames& s = step_names();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  s.names[step] = std::move(name);
+}
+
+std::string internal_step_text(std::uint8_t step) {
+  StepNames& s = step_names();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  const std::string& name = s.names[step];
+  return "internal step " + std::to_string(step) + (name.empty() ? "" : ": " + name);
+}
 
 std::string_view to_string(CollectiveOp op) {
   switch (op) {

@@ -37,6 +37,14 @@ std::string call_text(std::uint8_t op, std::uint8_t dtype, std::uint64_t count,
                       std::uint8_t reduce_op, std::int32_t root, std::uint64_t detail,
                       std::string_view note = {});
 
+// Names step `step` (1-255) of a layer built on the runtime, as the
+// collectives it marks with Backend::label_next_collective show in mismatch
+// messages; every process of the job names its steps the same (the same
+// library does it), so a peer's step is named too. Thread-safe.
+void name_internal_step(std::uint8_t step, std::string name);
+// "internal step 3: <its name>", or "internal step 3" where none was given.
+std::string internal_step_text(std::uint8_t step);
+
 // What a mismatch between call numbers means, for its error: "; the ranks
 // are out of step: rank 1 has made 1 more collective in this group than
 // this rank (...)". `peer` is the other rank's name ("rank 1"); empty when

@@ -263,6 +263,7 @@ struct Descriptor {
   std::uint8_t op;          // CollectiveOp (base/collective_op.hpp)
   std::uint8_t dtype;       // DataType
   std::uint8_t reduce_op;   // ReduceOp, or 0xff when the op reduces nothing
+  std::uint8_t step;        // a layer's own step (Backend::label_next_collective), 0 for none
   friend bool operator==(const Descriptor&, const Descriptor&) = default;
 };
 static_assert(sizeof(Descriptor) == 32);  // two fill one cache line

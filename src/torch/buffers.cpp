@@ -41,6 +41,10 @@ std::optional<ad::ReduceOp> native_op(const c10d::ReduceOp& op, const std::strin
     case c10d::ReduceOp::BAND:
     case c10d::ReduceOp::BOR:
     case c10d::ReduceOp::BXOR: return std::nullopt;
+    case c10d::ReduceOp::PREMUL_SUM:  // by name: its number said nothing (a review)
+      throw ad::InvalidArgument(where + ": reduce op PREMUL_SUM (NCCL's, made by _make_nccl_premul_sum) is not "
+                                "supported by the axon backend (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR are); "
+                                "multiply the tensor by the factor, then all_reduce with SUM");
     default:
       throw ad::InvalidArgument(where + ": reduce op " + std::to_string(static_cast<int>(op.op_)) +
                                 " is not supported by the axon backend (SUM, AVG, PRODUCT, MIN, MAX, "

@@ -33,6 +33,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "axonml/distributed/store_backend.hpp"
+#include "base/collective_op.hpp"
 #include "base/env.hpp"
 #include "base/hash.hpp"
 #include "base/log.hpp"
@@ -197,6 +198,63 @@ const char* op_name(const c10d::ReduceOp& op) {
   }
 }
 
+// This backend's own collectives, which the runtime sees as ordinary ones:
+// each is marked (Backend::label_next_collective) so that a peer's user call
+// of the same op and size is a mismatch, not a silent exchange of these
+// numbers for that peer's data (found by a review: an int16 all_reduce
+// paired with a peer's all_gather of four int64, which returned the
+// descriptor). Names as mismatch messages show them, on every rank.
+enum class Step : std::uint8_t {
+  ReductionAgreement = 1,
+  AllToAllSplits = 2,
+  ArenaAgreement = 3,
+  ListAgreement = 4,
+  PlacedSizes = 5,
+};
+
+void name_steps() {
+  static std::once_flag named;
+  std::call_once(named, [] {
+    ad::name_internal_step(static_cast<std::uint8_t>(Step::ReductionAgreement),
+                           "the axon backend comparing the ranks' op, dtype, count and root before a reduction it "
+                           "combines itself (int8, uint8, int16, bool or complex tensors, or BAND, BOR, BXOR)");
+    ad::name_internal_step(static_cast<std::uint8_t>(Step::AllToAllSplits),
+                           "the axon backend sharing the ranks' split sizes and dtypes, which begins an all_to_all "
+                           "of a tensor list or uneven splits");
+    ad::name_internal_step(static_cast<std::uint8_t>(Step::ArenaAgreement),
+                           "the axon backend agreeing whether every rank's tensor lies in the group's shared memory "
+                           "(an all_reduce in a group with room, place_in_arena, zero_copy_allreduce_hook)");
+    ad::name_internal_step(static_cast<std::uint8_t>(Step::ListAgreement),
+                           "the axon backend comparing the ranks' tensor lists, which begins allreduce_coalesced "
+                           "and allgather_coalesced");
+    ad::name_internal_step(static_cast<std::uint8_t>(Step::PlacedSizes),
+                           "place_in_arena comparing the ranks' tensor sizes");
+  });
+}
+
+// The next collective on `b` is `step`; the mark is cleared after it,
+// whatever became of it.
+class Marked {
+ public:
+  Marked(ad::Backend& b, Step step) : b_(b) { b_.label_next_collective(static_cast<std::uint8_t>(step)); }
+  ~Marked() { b_.label_next_collective(0); }
+  Marked(const Marked&) = delete;
+  Marked& operator=(const Marked&) = delete;
+
+ private:
+  ad::Backend& b_;
+};
+
+// Whether a runtime mismatch message says that this rank was in `step`: its
+// own call comes first ("...: rank 0: <this rank's call> vs rank 1: <the
+// peer's>"). A peer's step is no news about this rank's call: a repeat of
+// that mismatch on this rank's next reduction said "this rank called" that
+// reduction (a review).
+bool own_step(const std::string& what, Step step) {
+  const std::size_t at = what.find("internal step " + std::to_string(static_cast<int>(step)) + ":");
+  return at != std::string::npos && at < what.find(" vs ");
+}
+
 // The reductions that run by gathering and combining here.
 enum class Fallback : std::int64_t { AllReduce = 1, Reduce = 2, ReduceScatter = 3 };
 
@@ -225,7 +283,10 @@ void agree_on_fallback(ad::Backend& b, Fallback kind, const at::Tensor& t, const
   fields[2] = static_cast<std::int64_t>(op.op_) << 32 | static_cast<std::uint32_t>(root);
   fields[3] = t.numel();
   auto all = at::empty({4 * n}, at::kLong);
-  axonml::torch::all_gather(b, mine, all);
+  {
+    const Marked marked(b, Step::ReductionAgreement);
+    axonml::torch::all_gather(b, mine, all);
+  }
   const auto* table = all.data_ptr<std::int64_t>();
   auto describe = [&](std::int64_t rank) {
     const std::int64_t* f = table + 4 * rank;
@@ -247,8 +308,8 @@ void agree_on_fallback(ad::Backend& b, Fallback kind, const at::Tensor& t, const
 // Runs one reduction of `t` (natively or by gathering). The runtime's
 // mismatch message names the calls as the runtime saw them, where a rank
 // reducing without a runtime kernel shows as the all_gather(i64, 4) that
-// begins it (agree_on_fallback): then the message also says what this rank
-// called and what that all_gather is.
+// begins it (agree_on_fallback, its internal step named): then the message
+// also says what this rank called.
 // The runtime repeats a group's mismatch, word for word, on every later call
 // (the group is unusable): such a repeat gets the words its first throw got,
 // which said what this rank called then, not what it calls now (found by a
@@ -287,11 +348,10 @@ void reducing(const ad::Backend& b, Fallback kind, const at::Tensor& t, const c1
     fn();
   } catch (const ad::CollectiveMismatch& e) {
     const std::string what = e.what();
-    if (what.find("all_gather(i64, 4)") == std::string::npos) throw;
+    if (!own_step(what, Step::ReductionAgreement)) throw;
     throw ad::CollectiveMismatch(explained_once(b, what, [&] {
-      return std::string(" (this rank called ") + name_of(static_cast<std::int64_t>(kind)) + "(" + c10::toString(t.scalar_type()) +
-             ", " + std::to_string(t.numel()) + ", " + op_name(op) + "); an all_gather(i64, 4) begins a reduction the "
-             "runtime has no kernel for: of int8, uint8, int16, bool or complex tensors, or BAND, BOR, BXOR)";
+      return std::string(" (this rank called ") + name_of(static_cast<std::int64_t>(kind)) + "(" +
+             c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + ", " + op_name(op) + "))";
     }));
   }
 }
@@ -441,6 +501,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
       serial_(next_group_serial()),
       world_(current_world.load(std::memory_order_relaxed)),
       timeout_(timeout) {
+  name_steps();
   if (global_ranks_.empty()) {
     for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
     default_group_store_ = store;
@@ -1207,6 +1268,7 @@ bool agree_in_arena(ad::StoreBackend& b, const at::Tensor& tensor, bool there, b
   std::shared_ptr<std::byte> block = there || !movable ? nullptr : reserve_for(tensor, b);
   std::int32_t all_can = there || block ? 1 : 0;
   try {
+    const Marked marked(b, Step::ArenaAgreement);
     b.all_reduce(std::span<std::int32_t>(&all_can, 1), ad::ReduceOp::Min);
   } catch (const ad::CollectiveMismatch& e) {
     throw ad::CollectiveMismatch(std::string(e.what()) + " (" + where + ": the all_reduce(i32, 1, min) is where " +
@@ -1280,7 +1342,10 @@ void agree_on_the_list(ad::StoreBackend& b, const std::vector<at::Tensor>& tenso
   const auto count = static_cast<std::int64_t>(tensors.size());
   const auto hash = static_cast<std::int64_t>(fold.value() >> 1);  // >= 0: its negation fits
   std::array<std::int64_t, 4> least{count, -count, hash, -hash};  // min, -max of each
-  b.all_reduce(std::span<std::int64_t>(least), ad::ReduceOp::Min);
+  {
+    const Marked marked(b, Step::ListAgreement);
+    b.all_reduce(std::span<std::int64_t>(least), ad::ReduceOp::Min);
+  }
   if (least[0] == -least[1] && least[2] == -least[3]) return;
   std::string mine;
   for (std::size_t i = 0; i < tensors.size() && i < 8; ++i) {
@@ -1321,6 +1386,7 @@ bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
     const auto bytes = static_cast<std::int64_t>(tensor.storage().nbytes());
     std::array<std::int64_t, 2> least_and_most{bytes, -bytes};
     try {
+      const Marked marked(*b, Step::PlacedSizes);
       b->all_reduce(std::span<std::int64_t>(least_and_most), ad::ReduceOp::Min);
     } catch (const ad::CollectiveMismatch& e) {
       throw ad::CollectiveMismatch(std::string(e.what()) + " (" + where + ": the all_reduce(i64, 2, min) is where " +
@@ -1577,40 +1643,51 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_reduce_scatter_base(at::Tensor
 namespace {
 
 // All-to-all of blocks of different sizes: every rank learns every block's
-// byte count and every output's room for it (one all_gather), pads each
-// block to the largest, exchanges equal blocks, and unpads. Every rank checks
-// every pair, not only what comes to it, so when two ranks disagree all
-// ranks throw the same error; a rank that alone found it would leave the
-// others waiting in the exchange. `send_blocks[q]` goes to rank q,
-// `recv_blocks[p]` comes from rank p (both byte views of contiguous memory).
+// byte count, every output's room for it and every rank's dtype (one
+// all_gather), pads each block to the largest, exchanges equal blocks, and
+// unpads. Every rank checks every pair, not only what comes to it, so when
+// two ranks disagree all ranks throw the same error; a rank that alone found
+// it would leave the others waiting in the exchange. `send_blocks[q]` goes
+// to rank q, `recv_blocks[p]` comes from rank p (both byte views of
+// contiguous memory of dtype `type`). The dtype is compared because the
+// blocks move as bytes: float32 on one rank and int32 on another handed the
+// bits over with no error, where every other collective raises (a review).
 void uneven_all_to_all(ad::Backend& b, const std::vector<at::Tensor>& send_blocks,
-                       const std::vector<at::Tensor>& recv_blocks, const std::string& where) {
+                       const std::vector<at::Tensor>& recv_blocks, at::ScalarType type, const std::string& where) {
   const std::int64_t n = b.world_size();
-  auto mine = at::empty({2 * n}, at::kLong);  // [bytes to each rank | room for each rank's bytes]
+  const std::int64_t row = 2 * n + 1;  // [bytes to each rank | room for each rank's bytes | dtype]
+  auto mine = at::empty({row}, at::kLong);
   for (std::int64_t q = 0; q < n; ++q) {
     mine[q] = static_cast<std::int64_t>(send_blocks[static_cast<std::size_t>(q)].numel());
     mine[n + q] = static_cast<std::int64_t>(recv_blocks[static_cast<std::size_t>(q)].numel());
   }
-  auto all = at::empty({n * 2 * n}, at::kLong);
+  mine[2 * n] = static_cast<std::int64_t>(type);
+  auto all = at::empty({n * row}, at::kLong);
   try {
+    const Marked marked(b, Step::AllToAllSplits);
     axonml::torch::all_gather(b, mine, all);
   } catch (const ad::CollectiveMismatch& e) {
-    // The runtime names the all_gather, which the caller never wrote.
-    const std::string gather = "all_gather(i64, " + std::to_string(2 * n) + ")";
     const std::string what = e.what();
-    if (what.find(gather) == std::string::npos) throw;
-    throw ad::CollectiveMismatch(explained_once(b, what, [&] {
-      return " (" + where + ": an " + gather + " begins this rank's all_to_all, where the ranks share their split "
-             "sizes)";
-    }));
+    if (!own_step(what, Step::AllToAllSplits)) throw;
+    throw ad::CollectiveMismatch(explained_once(b, what, [&] { return " (this rank called " + where + ")"; }));
   }
-  auto table = all.view({n, 2 * n});
-  const std::int64_t widest = std::max<std::int64_t>(table.narrow(1, 0, n).max().item<std::int64_t>(), 0);
+  auto table = all.view({n, row});
   const auto* cells = table.data_ptr<std::int64_t>();
+  for (std::int64_t p = 1; p < n; ++p) {
+    if (cells[p * row + 2 * n] != cells[2 * n]) {
+      auto passes = [&](std::int64_t rank) {
+        return "rank " + std::to_string(rank) + " passes " +
+               std::string(c10::toString(static_cast<at::ScalarType>(cells[rank * row + 2 * n]))) + " tensors";
+      };
+      throw ad::CollectiveMismatch(where + ": collective mismatch: the ranks' dtypes differ: " + passes(0) + ", " +
+                                   passes(p) + "; every rank must pass tensors of one dtype");
+    }
+  }
+  const std::int64_t widest = std::max<std::int64_t>(table.narrow(1, 0, n).max().item<std::int64_t>(), 0);
   for (std::int64_t p = 0; p < n; ++p) {
     for (std::int64_t q = 0; q < n; ++q) {
-      const std::int64_t sends = cells[p * 2 * n + q];
-      const std::int64_t room = cells[q * 2 * n + n + p];
+      const std::int64_t sends = cells[p * row + q];
+      const std::int64_t room = cells[q * row + n + p];
       if (sends != room) {
         throw ad::InvalidArgument(where + ": the ranks' split sizes disagree: rank " + std::to_string(p) +
                                   " sends " + std::to_string(sends) + " bytes to rank " + std::to_string(q) +
@@ -1696,7 +1773,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
                        : (c.size(0) ? static_cast<std::int64_t>(c.nbytes()) / c.size(0)
                                     : static_cast<std::int64_t>(c.element_size()));
       uneven_all_to_all(*b, split_bytes(byte_view(send), splits(in_splits, send), row_bytes),
-                        split_bytes(byte_view(c), splits(out_splits, c), row_bytes), where);
+                        split_bytes(byte_view(c), splits(out_splits, c), row_bytes), send.scalar_type(), where);
     });
   });
 }
@@ -1710,7 +1787,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall(Tensors& outputs, Tens
   const at::ScalarType type = check_all(inputs, where);
   check_all(outputs, where);
   for (const auto& o : outputs) check_same_dtype(o, type, where);
-  return collective(OpType::ALLTOALL, outputs, total_bytes(outputs) + total_bytes(inputs), [b = backend_, outputs, inputs, where]() mutable {
+  return collective(OpType::ALLTOALL, outputs, total_bytes(outputs) + total_bytes(inputs), [b = backend_, outputs, inputs, type, where]() mutable {
     std::vector<at::Tensor> send_blocks, recv_blocks, staged;
     for (auto& t : inputs) {
       staged.push_back(t.contiguous());
@@ -1721,7 +1798,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall(Tensors& outputs, Tens
       contiguous_outputs.push_back(t.is_contiguous() ? t : at::empty_like(t, at::MemoryFormat::Contiguous));
       recv_blocks.push_back(byte_view(contiguous_outputs.back()));
     }
-    uneven_all_to_all(*b, send_blocks, recv_blocks, where);
+    uneven_all_to_all(*b, send_blocks, recv_blocks, type, where);
     for (std::size_t i = 0; i < outputs.size(); ++i) {
       if (!outputs[i].is_same(contiguous_outputs[i])) outputs[i].copy_(contiguous_outputs[i]);
     }

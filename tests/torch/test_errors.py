@@ -42,6 +42,9 @@ def bad_inputs(rank, n):
     raises(lambda: dist._all_gather_base(torch.empty(4 * n + 1), t), "_allgather_base", str(4 * n + 1))
     raises(lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND), "bitwise", "Float")
     raises(lambda: dist.all_reduce(torch.ones(3, dtype=torch.uint8), op=dist.ReduceOp.AVG), "AVG", "Byte")
+    # By name: "reduce op 8" said nothing (a review).
+    raises(lambda: dist.all_reduce(torch.ones(3), op=dist._make_nccl_premul_sum(2.0)), "allreduce", "PREMUL_SUM",
+           "multiply the tensor by the factor")
     raises(lambda: dist.all_to_all_single(torch.empty(n + 1), torch.ones(n + 1)), "alltoall_base", "equal parts")
     raises(lambda: dist.recv(torch.ones(1)), "any source")
     # The multi-device forms (Gloo combines every tensor of every rank) are
@@ -795,24 +798,28 @@ def fallback_mismatch(rank, n):
     dist.all_reduce(t)
     assert torch.equal(t, torch.tensor([3, 5, 7, 13], dtype=torch.int8)), t
     # A native reduction against one without a kernel meets in the runtime,
-    # whose check sees the other's first step; both ranks say what they called.
+    # whose check sees the other's first step, named as such; the rank in
+    # that step also says what it called (the other's call is in the
+    # runtime's words already).
     group = dist.new_group()  # that mismatch leaves its group failed
-    mine = "allreduce(Float, 4, SUM)" if rank == 0 else "allreduce(Char, 16, SUM)"
-    raises(lambda: dist.all_reduce(torch.ones(4) if rank == 0 else torch.ones(16, dtype=torch.int8), group=group),
-           "collective mismatch", "all_gather(i64, 4)", f"this rank called {mine}", "no kernel for")
+    said = "this rank called allreduce(Char, 16, SUM)"
+    first = raises(lambda: dist.all_reduce(torch.ones(4) if rank == 0 else torch.ones(16, dtype=torch.int8),
+                                           group=group),
+                   "collective mismatch", "all_gather(i64, 4", "internal step 1: the axon backend comparing",
+                   "a reduction it combines itself", "all_reduce(f32, 4, sum)")
+    assert (said in first) == (rank == 1), first
     # The failed group repeats the mismatch on every later call, with the
     # words of its first throw: later calls said "this rank called" of
-    # themselves (a review).
-    later = raises(lambda: dist.all_reduce(torch.ones(7, dtype=torch.int16), group=group), "collective mismatch",
-                   f"this rank called {mine}")
-    assert "Short" not in later, later
+    # themselves (a review), also on the rank that was not in the step.
+    later = raises(lambda: dist.all_reduce(torch.ones(7, dtype=torch.int16), group=group), "collective mismatch")
+    assert later == first, (later, first)
     # Another group of the same members words its mismatch alike: its own
     # call is named, not the first group's (a review).
     again = dist.new_group()
-    mine = "allreduce(Float, 4, SUM)" if rank == 0 else "allreduce(Short, 16, MAX)"
-    raises(lambda: dist.all_reduce(torch.ones(4) if rank == 0 else torch.ones(16, dtype=torch.int16),
-                                   op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX, group=again),
-           "collective mismatch", f"this rank called {mine}")
+    text = raises(lambda: dist.all_reduce(torch.ones(4) if rank == 0 else torch.ones(16, dtype=torch.int16),
+                                          op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX, group=again),
+                  "collective mismatch")
+    assert ("this rank called allreduce(Short, 16, MAX)" in text) == (rank == 1), text
     # An all_to_all's first step is an all_gather of its split sizes: a
     # mismatch there says so.
     a2a = dist.new_group()
@@ -820,7 +827,43 @@ def fallback_mismatch(rank, n):
                                            group=a2a) if rank == 0 else dist.all_reduce(torch.ones(4), group=a2a),
                   "collective mismatch")
     if rank == 0:
-        assert f"all_gather(i64, {2 * n}) begins this rank's all_to_all" in text, text
+        assert f"all_gather(i64, {2 * n + 1}, internal step 2: the axon backend sharing the ranks' split sizes" in text
+        assert "(this rank called axon alltoall on rank 0" in text, text
+    # This backend's own steps are ordinary collectives to the runtime: a
+    # peer's all_gather of the same size paired with the first step of an
+    # int16 all_reduce, and got its numbers as data, with no error (a
+    # review). Both ranks now raise, each naming the step; the gathering
+    # rank's outputs stay as they were.
+    step = dist.new_group()
+    outs = [torch.full((4,), -1, dtype=torch.int64) for _ in range(n)]
+    text = raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16), group=step) if rank == 0 else
+                  dist.all_gather(outs, torch.arange(4), group=step),
+                  "collective mismatch", "all_gather(i64, 4) vs rank 0: all_gather(i64, 4, internal step 1" if rank
+                  else "rank 0: all_gather(i64, 4, internal step 1")
+    assert all(torch.equal(o, torch.full((4,), -1)) for o in outs), outs
+    # Only the rank in the step says what it called.
+    assert ("this rank called allreduce(Short, 4, SUM)" in text) == (rank == 0), text
+    # The other steps too: place_in_arena's comparison of sizes (an
+    # all_reduce of two int64, MIN) against a peer's all_reduce of that shape.
+    import axonml_torch
+    placed = dist.new_group()
+    pair = torch.tensor([5, 6])
+    text = raises(lambda: axonml_torch.place_in_arena(torch.ones(4), group=placed) if rank == 0 else
+                  dist.all_reduce(pair, op=dist.ReduceOp.MIN, group=placed),
+                  "collective mismatch", "internal step 5: place_in_arena comparing the ranks' tensor sizes")
+    assert torch.equal(pair, torch.tensor([5, 6])), pair
+    # The list form of all_to_all moves bytes: float32 against int32
+    # handed the bits over with no error (a review). Every rank raises
+    # before anything moves, and the group goes on.
+    typed = dist.new_group()
+    dtype = torch.float32 if rank == 0 else torch.int32
+    outs = [torch.zeros(2, dtype=dtype) for _ in range(n)]
+    raises(lambda: dist.all_to_all(outs, [torch.ones(2, dtype=dtype) for _ in range(n)], group=typed),
+           "alltoall", "the ranks' dtypes differ: rank 0 passes Float tensors, rank 1 passes Int tensors")
+    assert all(torch.equal(o, torch.zeros(2, dtype=dtype)) for o in outs), outs
+    t = torch.ones(2)
+    dist.all_reduce(t, group=typed)
+    assert torch.equal(t, torch.full((2,), float(n))), t
     dist.destroy_process_group()
     return True
 

@@ -43,6 +43,7 @@ class ArenaBackend : public Backend {
   std::string describe_shared_memory() const override;
   bool peers_arrived() const override;
   void announce_next() override;
+  void label_next_collective(std::uint8_t step) override;
 
   // The bytes of one member's slot: messages larger than this are chunked.
   std::size_t slot_bytes() const;

@@ -122,6 +122,21 @@ class Backend {
     do_count_refused_collective();
   }
 
+  // Marks the next collective this endpoint begins as step `step` (1-255)
+  // of a layer built on the runtime, and part of what the ranks compare.
+  // Why: a layer's own bookkeeping call (the PyTorch backend's comparison of
+  // what its ranks asked for, before a reduction it combines itself) is an
+  // ordinary all_gather or all_reduce to the runtime, and a peer's call of
+  // the same op, type and size paired with it silently: that peer got the
+  // layer's numbers as its data (found by a review). Marked, the two are a
+  // CollectiveMismatch on both, whose message shows the step as "internal
+  // step N" (with the name given to name_internal_step(), where the layer
+  // gave one). The collective that begins next takes the mark and clears it;
+  // a call refused before it began leaves it set, so callers clear it (0)
+  // after the call. The MPI backend ignores it. Not collective; from the
+  // thread that makes the collectives.
+  virtual void label_next_collective(std::uint8_t step) { (void)step; }
+
   // Marks the whole job failed: every rank's current and future waits throw
   // PeerFailure carrying `reason` (as MPI_Abort, without killing anyone).
   virtual void abort(const std::string& reason) = 0;
