@@ -267,7 +267,7 @@ void ArenaBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
 
 void ArenaBackend::do_count_refused_collective() { impl_->channel.count_refused_call(); }
 
-void ArenaBackend::label_next_collective(std::uint8_t step) { impl_->channel.label_next(step); }
+void ArenaBackend::do_label_next_collective(std::uint8_t step) { impl_->channel.label_next(step); }
 
 void ArenaBackend::do_barrier() {
   impl_->channel.begin(call_of(CollectiveOp::Barrier, DataType::F32, 0));

@@ -287,20 +287,26 @@ void ArenaChannel::report_barrier_mismatch(std::uint64_t round, int parity) {
   }
   broken_ = "collective mismatch in group " + group_name() + " at call #" + std::to_string(pending_.call) +
             ": " + waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + " is in " +
-            describe(pending_) + "; another member found a mismatch (see its error)";
+            describe(pending_, /*step_named=*/true) + "; another member found a mismatch (see its error)";
   throw CollectiveMismatch(broken_);
 }
 
 std::string ArenaChannel::group_name() const { return bracketed(waits_.names().job_ranks(world_ranks_)); }
 
-std::string ArenaChannel::describe(const shm::Descriptor& d) const {
+std::string ArenaChannel::describe(const shm::Descriptor& d, bool step_named) const {
   // new_group's detail is its list's hash, which call_text shows as such.
   // The algorithm an all-reduce takes (kPipelined) is not the user's call:
   // only a mismatch in it is worth words (throw_mismatch).
-  // A layer's own step (label_next) is named as that layer named it.
+  // A layer's own step (label_next): its number, and in a mismatch the name
+  // that layer gave it. Only its number elsewhere: a wait's note is cut at
+  // 191 characters, and a name there pushed out the call number and group
+  // (a review).
   const bool shared = static_cast<CollectiveOp>(d.op) == CollectiveOp::AllReduce && d.detail == kSharedBuffer;
   std::string note = shared ? "shared buffer" : "";
-  if (d.step != 0) note += (note.empty() ? "" : ", ") + internal_step_text(d.step);
+  if (d.step != 0) {
+    note += (note.empty() ? "" : ", ") +
+            (step_named ? internal_step_text(d.step) : "internal step " + std::to_string(d.step));
+  }
   return call_text(d.op, d.dtype, d.count, d.reduce_op, d.root, d.detail, note);
 }
 
@@ -340,8 +346,9 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
               "): AXON_CHECK_COLLECTIVES must be the same on every rank";
   } else {
     broken_ = "collective mismatch in group " + group_name() + " " + where + ": " +
-              waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " + describe(mine) +
-              " vs " + peer + ": " + describe(theirs) + out_of_step_text(mine.call, theirs.call, peer);
+              waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
+              describe(mine, /*step_named=*/true) + " vs " + peer + ": " + describe(theirs, /*step_named=*/true) +
+              out_of_step_text(mine.call, theirs.call, peer);
     // The same all-reduce, by another algorithm or with zero copy on one
     // side only: the ranks' settings differ, not their calls.
     const bool same_call_but_path = static_cast<CollectiveOp>(mine.op) == CollectiveOp::AllReduce &&

@@ -130,7 +130,9 @@ class ArenaChannel final : public collectives::RoundChannel {
   // Throws the mismatch a member's differing descriptor shows, if any, in
   // the collective that publishes `round`.
   void check_descriptors(int parity, std::uint64_t round);
-  std::string describe(const shm::Descriptor& d) const;
+  // "all_reduce(f32, 4, sum)"; a layer's step by number, and also by its
+  // name when `step_named` (mismatch messages).
+  std::string describe(const shm::Descriptor& d, bool step_named = false) const;
   void post_descriptor(int parity) {
     auto& mine = controls_[member_];
     mine.descriptor[parity] = pending_;

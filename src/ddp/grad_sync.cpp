@@ -368,7 +368,10 @@ void GradientSynchronizer::sync_all(const ProcessGroup& pg) {
       group_->backend_ptr() != pg.backend_ptr()) {
     // Two groups may have the same members (a new_group of every rank):
     // saying so keeps the message from reading as a contradiction.
-    const bool same_members = pg.describe() == group_->describe();
+    // (Up to any "(ranks ... of its parent ...)": the same job ranks reached
+    // through other parents are the same members.)
+    auto members = [](const std::string& described) { return described.substr(0, described.find(" (")); };
+    const bool same_members = members(pg.describe()) == members(group_->describe());
     throw InvalidArgument("GradientSynchronizer::sync_all on rank " + std::to_string(pg.rank()) + ": " +
                           pg.describe() + " is not the group given to set_group(), " + group_->describe() +
                           (same_members ? " (another group of the same members: pass the one given to set_group())"

@@ -237,7 +237,12 @@ void name_steps() {
 class Marked {
  public:
   Marked(ad::Backend& b, Step step) : b_(b) { b_.label_next_collective(static_cast<std::uint8_t>(step)); }
-  ~Marked() { b_.label_next_collective(0); }
+  ~Marked() {
+    try {
+      b_.label_next_collective(0);
+    } catch (...) {  // another thread inside a collective here: then this one made no call either
+    }
+  }
   Marked(const Marked&) = delete;
   Marked& operator=(const Marked&) = delete;
 
@@ -342,17 +347,32 @@ void forget_explanations(const ad::Backend* group) noexcept {
   std::erase_if(e.first, [group](const auto& entry) { return entry.first.first == group; });
 }
 
+// Throws the runtime's mismatch `e`, met in one of this backend's `step`s,
+// with what this rank called (`explain`) when this rank was in that step;
+// as worded at its first throw when the group repeats a mismatch already
+// explained, whichever step met it first (a review). A peer's step gets no
+// words of this rank's: its call is in the runtime's words already.
+[[noreturn]] void throw_explained(const ad::Backend& b, const ad::CollectiveMismatch& e, Step step,
+                                  const std::function<std::string()>& explain) {
+  const std::string what = e.what();
+  {
+    Explanations& kept = explanations();
+    std::lock_guard<std::mutex> lock(kept.mutex);
+    if (auto it = kept.first.find({&b, what}); it != kept.first.end()) throw ad::CollectiveMismatch(it->second);
+  }
+  if (!own_step(what, step)) throw ad::CollectiveMismatch(what);
+  throw ad::CollectiveMismatch(explained_once(b, what, explain));
+}
+
 template <class Fn>
 void reducing(const ad::Backend& b, Fallback kind, const at::Tensor& t, const c10d::ReduceOp& op, Fn&& fn) {
   try {
     fn();
   } catch (const ad::CollectiveMismatch& e) {
-    const std::string what = e.what();
-    if (!own_step(what, Step::ReductionAgreement)) throw;
-    throw ad::CollectiveMismatch(explained_once(b, what, [&] {
+    throw_explained(b, e, Step::ReductionAgreement, [&] {
       return std::string(" (this rank called ") + name_of(static_cast<std::int64_t>(kind)) + "(" +
              c10::toString(t.scalar_type()) + ", " + std::to_string(t.numel()) + ", " + op_name(op) + "))";
-    }));
+    });
   }
 }
 
@@ -1271,8 +1291,7 @@ bool agree_in_arena(ad::StoreBackend& b, const at::Tensor& tensor, bool there, b
     const Marked marked(b, Step::ArenaAgreement);
     b.all_reduce(std::span<std::int32_t>(&all_can, 1), ad::ReduceOp::Min);
   } catch (const ad::CollectiveMismatch& e) {
-    throw ad::CollectiveMismatch(std::string(e.what()) + " (" + where + ": the all_reduce(i32, 1, min) is where " +
-                                 "the ranks agree whether their tensors lie in the group's shared memory)");
+    throw_explained(b, e, Step::ArenaAgreement, [&] { return " (this rank called " + where + ")"; });
   }
   if (all_can == 0) return false;
   if (block) move_storage_into(tensor, std::move(block), keep_old);
@@ -1342,9 +1361,11 @@ void agree_on_the_list(ad::StoreBackend& b, const std::vector<at::Tensor>& tenso
   const auto count = static_cast<std::int64_t>(tensors.size());
   const auto hash = static_cast<std::int64_t>(fold.value() >> 1);  // >= 0: its negation fits
   std::array<std::int64_t, 4> least{count, -count, hash, -hash};  // min, -max of each
-  {
+  try {
     const Marked marked(b, Step::ListAgreement);
     b.all_reduce(std::span<std::int64_t>(least), ad::ReduceOp::Min);
+  } catch (const ad::CollectiveMismatch& e) {
+    throw_explained(b, e, Step::ListAgreement, [&] { return " (this rank called " + where + ")"; });
   }
   if (least[0] == -least[1] && least[2] == -least[3]) return;
   std::string mine;
@@ -1389,9 +1410,7 @@ bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
       const Marked marked(*b, Step::PlacedSizes);
       b->all_reduce(std::span<std::int64_t>(least_and_most), ad::ReduceOp::Min);
     } catch (const ad::CollectiveMismatch& e) {
-      throw ad::CollectiveMismatch(std::string(e.what()) + " (" + where + ": the all_reduce(i64, 2, min) is where " +
-                                   "the ranks compare their tensors' sizes, before they agree whether their " +
-                                   "tensors lie in the group's shared memory)");
+      throw_explained(*b, e, Step::PlacedSizes, [&] { return " (this rank called " + where + ")"; });
     }
     if (least_and_most[0] != -least_and_most[1]) {
       throw ad::InvalidArgument(where + ": the ranks' tensors differ in size (storages of " +
@@ -1667,9 +1686,7 @@ void uneven_all_to_all(ad::Backend& b, const std::vector<at::Tensor>& send_block
     const Marked marked(b, Step::AllToAllSplits);
     axonml::torch::all_gather(b, mine, all);
   } catch (const ad::CollectiveMismatch& e) {
-    const std::string what = e.what();
-    if (!own_step(what, Step::AllToAllSplits)) throw;
-    throw ad::CollectiveMismatch(explained_once(b, what, [&] { return " (this rank called " + where + ")"; }));
+    throw_explained(b, e, Step::AllToAllSplits, [&] { return " (this rank called " + where + ")"; });
   }
   auto table = all.view({n, row});
   const auto* cells = table.data_ptr<std::int64_t>();

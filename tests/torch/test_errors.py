@@ -852,6 +852,24 @@ def fallback_mismatch(rank, n):
                   dist.all_reduce(pair, op=dist.ReduceOp.MIN, group=placed),
                   "collective mismatch", "internal step 5: place_in_arena comparing the ranks' tensor sizes")
     assert torch.equal(pair, torch.tensor([5, 6])), pair
+    # The comparison of all_reduce_coalesced's lists (an all_reduce of four
+    # int64, MIN) against a peer's all_reduce of that shape.
+    lists = dist.new_group()
+    four = torch.tensor([7, 8, 9, 10])
+    text = raises(lambda: dist.all_reduce_coalesced([torch.ones(2), torch.ones(3)], group=lists) if rank == 0 else
+                  dist.all_reduce(four, op=dist.ReduceOp.MIN, group=lists),
+                  "collective mismatch", "internal step 4: the axon backend comparing the ranks' tensor lists")
+    assert torch.equal(four, torch.tensor([7, 8, 9, 10])), four
+    assert ("(this rank called axon allreduce_coalesced" in text) == (rank == 0), text
+    # In a group with room, an all_reduce above 8 KiB first agrees where the
+    # tensors lie (an all_reduce of one int32, MIN), against a peer's
+    # all_reduce of that shape.
+    roomy = dist.new_group(pg_options=axonml_torch.Options(shared_mb=4))
+    one = torch.tensor([3], dtype=torch.int32)
+    raises(lambda: dist.all_reduce(torch.ones(4096), group=roomy) if rank == 0 else
+           dist.all_reduce(one, op=dist.ReduceOp.MIN, group=roomy),
+           "collective mismatch", "internal step 3: the axon backend agreeing whether every rank's tensor lies")
+    assert torch.equal(one, torch.tensor([3], dtype=torch.int32)), one
     # The list form of all_to_all moves bytes: float32 against int32
     # handed the bits over with no error (a review). Every rank raises
     # before anything moves, and the group goes on.
@@ -861,6 +879,11 @@ def fallback_mismatch(rank, n):
     raises(lambda: dist.all_to_all(outs, [torch.ones(2, dtype=dtype) for _ in range(n)], group=typed),
            "alltoall", "the ranks' dtypes differ: rank 0 passes Float tensors, rank 1 passes Int tensors")
     assert all(torch.equal(o, torch.zeros(2, dtype=dtype)) for o in outs), outs
+    # The same for all_to_all_single with uneven splits.
+    raises(lambda: dist.all_to_all_single(torch.zeros(3, dtype=dtype), torch.ones(3, dtype=dtype),
+                                          output_split_sizes=[2, 1] if rank == 0 else [1, 2],
+                                          input_split_sizes=[2, 1] if rank == 0 else [1, 2], group=typed),
+           "alltoall_base", "the ranks' dtypes differ: rank 0 passes Float tensors, rank 1 passes Int tensors")
     t = torch.ones(2)
     dist.all_reduce(t, group=typed)
     assert torch.equal(t, torch.full((2,), float(n))), t

@@ -297,7 +297,7 @@ def misuse(rank, n):
     else:
         raise AssertionError("16 TiB of room was reserved")
     # A rank that places while another runs something else: the mismatch
-    # says the all_reduce(i32, 1, min) is the placement's agreement.
+    # names the placement's first step, and on the placing rank its call.
     g = dist.new_group(list(range(n)), pg_options=axonml_torch.Options(shared_mb=4))
     try:
         if rank == 0:
@@ -306,7 +306,8 @@ def misuse(rank, n):
             dist.barrier(group=g)
     except RuntimeError as e:
         if rank == 0:
-            assert "agree whether their tensors lie in the group's shared memory" in str(e), str(e)
+            assert "internal step 5: place_in_arena comparing the ranks' tensor sizes" in str(e) and \
+                "(this rank called axon place_in_arena" in str(e), str(e)
     else:
         raise AssertionError("place_in_arena against a barrier went through")
     # Tensors of different sizes: every rank is told, and nothing moves (a

@@ -43,7 +43,6 @@ class ArenaBackend : public Backend {
   std::string describe_shared_memory() const override;
   bool peers_arrived() const override;
   void announce_next() override;
-  void label_next_collective(std::uint8_t step) override;
 
   // The bytes of one member's slot: messages larger than this are chunked.
   std::size_t slot_bytes() const;
@@ -101,6 +100,7 @@ class ArenaBackend : public Backend {
   void do_recv(MutableBuffer data, int src, int tag) override;
   std::shared_ptr<Backend> do_new_group(const std::vector<int>& ranks) override;
   void do_count_refused_collective() override;
+  void do_label_next_collective(std::uint8_t step) override;
 
  private:
   std::string name_;

@@ -134,8 +134,12 @@ class Backend {
   // gave one). The collective that begins next takes the mark and clears it;
   // a call refused before it began leaves it set, so callers clear it (0)
   // after the call. The MPI backend ignores it. Not collective; from the
-  // thread that makes the collectives.
-  virtual void label_next_collective(std::uint8_t step) { (void)step; }
+  // thread that makes the collectives (refused, as a collective is, while
+  // another thread is inside one here).
+  void label_next_collective(std::uint8_t step) {
+    const ThreadClaim claim(*this, "label_next_collective");
+    do_label_next_collective(step);
+  }
 
   // Marks the whole job failed: every rank's current and future waits throw
   // PeerFailure carrying `reason` (as MPI_Abort, without killing anyone).
@@ -218,6 +222,8 @@ class Backend {
   // count_refused_collective(): advances the transport's call count where
   // it has one (the number its mismatch check compares).
   virtual void do_count_refused_collective() {}
+  // label_next_collective(): marks the transport's next descriptor.
+  virtual void do_label_next_collective(std::uint8_t step) { (void)step; }
 
  private:
   // The argument checks, one per op; each throws InvalidArgument.
