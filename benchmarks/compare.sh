@@ -11,7 +11,8 @@
 # time of each side and the ratio ours/MPI; beside them the floor each run
 # measured just before that size (a cache line's round trip between ranks 0
 # and 1, and rank 1 reading what rank 0 has just written: axon-bench's
-# rt and handoff columns) and each side's time as a multiple of its own
+# rt and handoff columns, and the copy: the hand-off timed from the start
+# of rank 0's write) and each side's time as a multiple of its own
 # run's floor; and it draws busbw against size for
 # both, with one core's memcpy bandwidth as the roof, into $OUT/compare.png
 # (when gnuplot is installed). Needs the benchmarks of the preset built,
@@ -130,12 +131,14 @@ def cell(value, width, digits):
 
 print(f"# {collective}: medians over repeats; roof = one core's memcpy {roof:.2f} GB/s")
 print("# floor, measured by each run just before each size, between ranks 0 and 1: rt = a cache line's round")
-print("# trip, handoff = rank 1 reading size bytes rank 0 has just written; x/rt, x/ho = time / that floor")
+print("# trip, handoff = rank 1 reading size bytes rank 0 has just written, copy = the same from the start of")
+print("# rank 0's write; x/rt, x/ho, x/co = time / that floor")
 for n in ranks:
     ours, mpi = load("axon", n), load("mpi", n)
     print(f"#\n# n={n}\n# {'collective':<14} {'size(B)':>12} {'ours(us)':>10} {'mpi(us)':>10} {'ours/mpi':>9}"
           f" {'ours busbw':>11} {'mpi busbw':>10} {'#wrong':>7} {'rt(ns)':>7} {'handoff(us)':>11}"
-          f" {'ours x/rt':>9} {'mpi x/rt':>9} {'ours x/ho':>9} {'mpi x/ho':>9}")
+          f" {'copy(us)':>9} {'ours x/rt':>9} {'mpi x/rt':>9} {'ours x/ho':>9} {'mpi x/ho':>9} {'ours x/co':>9}"
+          f" {'mpi x/co':>9}")
     with open(f"{out}/busbw-n{n}.dat", "w") as dat:
         for key in sorted(set(ours) & set(mpi), key=lambda k: (k[0], k[1])):
             t_o = statistics.median(r["time_us"] for r in ours[key])
@@ -147,12 +150,15 @@ for n in ranks:
             both = ours[key] + mpi[key]
             rt = median_or_none([r.get("floor_round_trip_ns") for r in both])
             ho = median_or_none([r.get("floor_handoff_us") for r in both])
+            co = median_or_none([r.get("floor_copy_us") for r in both])
             print(f"  {key[0]:<14} {key[1]:>12} {t_o:>10.2f} {t_m:>10.2f} {ratio:>9.3f} {b_o:>11.3f} {b_m:>10.3f} {wrong:>7}"
-                  f" {cell(rt, 7, 0)} {cell(ho, 11, 2)}"
+                  f" {cell(rt, 7, 0)} {cell(ho, 11, 2)} {cell(co, 9, 2)}"
                   f" {cell(ratio_to_floor(ours[key], 'floor_round_trip_ns', 1e3), 9, 1)}"
                   f" {cell(ratio_to_floor(mpi[key], 'floor_round_trip_ns', 1e3), 9, 1)}"
                   f" {cell(ratio_to_floor(ours[key], 'floor_handoff_us', 1), 9, 2)}"
-                  f" {cell(ratio_to_floor(mpi[key], 'floor_handoff_us', 1), 9, 2)}")
+                  f" {cell(ratio_to_floor(mpi[key], 'floor_handoff_us', 1), 9, 2)}"
+                  f" {cell(ratio_to_floor(ours[key], 'floor_copy_us', 1), 9, 2)}"
+                  f" {cell(ratio_to_floor(mpi[key], 'floor_copy_us', 1), 9, 2)}")
             dat.write(f"{key[1]} {b_o} {b_m}\n")
 PY
 

@@ -48,6 +48,8 @@ def summary(rows, lo, hi):
         "x_rt": statistics.median(r["time_us"] * 1000 / r["floor_round_trip_ns"] for r in xs),
         "x_handoff": statistics.median(r["time_us"] / r["floor_handoff_us"] for r in xs if r["floor_handoff_us"] > 0)
         if any(r["floor_handoff_us"] > 0 for r in xs) else None,
+        "x_copy": statistics.median(r["time_us"] / r["floor_copy_us"] for r in xs if r.get("floor_copy_us", 0) > 0)
+        if any(r.get("floor_copy_us", 0) > 0 for r in xs) else None,
     }
 
 
@@ -85,7 +87,7 @@ def main():
     for name, lo, hi in (("fast", 0, args.fast_ns), ("slow", args.slow_ns, float("inf"))):
         print(f"# {name} phase (round trip {lo:g}-{hi:g} ns)")
         print(f"# {'bytes':>9} {'rows':>5} {'rt(ns)':>7} {'ours(us)':>9} {'mpi(us)':>9} {'ours/mpi':>8} "
-              f"{'ours x_rt':>9} {'mpi x_rt':>8} {'ours x_ho':>9} {'mpi x_ho':>8}")
+              f"{'ours x_rt':>9} {'mpi x_rt':>8} {'ours x_ho':>9} {'mpi x_ho':>8} {'ours x_co':>9} {'mpi x_co':>8}")
         for size in sorted({r["bytes"] for r in rows["ours"]}):
             o = summary([r for r in rows["ours"] if r["bytes"] == size], lo, hi)
             m = summary([r for r in rows["mpi"] if r["bytes"] == size], lo, hi)
@@ -93,8 +95,10 @@ def main():
                 print(f"  {size:>9}  (not seen in both)")
                 continue
             ho = lambda s: f"{s['x_handoff']:.2f}" if s["x_handoff"] is not None else "-"
+            co = lambda s: f"{s['x_copy']:.2f}" if s["x_copy"] is not None else "-"
             print(f"  {size:>9} {min(o['rows'], m['rows']):>5} {o['rt_ns']:>7.0f} {o['time_us']:>9.2f} {m['time_us']:>9.2f} "
-                  f"{o['time_us'] / m['time_us']:>8.2f} {o['x_rt']:>9.1f} {m['x_rt']:>8.1f} {ho(o):>9} {ho(m):>8}")
+                  f"{o['time_us'] / m['time_us']:>8.2f} {o['x_rt']:>9.1f} {m['x_rt']:>8.1f} {ho(o):>9} {ho(m):>8} "
+                  f"{co(o):>9} {co(m):>8}")
 
 
 if __name__ == "__main__":

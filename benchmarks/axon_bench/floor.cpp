@@ -138,23 +138,25 @@ double FloorProbe::round_trip_ns() {
   return leader ? median(batches) : 0;
 }
 
-double FloorProbe::handoff_us(std::size_t bytes) {
+FloorProbe::Handoff FloorProbe::handoff(std::size_t bytes) {
   constexpr int kRepeats = 7;
-  if (bytes > capacity_) return 0;
+  if (bytes > capacity_) return {};
   transport_.barrier();
   if (!shared_) {
     sequence_ += kRepeats;
-    return 0;
+    return {};
   }
   std::byte* data = shared_ + kDataOffset;
   auto& written = flag(shared_, 0);
   auto& read = flag(shared_, 1);
+  auto& write_began = flag(shared_, 2);  // rank 0's clock (steady_clock: one per machine) as it starts writing
   const bool writer = transport_.rank() == 0;
-  std::vector<double> times;
+  std::vector<double> reads, copies;
   for (int r = 0; r < kRepeats; ++r) {
     const std::uint64_t s = ++sequence_;
     const auto value = static_cast<std::byte>(s & 0xff);
     if (writer) {
+      write_began.store(static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()), std::memory_order_relaxed);
       std::memset(data, static_cast<int>(value), bytes);  // in rank 0's cache as far as it fits
       written.store(s, std::memory_order_release);
       wait_for(read, s);
@@ -162,23 +164,29 @@ double FloorProbe::handoff_us(std::size_t bytes) {
       wait_for(written, s);
       const auto t0 = Clock::now();
       std::memcpy(private_.get(), data, bytes);
-      times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      const auto t1 = Clock::now();
+      reads.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      const Clock::time_point began{Clock::duration{static_cast<Clock::rep>(write_began.load(std::memory_order_relaxed))}};
+      copies.push_back(std::chrono::duration<double, std::micro>(t1 - began).count());
       if (bytes && (private_[0] != value || private_[bytes - 1] != value)) {
         throw std::runtime_error("axon-bench floor: rank 1 read other bytes than rank 0 wrote");
       }
       read.store(s, std::memory_order_release);
     }
   }
-  return writer ? 0 : median(times);
+  if (writer) return {};
+  return Handoff{median(reads), median(copies)};
 }
 
 Floor FloorProbe::measure(std::size_t bytes) {
   if (!enabled()) return {};
-  std::vector<double> figures{round_trip_ns(), handoff_us(bytes)};
-  // Rank 0 measured the first, rank 1 the second: the max gives both to all.
+  const double round_trip = round_trip_ns();
+  const Handoff h = handoff(bytes);
+  std::vector<double> figures{round_trip, h.read_us, h.copy_us};
+  // Rank 0 measured the first, rank 1 the others: the max gives them to all.
   transport_.all_reduce(reinterpret_cast<std::byte*>(figures.data()), figures.size(), DataType::F64,
                         ReduceOp::Max);
-  return Floor{figures[0], figures[1]};
+  return Floor{figures[0], figures[1], figures[2]};
 }
 
 }  // namespace axon_bench

@@ -9,7 +9,14 @@
 //               ranks can take; a 2-rank all-reduce of 4 B needs about one);
 //   hand-off    rank 1 reading `bytes` that rank 0 has just written (one
 //               core's data moving to another: the least a 2-rank all-reduce
-//               of `bytes` moves is half of it each way, twice, in parallel).
+//               of `bytes` moves is half of it each way, twice, in parallel);
+//   copy        the same hand-off timed from the moment rank 0 starts
+//               writing: one core writes a buffer, the other reads it. In
+//               a loop of them the writer takes back every line the reader
+//               read the time before, as an all-reduce of private buffers
+//               does when it copies its input into its slot: the least
+//               such an all-reduce at n = 2 can take is one copy of the
+//               message (each rank's goes across once, in parallel).
 // Both through a memfd that rank 0 makes and rank 1 maps through
 // /proc/<pid>/fd (nothing named, so nothing is left behind by a killed run),
 // so the same probe runs under axon-bench and axon-bench-mpi.
@@ -27,6 +34,7 @@ namespace axon_bench {
 struct Floor {
   double round_trip_ns = 0;  // median over batches of round trips; 0: not measured
   double handoff_us = 0;     // median over hand-offs of `bytes`; 0: not measured
+  double copy_us = 0;        // median over the same hand-offs, from the start of the write; 0: not measured
 };
 
 class FloorProbe {
@@ -53,7 +61,11 @@ class FloorProbe {
 
  private:
   double round_trip_ns();
-  double handoff_us(std::size_t bytes);
+  struct Handoff {
+    double read_us = 0;  // rank 1's read
+    double copy_us = 0;  // rank 0's write and rank 1's read
+  };
+  Handoff handoff(std::size_t bytes);
 
   Transport& transport_;
   std::size_t capacity_ = 0;

@@ -293,10 +293,11 @@ void print_header(const Transport& t, const Options& o) {
               std::string(ad::to_string(o.op)).c_str(), o.iterations, o.warmup);
   std::printf("# time: median over iterations of the slowest rank; avg: slowest rank's loop / iterations\n");
   std::printf("# floor, measured just before each row between ranks 0 and 1: rt = a cache line's round trip,\n"
-              "# handoff = rank 1 reading size bytes rank 0 has just written; x_rt, x_handoff = time / floor\n#\n");
-  std::printf("# %-14s %12s %12s %6s %10s %10s %11s %11s %7s %8s %11s %8s %9s\n", "collective", "size(B)", "count",
-              "iters", "time(us)", "avg(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "rt(ns)", "handoff(us)",
-              "x_rt", "x_handoff");
+              "# handoff = rank 1 reading size bytes rank 0 has just written, copy = the same from the start of\n"
+              "# rank 0's write (into lines rank 1 read the time before); x_rt, x_handoff, x_copy = time / floor\n#\n");
+  std::printf("# %-14s %12s %12s %6s %10s %10s %11s %11s %7s %8s %11s %9s %8s %9s %7s\n", "collective", "size(B)",
+              "count", "iters", "time(us)", "avg(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "rt(ns)", "handoff(us)",
+              "copy(us)", "x_rt", "x_handoff", "x_copy");
   std::fflush(stdout);
 }
 
@@ -309,9 +310,9 @@ void print_row(const Row& r, const Options&) {
     std::printf(" %8s", "-");
   }
   if (r.floor.handoff_us > 0) {
-    std::printf(" %11.2f", r.floor.handoff_us);
+    std::printf(" %11.2f %9.2f", r.floor.handoff_us, r.floor.copy_us);
   } else {
-    std::printf(" %11s", "-");
+    std::printf(" %11s %9s", "-", "-");
   }
   if (r.floor.round_trip_ns > 0) {
     std::printf(" %8.1f", r.time_us * 1e3 / r.floor.round_trip_ns);
@@ -319,9 +320,9 @@ void print_row(const Row& r, const Options&) {
     std::printf(" %8s", "-");
   }
   if (r.floor.handoff_us > 0) {
-    std::printf(" %9.2f\n", r.time_us / r.floor.handoff_us);
+    std::printf(" %9.2f %7.2f\n", r.time_us / r.floor.handoff_us, r.time_us / r.floor.copy_us);
   } else {
-    std::printf(" %9s\n", "-");
+    std::printf(" %9s %7s\n", "-", "-");
   }
   std::fflush(stdout);
 }
@@ -337,6 +338,7 @@ void write_json(const std::string& file, const Transport& t, const Options& o, c
         << ", \"iterations\": " << r.iterations << ", \"time_us\": " << r.time_us << ", \"avg_us\": " << r.avg_us
         << ", \"algbw_GBps\": " << r.algbw << ", \"busbw_GBps\": " << r.busbw << ", \"wrong\": " << r.wrong
         << ", \"floor_round_trip_ns\": " << r.floor.round_trip_ns << ", \"floor_handoff_us\": " << r.floor.handoff_us
+        << ", \"floor_copy_us\": " << r.floor.copy_us
         << "}"
         << (i + 1 < rows.size() ? ",\n" : "\n");
   }

@@ -1,7 +1,8 @@
 """Runs axon-bench (or axon-bench-mpi) on 2 ranks and checks that every row
-carries the floor it measured just before it: a cache line's round trip and
-the hand-off of the row's size, both positive, and that rows above the
-probe's largest hand-off carry none.
+carries the floor it measured just before it: a cache line's round trip, the
+hand-off of the row's size and the copy (the hand-off from the start of the
+write, so never less than it), all positive, and that rows above the probe's
+largest hand-off carry neither of the last two.
 
     check_floor.py LAUNCH... -- BENCH   (LAUNCH: "axon-launch -n 2" or "mpirun ... -np 2")
 """
@@ -33,8 +34,12 @@ for row in rows:
         bad.append(f"{row['bytes']} B: no round trip ({row['floor_round_trip_ns']})")
     if row["bytes"] <= MAX_HANDOFF and not row["floor_handoff_us"] > 0:
         bad.append(f"{row['bytes']} B: no hand-off ({row['floor_handoff_us']})")
-    if row["bytes"] > MAX_HANDOFF and row["floor_handoff_us"] != 0:
-        bad.append(f"{row['bytes']} B: a hand-off above the probe's largest ({row['floor_handoff_us']})")
+    if row["bytes"] <= MAX_HANDOFF and not row["floor_copy_us"] >= row["floor_handoff_us"]:
+        bad.append(f"{row['bytes']} B: a copy ({row['floor_copy_us']}) shorter than its own hand-off "
+                   f"({row['floor_handoff_us']})")
+    if row["bytes"] > MAX_HANDOFF and (row["floor_handoff_us"] != 0 or row["floor_copy_us"] != 0):
+        bad.append(f"{row['bytes']} B: a hand-off or copy above the probe's largest ({row['floor_handoff_us']}, "
+                   f"{row['floor_copy_us']})")
 sizes = [row["bytes"] for row in rows]
 if sizes != [32, 1024, 32768, 1 << 20, 32 << 20]:
     bad.append(f"unexpected rows: {sizes}")
