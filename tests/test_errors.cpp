@@ -840,6 +840,11 @@ TEST_CASE("a rank that left for good is refused its own later ops, on its group 
                       Contains("all_reduce") && Contains("rank " + std::to_string(r)) && refused);
     RANK_REQUIRE_THAT(error_of([&] { subgroup->template broadcast<float>(data, 0); }), Contains("broadcast") && refused);
     RANK_REQUIRE_THAT(error_of([&] { b->barrier(); }), Contains("barrier") && refused);
+    // A layer's own step says which (its mark is in the refused call's words).
+    name_internal_step(202, "a test layer's refused step");
+    b->label_next_collective(202);
+    RANK_REQUIRE_THAT(error_of([&] { b->all_reduce<float>(data, ReduceOp::Sum); }),
+                      Contains("all_reduce(f32, 4, sum, internal step 202: a test layer's refused step)") && refused);
     RANK_REQUIRE_THAT(error_of([&] { b->send<float>(data, 1 - r); }), Contains("send of 16 bytes") && refused);
     RANK_REQUIRE_THAT(error_of([&] { b->recv<float>(data, 1 - r); }), Contains("recv of 16 bytes") && refused);
     RANK_REQUIRE_THAT(error_of([&] { b->new_group(both); }), Contains("new_group") && refused);

@@ -98,7 +98,7 @@ void ArenaChannel::begin(const CollectiveCall& call) {
   // with them, and those still here count it as ended, so an op now would
   // pair with nobody or with a peer's unrelated op (found by a review: it ran
   // when every rank left). A forked child: the rank's process runs its part.
-  if (waits_.refuses_ops()) [[unlikely]] refuse(call);
+  if (waits_.refuses_ops()) [[unlikely]] refuse(call, step);
   // An aborted job (a dead rank, a peer's timeout) may have left this op's
   // round half done: finishing it could pair with a rank that gave up.
   if (waits_.aborted()) waits_.check_alive();
@@ -373,8 +373,10 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
   throw CollectiveMismatch(broken_);
 }
 
-void ArenaChannel::refuse(const CollectiveCall& call) const {
-  throw InvalidArgument(describe(descriptor_of(call, calls_)) + " in group " + group_name() + " on " +
+void ArenaChannel::refuse(const CollectiveCall& call, std::uint8_t step) const {
+  shm::Descriptor refused = descriptor_of(call, calls_);
+  refused.step = step;
+  throw InvalidArgument(describe(refused, /*step_named=*/true) + " in group " + group_name() + " on " +
                         waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
                         waits_.why_refused() + "; nothing was done");
 }

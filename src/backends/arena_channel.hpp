@@ -144,7 +144,7 @@ class ArenaChannel final : public collectives::RoundChannel {
   [[noreturn]] void throw_mismatch(int member, int parity, std::uint64_t round);
   // begin() where WaitContext::refuses_ops(): after leave_for_good(), or in
   // a forked child.
-  [[noreturn, gnu::cold]] void refuse(const CollectiveCall& call) const;
+  [[noreturn, gnu::cold]] void refuse(const CollectiveCall& call, std::uint8_t step) const;
   [[noreturn]] void report_barrier_mismatch(std::uint64_t round, int parity);
   shm::Doorbell& doorbell_of(int member) const;
 
