@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -640,8 +641,10 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     // axon-launch's summary gives the reason, as for a group that fails
     // later (it named only the first rank to exit, a survivor; a review).
     // Not for this rank's own bad input, which its own error names (and a
-    // program may catch, trying another backend).
-    ad::shm::report_group_failure_to_launcher(-1, e.what());
+    // program may catch, trying another backend). A member that went before
+    // the group was set up is blamed, as one that leaves a group later is
+    // (the summary named a member that waited for it; a review).
+    ad::shm::report_group_failure_to_launcher(member_gone_in(e.what()), e.what());
     throw;
   }
   // Rank 0 sized the arena every rank maps, so every rank reads the same.
@@ -1102,6 +1105,20 @@ std::vector<std::pair<int, std::string>> ProcessGroupAxon::left_default_group_lo
     }
   }
   return left;
+}
+
+int ProcessGroupAxon::member_gone_in(const std::string& reason) const {
+  // The words of give_up_if_a_process_exited(), here or (through the
+  // store) a peer's: the first member it names. Global ranks are the job's
+  // only in a process axon-launch started as its rank.
+  constexpr std::string_view kGone = ": its member global rank ";
+  const std::size_t at = reason.find(kGone);
+  const int self = global_ranks_[static_cast<std::size_t>(getRank())];
+  if (at == std::string::npos || !ad::shm::started_by_launcher_as(self)) return -1;
+  int global = -1;
+  const char* first = reason.data() + at + kGone.size();
+  const auto [end, error] = std::from_chars(first, reason.data() + reason.size(), global);
+  return error == std::errc() ? global : -1;
 }
 
 void ProcessGroupAxon::give_up_if_a_process_exited() const {

@@ -96,6 +96,14 @@ def rank_body(case):
                 dist.all_reduce(torch.ones(4), group=g)
             except RuntimeError:
                 pass
+    elif case in ("exit-0-before-new-group", "raise-before-new-group"):
+        dist.all_reduce(torch.ones(4))
+        if rank == 2:
+            time.sleep(1)  # the others are in new_group by now, waiting for rank 2 to come
+            if case == "raise-before-new-group":
+                raise ValueError("rank 2 fails on purpose")
+            sys.exit(0)
+        dist.new_group([0, 1, 2])
     elif case == "exit-3":
         if rank == 1:
             dist.destroy_process_group()  # leaves while the others wait in the all_reduce ...
@@ -235,6 +243,18 @@ def main():
                 "rank 1 (pid" not in line:
             raise SystemExit(f"os-exit-0-mid-loop, run {attempt + 1}: the summary does not blame rank 1's exit:\n{err}")
     print(f"test_launcher_summary: a rank that ended with os._exit(0) amid its peers' all_reduces, three times: {line}")
+    # Also when the others were setting up a group (new_group) that the
+    # leaving rank never came to: they failed with "its member global rank 2
+    # left the job's default group", and the summary blamed one of them (a
+    # review: 4 runs of 4 with sys.exit(0), 3 of 6 with an exception). Two
+    # runs of each.
+    for case, blamed in (("exit-0-before-new-group", "rank 2 exited (status 0) while other ranks still waited for it"),
+                         ("raise-before-new-group", "rank 2 exited with code 1;")):
+        for attempt in range(2):
+            line, err = run(launcher, case, timeout="100", status=1)
+            if f"axon-launch: {blamed}" not in err or "its member global rank 2 left" not in line:
+                raise SystemExit(f"{case}, run {attempt + 1}: the summary does not blame rank 2:\n{err}")
+        print(f"test_launcher_summary: {case}, twice: {line}")
     # ... and when every rank ended before the launcher reaped the first.
     line, err = run_unreaped(launcher)
     if "axon-launch: rank 1 exited (status 0) while other ranks still waited for it" not in err:

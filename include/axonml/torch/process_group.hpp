@@ -251,6 +251,10 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // Throws when a process another live group watches has exited (see the
   // constructor); called while this group sets up.
   void give_up_if_a_process_exited() const;
+  // The job rank of the member a set-up failure's `reason` says went (in
+  // give_up_if_a_process_exited()'s words), for axon-launch's summary; -1
+  // when it names none or this process is not axon-launch's rank.
+  int member_gone_in(const std::string& reason) const;
   static std::vector<std::pair<int, std::string>> left_default_group_locked();
   // "[0, 2, 3]": the group's members as ranks of the job.
   std::string describe_global_ranks() const;
