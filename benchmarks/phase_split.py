@@ -5,7 +5,8 @@ for --seconds, every row kept with the floor its own run measured just before
 it; the rows are then split by that floor's cache-line round trip into the
 fast phase (round trip below --fast-ns) and the slow one (above --slow-ns),
 and per size it prints, for each phase, the median time of each side, the
-median of time / round trip and time / hand-off, and ours/MPI.
+median of time / round trip, time / hand-off and time / copy (axon-bench's
+floor columns), and ours/MPI.
 
     benchmarks/phase_split.py [--seconds 480] [--max 1M] [--factor 16]
                               [--build build/release] [--json out.json]

@@ -325,13 +325,17 @@ std::optional<Supervisor::Failure> Supervisor::group_left_while_needed(const std
     members = bracketed_ranks_after(*reason, "it left the group of global ranks [");
   } else if (reason->starts_with(culprit_name + " left the group (it destroyed it, or its program ended) while ")) {
     members = bracketed_ranks_after(*reason, " in group [");
-  } else if (const std::string gone = ": its member global " + culprit_name + " left the job's default group";
-             reason->find(gone) != std::string::npos) {
-    // A member of a group being set up (PyTorch's new_group) that left the
-    // job's default group before it came: the members that waited for it
-    // fail with these words (the summary blamed one of them, 4 runs of 4; a
-    // review). The group's members as the job numbers them.
-    members = bracketed_ranks_after(*reason, "gave up setting up the axon group of global ranks [");
+  } else if (const std::string member = ": its member global " + culprit_name + " ";
+             reason->find(member + "left the job's default group") != std::string::npos ||
+             reason->find(member + "exited (status 0) before the group was set up") != std::string::npos ||
+             reason->find(member + "(pid " + std::to_string(r.pid) + ") exited or was killed") != std::string::npos) {
+    // A member of a group being set up (PyTorch's init_process_group or
+    // new_group) that left the job's default group, or exited, before it
+    // came: the ranks that waited for it fail with these words (the summary
+    // blamed one of them, 4 runs of 4; a review). Every rank of the world
+    // takes part in new_group (its store barrier), members or not, so any
+    // rank that failed by its own hand failed of it.
+    any_rank_a_member = true;
   } else if (reason->starts_with(culprit_name + " (pid " + std::to_string(r.pid) + ") exited or was killed while")) {
     // A process its peers' watch saw end, status 0 here: one that left
     // without leaving its groups (os._exit(0)), where sys.exit(0) leaves

@@ -20,7 +20,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t kLine = 64;
-constexpr std::size_t kDataOffset = 4096;  // the hand-off buffer, after the two flag lines
+constexpr std::size_t kDataOffset = 4096;  // the hand-off buffer, after the flag lines
 
 // A flag in shared memory: one cache line of its own.
 std::atomic<std::uint64_t>& flag(std::byte* shared, int line) {
@@ -149,7 +149,10 @@ FloorProbe::Handoff FloorProbe::handoff(std::size_t bytes) {
   std::byte* data = shared_ + kDataOffset;
   auto& written = flag(shared_, 0);
   auto& read = flag(shared_, 1);
-  auto& write_began = flag(shared_, 2);  // rank 0's clock (steady_clock: one per machine) as it starts writing
+  // Rank 0's clock as it starts writing (steady_clock: one per time
+  // namespace, so one for ranks on one machine), beside the flag it sets
+  // next: a line of its own would be one more line to move inside the copy.
+  auto& write_began = *reinterpret_cast<std::atomic<std::uint64_t>*>(shared_ + sizeof(std::uint64_t));
   const bool writer = transport_.rank() == 0;
   std::vector<double> reads, copies;
   for (int r = 0; r < kRepeats; ++r) {

@@ -3,7 +3,7 @@
 //
 // The host moves this machine's vCPUs near and far every few seconds, and
 // every figure moves with it; a time without the floor of its own moment
-// cannot tell a slow phase from a slow algorithm. Two figures:
+// cannot tell a slow phase from a slow algorithm. Three figures:
 //   round trip  a cache line written by rank 0, seen by rank 1, answered,
 //               seen by rank 0 again (the least any exchange between two
 //               ranks can take; a 2-rank all-reduce of 4 B needs about one);
@@ -16,8 +16,10 @@
 //               read the time before, as an all-reduce of private buffers
 //               does when it copies its input into its slot: the least
 //               such an all-reduce at n = 2 can take is one copy of the
-//               message (each rank's goes across once, in parallel).
-// Both through a memfd that rank 0 makes and rank 1 maps through
+//               message (each rank's goes across once, in parallel). It
+//               includes rank 1 noticing the write is done (the flag's
+//               line); with more ranks than cores, its being scheduled too.
+// All through a memfd that rank 0 makes and rank 1 maps through
 // /proc/<pid>/fd (nothing named, so nothing is left behind by a killed run),
 // so the same probe runs under axon-bench and axon-bench-mpi.
 #pragma once

@@ -376,7 +376,9 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
 void ArenaChannel::refuse(const CollectiveCall& call, std::uint8_t step) const {
   shm::Descriptor refused = descriptor_of(call, calls_);
   refused.step = step;
-  throw InvalidArgument(describe(refused, /*step_named=*/true) + " in group " + group_name() + " on " +
+  // Not by name in a forked child: the names' mutex may have been held
+  // by another thread at the fork.
+  throw InvalidArgument(describe(refused, /*step_named=*/!waits_.in_forked_child()) + " in group " + group_name() + " on " +
                         waits_.names().rank(world_ranks_[static_cast<std::size_t>(member_)]) + ": " +
                         waits_.why_refused() + "; nothing was done");
 }
