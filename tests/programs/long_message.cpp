@@ -88,6 +88,12 @@ int stall(World& world) {
   Backend& b = world.backend();
   const std::size_t count = std::size_t{256} << 20;  // 1 GiB of int32
   std::unique_ptr<std::int32_t[]> data(new std::int32_t[count]);  // untouched: page-fault speed
+  // Both ranks have their buffer before rank 1's recv starts its clock:
+  // under AddressSanitizer a 1 GiB new[] takes 60-350 ms (it poisons the
+  // block's shadow), and rank 1 timed out "waiting for it to send" before
+  // rank 0 had begun (1 CI run of ASan's; the test is of a sender that stops
+  // half way, not of the allocator).
+  b.barrier();
   if (world.rank() == 0) {
     std::thread sender([&] { b.send<std::int32_t>(std::span(data.get(), count), 1, 0); });
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
