@@ -9,6 +9,7 @@
 
 #include "base/text.hpp"
 #include "shm/wait.hpp"
+#include "torch/interrupts.hpp"
 
 namespace axonml::torch {
 
@@ -81,16 +82,28 @@ bool AxonWork::wait(std::chrono::milliseconds timeout) {
       if ((*it)->run_queued_through(this)) break;
     }
   }
-  if (timeout != kNoTimeout) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+  // In pieces, so that Python's signal handlers run meanwhile
+  // (torch/interrupts.hpp): what one raises leaves the op going on, as a
+  // timeout does.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!cv_.wait_for(lock, kInterruptCheckPeriod, [&] { return completed_; })) {
+    if (timeout != kNoTimeout && std::chrono::steady_clock::now() >= deadline) {
       const double seconds = std::chrono::duration<double>(timeout).count();
       TORCH_CHECK(false, "Operation timed out! axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
                   ": wait(timeout=", axonml::distributed::format_seconds(seconds),
                   " s) ended before the op completed; the op goes on, and completes or fails by the group's "
                   "timeout");
     }
+    lock.unlock();
+    check_interrupts();
+    lock.lock();
   }
+  // An op that failed because a peer left on its own Ctrl-C: the handler
+  // due here runs now, not while Python prints the failure.
+  const bool failed = exception_ != nullptr;
+  lock.unlock();
+  if (failed) check_interrupts();
   return c10d::Work::wait(kNoTimeout);
 }
 

@@ -64,7 +64,9 @@ class AxonWork final : public c10d::Work {
   // (c10d's own says only "Operation timed out!"; found by a review). The op
   // goes on: a later wait() can still see it complete. In a process forked
   // after the op was made, an op not yet complete never completes (its
-  // thread stayed with the rank): the wait raises instead.
+  // thread stayed with the rank): the wait raises instead. On Python's main
+  // thread, Python's signal handlers run while it waits, and what one raises
+  // (Ctrl-C's KeyboardInterrupt) ends the wait as a timeout does.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
 
   std::vector<at::Tensor> result() override { return outputs_; }

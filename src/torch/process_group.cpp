@@ -46,6 +46,7 @@
 #include "torch/arena_storage.hpp"
 #include "torch/buffers.hpp"
 #include "torch/comm_thread.hpp"
+#include "torch/interrupts.hpp"
 #include "torch/without_gil.hpp"
 
 namespace axonml::torch {
@@ -591,7 +592,13 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   ad::StoreOptions options;
   options.timeout = timeout;
   options.timeout_name = timeout_name;
-  options.while_waiting = [this] { give_up_if_a_process_exited(); };
+  options.while_waiting = [this, rank] {
+    // Named as the set-up names its ranks (by their global rank), which then
+    // adds no name of its own to the peers' reason.
+    check_interrupts_while("rank " + std::to_string(global_ranks_[static_cast<std::size_t>(rank)]) + ":",
+                           "waited for its peers to set up the axon group of global ranks " + describe_global_ranks());
+    give_up_if_a_process_exited();
+  };
   // AXON_TIMEOUT bounds the ops; the set-up waits for peers still on their
   // way (importing torch takes seconds, longer on a loaded machine) as long as
   // PyTorch's own rendezvous does, as a C++ rank's --timeout does not count

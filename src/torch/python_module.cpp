@@ -5,6 +5,7 @@
 #include <torch/python.h>
 
 #include "axonml/torch/process_group.hpp"
+#include "torch/interrupts.hpp"
 #include "torch/without_gil.hpp"
 
 namespace {
@@ -17,6 +18,21 @@ void wait_releasing_gil(void (*wait)(void*), void* context) {
     return wait(context);
   }
   wait(context);
+}
+
+// Python's main thread, which alone runs signal handlers.
+unsigned long python_main_thread = 0;
+
+// The interrupt check (torch/interrupts.hpp): on Python's main thread, in a
+// wait its caller entered with the GIL released, runs the signal handlers
+// that are due and throws what one raised, for pybind11 to raise in Python.
+void run_signal_handlers() {
+  if (PyThread_get_thread_ident() != python_main_thread || !Py_IsInitialized() || PyGILState_Check()) return;
+  const PyGILState_STATE state = PyGILState_Ensure();
+  if (PyErr_CheckSignals() == 0) return PyGILState_Release(state);
+  pybind11::error_already_set raised;  // takes the exception from the interpreter
+  PyGILState_Release(state);
+  throw raised;
 }
 
 axonml::torch::ProcessGroupAxon& axon_group(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
@@ -33,6 +49,9 @@ axonml::torch::ProcessGroupAxon& axon_group(const c10::intrusive_ptr<c10d::Proce
 
 PYBIND11_MODULE(_C, m) {
   axonml::torch::install_wait_runner(wait_releasing_gil);
+  python_main_thread =
+      pybind11::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  axonml::torch::install_interrupt_check(run_signal_handlers);
   m.doc() = "The axonml shared-memory runtime as torch.distributed backend 'axon'";
   m.def(
       "create_process_group",
@@ -41,9 +60,18 @@ PYBIND11_MODULE(_C, m) {
          std::optional<std::size_t> shared_mb) {
         std::optional<std::size_t> shared_bytes;
         if (shared_mb) shared_bytes = *shared_mb << 20;
-        return axonml::torch::ProcessGroupAxon::create(
-            store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
-            std::move(global_ranks), shared_bytes);
+        try {
+          return axonml::torch::ProcessGroupAxon::create(
+              store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+              std::move(global_ranks), shared_bytes);
+        } catch (const axonml::torch::Interrupted& e) {  // the peers have its message; Python gets the original
+          std::rethrow_exception(e.raised());
+        } catch (...) {
+          // A set-up failed because a peer left on its own Ctrl-C: the
+          // handler due here runs now, not while Python prints the failure.
+          axonml::torch::check_interrupts();
+          throw;
+        }
       },
       pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
       pybind11::arg("global_ranks") = std::vector<int>{}, pybind11::arg("shared_mb") = std::nullopt,

@@ -1,0 +1,60 @@
+// Letting Python's signal handlers end a long wait (Ctrl-C in a collective).
+//
+// CPython runs a signal's handler (SIGINT's raises KeyboardInterrupt) only
+// between bytecodes, on the main thread. A main thread waiting in C++ with
+// the GIL released, for a peer in an op or in a group's set-up, ran it only
+// once the wait ended: with Ctrl-C to axon-launch, when a peer exited on its
+// own KeyboardInterrupt and the wait failed naming it. The handler then ran
+// while CPython printed that error, and each waiting rank printed a bare
+// object dump and "lost sys.stderr" instead of a traceback. So the long
+// waits of the main thread run the handlers now and then themselves, and
+// what one raises ends the wait.
+//
+// libaxonml_torch does not link Python: the Python module installs the
+// check when imported; a C++ program has none, and its waits are as before.
+//
+// Thread safety: install_interrupt_check() once, before any group exists;
+// check_interrupts() from any thread (it does nothing off Python's main
+// thread, or where that thread holds the GIL: a wait entered with the GIL
+// held was not left to the handlers by its caller).
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <string>
+
+#include "axonml/distributed/error.hpp"
+
+namespace axonml::torch {
+
+// Throws what a signal handler raised; returns when none is pending.
+using InterruptCheck = void (*)();
+
+void install_interrupt_check(InterruptCheck check);
+
+// Runs the installed check, if any. Its exception is Python's, to be
+// handed back to Python as it is (the op's wait() raises it).
+void check_interrupts();
+
+// How often a long wait runs the check: a wait that ends sooner never does.
+inline constexpr std::chrono::milliseconds kInterruptCheckPeriod{20};
+
+// What a group's set-up throws when a signal handler raised while it waited
+// for its peers: an Error whose message the peers are given as the reason
+// this rank left, carrying the handler's own exception, which the Python
+// module raises in its place.
+class Interrupted : public distributed::Error {
+ public:
+  Interrupted(const std::string& message, std::exception_ptr raised)
+      : distributed::Error(message), raised_(std::move(raised)) {}
+  std::exception_ptr raised() const { return raised_; }
+
+ private:
+  std::exception_ptr raised_;
+};
+
+// check_interrupts(), with what it throws wrapped in Interrupted: "`who`
+// interrupted (...) while it `waiting`", who being e.g. "rank 3:".
+void check_interrupts_while(const std::string& who, const std::string& waiting);
+
+}  // namespace axonml::torch

@@ -1,0 +1,166 @@
+"""Ctrl-C reaches a PyTorch rank that waits for its peers: Python's signal
+handlers run while an op's wait() or a group's set-up waits, and what one
+raises ends the wait. Before, the handler ran only once the wait ended: with
+Ctrl-C to axon-launch, when a peer exited on its own KeyboardInterrupt, and
+then while CPython printed the wait's error, so each waiting rank printed a
+bare object dump and "lost sys.stderr" instead of a traceback.
+
+    test_interrupt.py AXON_LAUNCH
+"""
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from harness import run_ranks
+
+
+def signal_self_after(seconds, signum):
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signum))
+    timer.start()
+    return timer
+
+
+def interrupted_op_goes_on(rank, n):
+    """An interrupted wait() raises what the handler raised, within a
+    moment; the op goes on, and a second wait() returns its result. A
+    handler that raises nothing does not end the wait."""
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("axon")
+    dist.barrier()
+    t = torch.full((1000,), float(rank + 1))
+    if rank == 1:
+        time.sleep(4)  # rank 0 waits meanwhile
+        dist.all_reduce(t)
+        assert t[0].item() == 3.0
+        time.sleep(2)  # rank 0 waits in a receive meanwhile
+        dist.send(torch.full((8,), 7.0), 0)
+        dist.destroy_process_group()
+        return "ok"
+    handled = []
+    signal.signal(signal.SIGUSR1, lambda *_: handled.append(time.monotonic()))
+    work = dist.all_reduce(t, async_op=True)
+    started = time.monotonic()
+    signal_self_after(0.3, signal.SIGUSR1)
+    signal_self_after(1.0, signal.SIGINT)
+    try:
+        work.wait()
+        raise AssertionError("wait() returned although rank 1 had not called its all_reduce")
+    except KeyboardInterrupt:
+        interrupted_after = time.monotonic() - started
+    assert len(handled) == 1 and handled[0] - started < 1.0, (handled, started)
+    assert interrupted_after < 2.5, f"KeyboardInterrupt came {interrupted_after:.2f} s after the wait began"
+    assert not work.is_completed()
+    work.wait()  # the op went on: rank 1 arrives
+    assert t[0].item() == 3.0, t[0].item()
+
+    def handler_that_raises(*_):
+        raise ValueError("the handler's own error")
+
+    received = torch.zeros(8)
+    work = dist.irecv(received, 1)
+    signal.signal(signal.SIGUSR2, handler_that_raises)
+    signal_self_after(0.2, signal.SIGUSR2)
+    try:
+        work.wait()
+        raise AssertionError("a receive's wait() returned although rank 1 had not sent")
+    except ValueError as e:
+        assert "the handler's own error" in str(e), str(e)
+    work.wait()
+    assert received[0].item() == 7.0
+    dist.destroy_process_group()
+    return f"interrupted after {interrupted_after:.2f} s"
+
+
+def interrupted_setup_is_named_to_peers(rank, n):
+    """A rank interrupted in new_group()'s set-up raises KeyboardInterrupt;
+    its peer's new_group() raises naming it as interrupted."""
+    import torch.distributed as dist
+    dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
+    dist.barrier()
+    if rank == 1:
+        time.sleep(3)  # rank 0 waits for it in the set-up meanwhile
+        try:
+            dist.new_group([0, 1])
+            raise AssertionError("new_group() succeeded with an interrupted peer")
+        except RuntimeError as e:
+            assert "rank 0: interrupted (a Python signal handler raised" in str(e), str(e)
+            assert "rank 0: rank 0" not in str(e), str(e)
+            return str(e)
+    started = time.monotonic()
+    signal_self_after(0.5, signal.SIGINT)
+    try:
+        dist.new_group([0, 1])
+        raise AssertionError("new_group() returned although rank 1 had not called it")
+    except KeyboardInterrupt:
+        waited = time.monotonic() - started
+    assert waited < 2.5, f"KeyboardInterrupt came {waited:.2f} s after new_group() began"
+    return f"interrupted after {waited:.2f} s"
+
+
+def rank_body(stage):
+    import torch
+    import torch.distributed as dist
+    import axonml_torch  # noqa: F401
+
+    dist.init_process_group("axon")
+    rank = dist.get_rank()
+    dist.barrier()
+    print(f"ready {rank}", flush=True)
+    if rank == 2:
+        time.sleep(120)  # ranks 0 and 1 wait for it, until Ctrl-C
+    if stage == "all_reduce":
+        dist.all_reduce(torch.ones(1000))
+    else:
+        dist.new_group([0, 1, 2])
+    raise AssertionError(f"rank {rank}: the {stage} returned")
+
+
+def ctrl_c_to_the_launcher(launcher, stage):
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    with tempfile.TemporaryDirectory() as work:
+        out_path = os.path.join(work, "out")
+        with open(out_path, "w") as out:
+            job = subprocess.Popen([launcher, "-n", "3", sys.executable, __file__, "--rank", stage],
+                                   env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+            deadline = time.monotonic() + 120
+            while open(out_path).read().count("ready ") < 3:
+                assert job.poll() is None and time.monotonic() < deadline, open(out_path).read()
+                time.sleep(0.05)
+            time.sleep(2)  # ranks 0 and 1 wait in the stage
+            job.send_signal(signal.SIGINT)
+            status = job.wait(timeout=60)
+        text = open(out_path).read()
+    for rank in (0, 1):
+        lines = [line[len(f"[rank {rank}] "):] for line in text.splitlines() if line.startswith(f"[rank {rank}] ")]
+        own = "\n".join(lines)
+        where = "work.wait()" if stage == "all_reduce" else "create_process_group("
+        if ("lost sys.stderr" in own or "object repr" in own or not lines or lines[-1] != "KeyboardInterrupt"
+                or where not in own):
+            raise SystemExit(f"Ctrl-C to axon-launch while ranks 0 and 1 waited in {stage}: rank {rank} did not "
+                             f"end with a KeyboardInterrupt traceback through {where}:\n{text}")
+    if status == 0:
+        raise SystemExit(f"the job interrupted in {stage} exited 0:\n{text}")
+
+
+def main():
+    launcher = sys.argv[1]
+    print("in-process:", run_ranks(2, interrupted_op_goes_on))
+    print("in-process:", run_ranks(2, interrupted_setup_is_named_to_peers))
+    for stage in ("all_reduce", "new_group"):
+        ctrl_c_to_the_launcher(launcher, stage)
+    print("test_interrupt: a signal handler's exception ends a rank's wait in an op and in a group's set-up; the op "
+          "goes on; the set-up's peers are told; Ctrl-C to axon-launch gives each waiting rank a KeyboardInterrupt "
+          "traceback")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--rank":
+        rank_body(sys.argv[2])
+    else:
+        main()
