@@ -684,6 +684,25 @@ std::optional<std::string> Supervisor::group_failure_reason() const {
   return shm::published_reason(arena_.header().group_failure_state, arena_.header().group_failure_reason);
 }
 
+std::optional<std::string> Supervisor::others_failed_before_joining(int first_rank) const {
+  // A PyTorch program's ranks join no arena of the launcher's; a failure
+  // its groups reported is what ended them.
+  if (group_failure_reason()) return std::nullopt;
+  if (const auto reason = abort_reason(); reason && *reason != launcher_abort_reason_) return std::nullopt;
+  std::vector<int> codes;
+  for (const auto& r : ranks_) {
+    if (r.rank == first_rank) continue;
+    if (r.running || arena_.joined(r.rank) || !WIFEXITED(r.status) || WEXITSTATUS(r.status) == 0) return std::nullopt;
+    codes.push_back(WEXITSTATUS(r.status));
+  }
+  if (codes.empty()) return std::nullopt;
+  std::sort(codes.begin(), codes.end());
+  codes.erase(std::unique(codes.begin(), codes.end()), codes.end());
+  std::string text;
+  for (int code : codes) text += (text.empty() ? "" : ", ") + std::to_string(code);
+  return text;
+}
+
 void Supervisor::print_summary() const {
   if (!first_failure_) {
     if (forwarded_signal_ != 0) {
@@ -707,6 +726,13 @@ void Supervisor::print_summary() const {
       failed_all_at_once_ && forwarded_signal_ == 0 && (abort_reason() || group_failure_reason());
   if (f.blame == Blame::AbortedByRank || ending_after_forward_) {
     if (signalled) line += "; the ranks still running were stopped";
+  } else if (const auto codes = others_failed_before_joining(f.rank); codes && !signalled) {
+    // Each failed on its own (a bad argument every rank checks), not by
+    // the abort, which reaches only ranks in the job: "the job was aborted
+    // and the other ranks ended" read as if the first had ended them (a
+    // review).
+    line += "; the other ranks failed too, before joining the job (exit code" +
+            std::string(codes->find(',') == std::string::npos ? " " : "s ") + *codes + ")";
   } else if (phase_ != Phase::Running || aborted_before_reaped) {
     line += signalled ? "; the job was aborted and the ranks still running were stopped"
                       : "; the job was aborted and the other ranks ended";

@@ -376,6 +376,13 @@ print(" ".join(left) or "none")
     run -n 3 "$probe" exit 1 3
     expect_status 3
     [[ "$err" == *"rank 1 exited with code 3"* ]] || fail "no summary naming rank 1: $err"
+    # Every rank refusing its arguments before World::init(): the others
+    # failed on their own, not by an abort they never joined (the summary
+    # said "the job was aborted and the other ranks ended"; a review).
+    run -n 3 "$probe" refuse-arguments 2
+    expect_status 2
+    [[ "$err" == *"exited with code 2; the other ranks failed too, before joining the job (exit code 2) (exit status 2)"* ]] ||
+      fail "the summary does not say every rank failed on its own: $err"
     ;;
   signal-status)
     run -n 3 "$probe" raise 2 10   # SIGUSR1

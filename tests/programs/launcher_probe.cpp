@@ -197,6 +197,11 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (args[0] == "refuse-arguments" && args.size() == 2) {  // as a program that checks them before World::init()
+    std::fprintf(stderr, "probe: bad arguments\n");
+    return std::atoi(args[1].c_str());
+  }
+
   int rank = -1;
   try {
     World world = World::init();
