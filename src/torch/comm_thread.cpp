@@ -25,18 +25,31 @@ AxonWork::AxonWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
       fork_generation_(distributed::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(tensor_list_type())),
       source_rank_(source_rank) {}
 
 // The future first: DDP's reducer chains its callbacks on it, and wait()
-// callers must find it complete once they return.
+// callers must find it complete once they return. A future asked for later
+// is made complete (getFuture()).
 void AxonWork::complete() {
-  future_->markCompleted(c10::IValue(outputs_));
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    const std::lock_guard<std::mutex> lock(future_mutex_);
+    outcome_known_ = true;
+    future = future_;
+  }
+  if (future) future->markCompleted(c10::IValue(outputs_));  // its callbacks run here, without the lock
   finish();
 }
 
 void AxonWork::fail(std::exception_ptr error) {
-  future_->setError(error);
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    const std::lock_guard<std::mutex> lock(future_mutex_);
+    outcome_known_ = true;
+    error_ = error;
+    future = future_;
+  }
+  if (future) future->setError(error);
   finish(error);
 }
 
@@ -45,6 +58,13 @@ c10::intrusive_ptr<c10::ivalue::Future> AxonWork::getFuture() {
     std::uint64_t not_taken = kFutureNotTaken;
     future_taken_after_.compare_exchange_strong(not_taken, program_calls_->load(std::memory_order_relaxed),
                                                 std::memory_order_relaxed);
+  }
+  const std::lock_guard<std::mutex> lock(future_mutex_);
+  if (!future_) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type());
+    // An op that has ended: completed here, before any callback is chained.
+    if (outcome_known_ && error_) future_->setError(error_);
+    if (outcome_known_ && !error_) future_->markCompleted(c10::IValue(outputs_));
   }
   return future_;
 }

@@ -113,11 +113,13 @@ void check_root(std::int64_t root, int size, const std::string& where, const cha
   }
 }
 
-void check_count(const std::string& where, const std::string& what, std::int64_t actual,
-                 std::int64_t expected, const std::string& why) {
+// (Views, not strings: a literal of more than 15 characters made a string
+// on the heap in every op, errors or not.)
+void check_count(const std::string& where, std::string_view what, std::int64_t actual,
+                 std::int64_t expected, std::string_view why) {
   if (actual != expected) {
-    throw ad::InvalidArgument(where + ": " + what + " has " + std::to_string(actual) +
-                              " but must have " + std::to_string(expected) + " (" + why + ")");
+    throw ad::InvalidArgument(where + ": " + std::string(what) + " has " + std::to_string(actual) +
+                              " but must have " + std::to_string(expected) + " (" + std::string(why) + ")");
   }
 }
 
@@ -161,6 +163,7 @@ std::vector<at::Tensor> root_tensor_list(const std::vector<std::vector<at::Tenso
 // (all_reduce_multigpu, broadcast_multigpu) combines every tensor of every
 // rank: other results, and no error (a review).
 void check_one_tensor(const std::vector<at::Tensor>& tensors, const std::string& where, const char* coalesced) {
+  if (tensors.size() == 1) return;  // the text below is made only for the error
   check_count(where, "the tensor list", static_cast<std::int64_t>(tensors.size()), 1,
               std::string("one tensor per process; the multi-device form (*_multigpu) is not supported") +
                   (*coalesced ? std::string(", ") + coalesced + " takes several tensors" : std::string()));
@@ -794,7 +797,7 @@ void ProcessGroupAxon::refuse_in_forked_child(c10d::OpType type) const {
 
 void ProcessGroupAxon::refuse_in_forked_child(const std::string& op) const {
   if (!in_forked_child()) return;
-  throw ad::InvalidArgument(where_of(op.c_str()) + ": this process (pid " + std::to_string(::getpid()) +
+  throw ad::InvalidArgument(where_of(op.c_str()).text() + ": this process (pid " + std::to_string(::getpid()) +
                             ") was forked from global rank " +
                             std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
                             "'s process (pid " + std::to_string(owner_pid_) +
@@ -1068,13 +1071,21 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intru
 // group too: roots and peers are given as ranks in the group, but the user
 // knows the process by its rank in the job, and new_group([0, 1]) of four
 // ranks is not the job even where the two numberings agree.
-std::string ProcessGroupAxon::where_of(const char* op) const {
+ProcessGroupAxon::OpSite ProcessGroupAxon::where_of(const char* op) const {
+  const std::lock_guard<std::mutex> lock(op_sites_mutex_);
+  for (const auto& [name, site] : op_sites_) {
+    if (name == op) return site;
+  }
   std::string where = std::string("axon ") + op + " on rank " + std::to_string(getRank()) + " of " +
                       std::to_string(getSize());
-  if (!subgroup_) return where;
-  const int global = global_ranks_[static_cast<std::size_t>(getRank())];
-  if (global != getRank()) where += " (global rank " + std::to_string(global) + ")";
-  return where + " in the group of global ranks " + describe_global_ranks();
+  if (subgroup_) {
+    const int global = global_ranks_[static_cast<std::size_t>(getRank())];
+    if (global != getRank()) where += " (global rank " + std::to_string(global) + ")";
+    where += " in the group of global ranks " + describe_global_ranks();
+  }
+  OpSite site(std::make_shared<const std::string>(std::move(where)));
+  op_sites_.emplace_back(op, site);
+  return site;
 }
 
 std::string ProcessGroupAxon::describe_global_ranks() const { return ad::bracketed(global_ranks_); }
@@ -1417,7 +1428,7 @@ void all_reduce_one(ad::StoreBackend& b, at::Tensor& t, const c10d::ReduceOp& op
 bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
   const RefusalCount refusal(*this);
   refuse_in_forked_child("place_in_arena");  // by its name: its collective's type is UNKNOWN
-  const std::string where = where_of("place_in_arena");
+  const OpSite where = where_of("place_in_arena");
   check_tensor(tensor, where);
   auto placed = std::make_shared<bool>(false);
   // Without room asked for, nothing is placed, not even a tensor that would fit
@@ -1434,10 +1445,10 @@ bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
       const Marked marked(*b, Step::PlacedSizes);
       b->all_reduce(std::span<std::int64_t>(least_and_most), ad::ReduceOp::Min);
     } catch (const ad::CollectiveMismatch& e) {
-      throw_explained(*b, e, Step::PlacedSizes, [&] { return " (this rank called " + where + ")"; });
+      throw_explained(*b, e, Step::PlacedSizes, [&] { return " (this rank called " + where.text() + ")"; });
     }
     if (least_and_most[0] != -least_and_most[1]) {
-      throw ad::InvalidArgument(where + ": the ranks' tensors differ in size (storages of " +
+      throw ad::InvalidArgument(where.text() + ": the ranks' tensors differ in size (storages of " +
                                 std::to_string(least_and_most[0]) + " to " + std::to_string(-least_and_most[1]) +
                                 " bytes, this rank's " + std::to_string(bytes) +
                                 "); every rank places a tensor of the same size");
@@ -1452,7 +1463,7 @@ bool ProcessGroupAxon::place_in_arena(const at::Tensor& tensor) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_in_arena(at::Tensor& tensor,
                                                                   const c10d::AllreduceOptions& opts) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("allreduce_in_arena");
+  const OpSite where = where_of("allreduce_in_arena");
   const at::ScalarType type = check_all({tensor}, where);
   check_reducible(opts.reduceOp, type, where);
   const bool native = native_type(type) && native_op(opts.reduceOp, where);
@@ -1469,7 +1480,7 @@ bool ProcessGroupAxon::in_arena(const at::Tensor& tensor) const {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("broadcast");
+  const OpSite where = where_of("broadcast");
   check_all(tensors, where);
   check_one_tensor(tensors, where, "");
   check_root_tensor(opts.rootTensor, where);
@@ -1482,7 +1493,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::broadcast(Tensors& tensors, con
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("allreduce");
+  const OpSite where = where_of("allreduce");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   check_one_tensor(tensors, where, "all_reduce_coalesced");
   return collective(OpType::ALLREDUCE, tensors, total_bytes(tensors),
@@ -1494,7 +1505,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, con
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& tensors,
                                                                    const c10d::AllreduceCoalescedOptions& opts) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("allreduce_coalesced");
+  const OpSite where = where_of("allreduce_coalesced");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   return collective(OpType::ALLREDUCE_COALESCED, tensors, total_bytes(tensors),
                     [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
@@ -1517,7 +1528,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce_coalesced(Tensors& te
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const c10d::ReduceOptions& opts) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("reduce");
+  const OpSite where = where_of("reduce");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   check_one_tensor(tensors, where, "");
   check_root_tensor(opts.rootTensor, where);
@@ -1546,7 +1557,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>& outputs, Tensors& inputs,
                                                          const c10d::AllgatherOptions&) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("allgather");
+  const OpSite where = where_of("allgather");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one list per process");
   const at::ScalarType type = check_all(inputs, where);
@@ -1569,7 +1580,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>&
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                const c10d::AllgatherOptions&) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("_allgather_base");
+  const OpSite where = where_of("_allgather_base");
   check_all({output, input}, where);
   check_count(where, "the output tensor", output.numel(), input.numel() * getSize(),
               "elements of the input x world size");
@@ -1581,7 +1592,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_allgather_base(at::Tensor& out
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector<Tensors>& outputs, Tensors& inputs,
                                                                    const c10d::AllgatherOptions&) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("allgather_coalesced");
+  const OpSite where = where_of("allgather_coalesced");
   const at::ScalarType type = check_all(inputs, where);
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), getSize(), "one list per rank");
   Tensors all_outputs;
@@ -1613,7 +1624,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& outputs, Tensors& inputs,
                                                       const c10d::GatherOptions& opts) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("gather");
+  const OpSite where = where_of("gather");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one tensor per process");
   check_all(inputs, where);
   check_root(opts.rootRank, getSize(), where, "dst");
@@ -1633,7 +1644,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& ou
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                                        const c10d::ScatterOptions& opts) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("scatter");
+  const OpSite where = where_of("scatter");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
   check_all(outputs, where);
   check_root(opts.rootRank, getSize(), where, "src");
@@ -1649,7 +1660,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::scatter(Tensors& outputs, std::
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                                               const c10d::ReduceScatterOptions& opts) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("reduce_scatter");
+  const OpSite where = where_of("reduce_scatter");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), 1, "one tensor per process");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), 1, "one list per process");
   const at::ScalarType type = check_all(outputs, where);
@@ -1672,7 +1683,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce_scatter(Tensors& outputs
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                     const c10d::ReduceScatterOptions& opts) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("_reduce_scatter_base");
+  const OpSite where = where_of("_reduce_scatter_base");
   const at::ScalarType type = check_all({output, input}, where);
   check_reducible(opts.reduceOp, type, where);
   check_count(where, "the input tensor", input.numel(), output.numel() * getSize(),
@@ -1773,13 +1784,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
                                                              std::vector<int64_t>& input_splits,
                                                              const c10d::AllToAllOptions&) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("alltoall_base");
+  const OpSite where = where_of("alltoall_base");
   check_all({output, input}, where);
   const std::int64_t n = getSize();
   auto check_splits = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* which) {
     if (splits.empty()) {
       if (t.dim() == 0 || t.size(0) % n != 0) {
-        throw ad::InvalidArgument(where + ": the " + which + " tensor's first dimension (" +
+        throw ad::InvalidArgument(where.text() + ": the " + which + " tensor's first dimension (" +
                                   (t.dim() ? std::to_string(t.size(0)) : std::string("none")) +
                                   ") does not split into " + std::to_string(n) + " equal parts");
       }
@@ -1789,7 +1800,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
                 "one per rank");
     std::int64_t total = 0;
     for (auto s : splits) {
-      if (s < 0) throw ad::InvalidArgument(where + ": negative split size " + std::to_string(s));
+      if (s < 0) throw ad::InvalidArgument(where.text() + ": negative split size " + std::to_string(s));
       total += s;
     }
     check_count(where, std::string("the ") + which + " tensor's first dimension", t.dim() ? t.size(0) : 0,
@@ -1822,7 +1833,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall_base(at::Tensor& outpu
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::alltoall(Tensors& outputs, Tensors& inputs,
                                                         const c10d::AllToAllOptions&) {
   const RefusalCount refusal(*this);
-  const std::string where = where_of("alltoall");
+  const OpSite where = where_of("alltoall");
   check_count(where, "the input list", static_cast<std::int64_t>(inputs.size()), getSize(), "one tensor per rank");
   check_count(where, "the output list", static_cast<std::int64_t>(outputs.size()), getSize(), "one tensor per rank");
   const at::ScalarType type = check_all(inputs, where);
@@ -1851,11 +1862,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::barrier(const c10d::BarrierOpti
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::send(Tensors& tensors, int dst, int tag) {
-  const std::string where = where_of("send");
+  const OpSite where = where_of("send");
   check_count(where, "the tensor list", static_cast<std::int64_t>(tensors.size()), 1, "one tensor");
   check_all(tensors, where);
   check_root(dst, getSize(), where, "dst");
-  if (dst == getRank()) throw ad::InvalidArgument(where + ": cannot send to itself");
+  if (dst == getRank()) throw ad::InvalidArgument(where.text() + ": cannot send to itself");
   // A copy now: the caller may change the tensor once send() returns.
   return point_to_point(*send_thread_, OpType::SEND, tensors, [b = backend_, data = flat_of(tensors[0]).clone(), dst, tag] {
     axonml::torch::send(*b, data, dst, tag);
@@ -1863,11 +1874,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::send(Tensors& tensors, int dst,
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src, int tag) {
-  const std::string where = where_of("recv");
+  const OpSite where = where_of("recv");
   check_count(where, "the tensor list", static_cast<std::int64_t>(tensors.size()), 1, "one tensor");
   check_all(tensors, where);
   check_root(src, getSize(), where, "src");
-  if (src == getRank()) throw ad::InvalidArgument(where + ": cannot receive from itself");
+  if (src == getRank()) throw ad::InvalidArgument(where.text() + ": cannot receive from itself");
   return point_to_point(
       *recv_thread_, OpType::RECV, tensors,
       [b = backend_, t = tensors[0], src, tag]() mutable {
@@ -1877,7 +1888,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recv(Tensors& tensors, int src,
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::recvAnysource(Tensors&, int) {
-  throw ad::InvalidArgument(where_of("recv") +
+  throw ad::InvalidArgument(where_of("recv").text() +
                             ": receiving from any source is not supported by the axon backend; pass src");
 }
 
