@@ -14,7 +14,8 @@ queued behind the thread that ran the callback (last three):
     thread that ran the callback);
   - DDP with PyTorch's PowerSGD hook (its callbacks wait on collectives):
     every rank ends with the same parameters.
-Also, a wait(timeout=...) that ends before its op names the op and rank.
+Also, a wait(timeout=...) that ends before its op names the op and rank, and
+a future asked for after its op ended holds the result, or the error.
 
     test_async.py [INLINE_BYTES]   (sets AXON_TORCH_INLINE_BYTES)
 """
@@ -150,6 +151,33 @@ def wait_with_timeout(rank, n):
     assert t.tolist() == [n * (n + 1) / 2] * 4, t
 
 
+def futures_asked_for_late(rank, n):
+    """A Work's future asked for only after the op ended (the backend makes
+    it then) is complete with the op's result, or holds its error."""
+    t = torch.full((4,), float(rank + 1))
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    fut = work.get_future()
+    assert fut.done() and fut.value()[0].tolist() == [n * (n + 1) / 2] * 4, fut.value()
+    assert fut.then(lambda f: f.value()[0].sum().item()).wait() == 4 * n * (n + 1) / 2
+    assert work.get_future() is fut or work.get_future().done()
+    pair = dist.new_group([0, 1], backend="axon")
+    failing = dist.all_reduce(torch.ones(4 + rank), async_op=True, group=pair)  # sizes differ: a mismatch
+    try:
+        failing.wait()
+        raise AssertionError("an all_reduce of 4 and 5 elements completed")
+    except RuntimeError as e:
+        first = str(e)
+    fut = failing.get_future()
+    assert fut.done()
+    try:
+        fut.wait()
+        raise AssertionError("the failed op's future completed")
+    except RuntimeError as e:
+        assert "collective mismatch" in str(e) and (str(e) in first or first in str(e)), (str(e), first)
+    dist.destroy_process_group(pair)
+
+
 def body(rank, n, inline_bytes):
     if inline_bytes is not None:
         os.environ["AXON_TORCH_INLINE_BYTES"] = str(inline_bytes)
@@ -165,6 +193,7 @@ def body(rank, n, inline_bytes):
     torch.manual_seed(0)
     start = torch.cat([p.detach().reshape(-1) for p in build_model().parameters()])
     assert not torch.equal(flat, start), "PowerSGD DDP did not train"
+    futures_asked_for_late(rank, n)
     dist.destroy_process_group()
     return "ok"
 
