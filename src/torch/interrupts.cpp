@@ -17,8 +17,8 @@ void check_interrupts_while(const std::string& who, const std::string& waiting) 
   try {
     check_interrupts();
   } catch (...) {
-    throw Interrupted(who + " interrupted (a Python signal handler raised: Ctrl-C's KeyboardInterrupt, most often) "
-                      "while it " + waiting, std::current_exception());
+    throw Interrupted(who + std::string(kInterruptedWords) + ": Ctrl-C's KeyboardInterrupt, most often) while it " +
+                      waiting, std::current_exception());
   }
 }
 

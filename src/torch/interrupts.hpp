@@ -22,6 +22,7 @@
 #include <chrono>
 #include <exception>
 #include <string>
+#include <string_view>
 
 #include "axonml/distributed/error.hpp"
 
@@ -52,6 +53,10 @@ class Interrupted : public distributed::Error {
  private:
   std::exception_ptr raised_;
 };
+
+// The words after `who` in Interrupted's message, for readers that look
+// for them (ProcessGroupAxon::member_gone_in).
+inline constexpr std::string_view kInterruptedWords = " interrupted (a Python signal handler raised";
 
 // check_interrupts(), with what it throws wrapped in Interrupted: "`who`
 // interrupted (...) while it `waiting`", who being e.g. "rank 3:".

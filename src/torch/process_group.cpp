@@ -646,6 +646,12 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
       throw ad::Error(where + failed + "; under env:// and tcp:// the store lives in global rank 0's process, so "
                       "that process may have failed or exited: see its error");
     }
+  } catch (const Interrupted& e) {
+    // Ctrl-C to this rank alone: the cause of its peers' failure, which
+    // the launcher's summary names.
+    const int self = global_ranks_[static_cast<std::size_t>(rank)];
+    if (ad::shm::started_by_launcher_as(self)) ad::shm::report_group_failure_to_launcher(self, e.what());
+    throw;
   } catch (const ad::PeerFailure& e) {  // a Timeout too
     note_outcome(serial_, &e);
     // axon-launch's summary gives the reason, as for a group that fails
@@ -1126,17 +1132,29 @@ std::vector<std::pair<int, std::string>> ProcessGroupAxon::left_default_group_lo
 }
 
 int ProcessGroupAxon::member_gone_in(const std::string& reason) const {
-  // The words of give_up_if_a_process_exited(), here or (through the
-  // store) a peer's: the first member it names. Global ranks are the job's
-  // only in a process axon-launch started as its rank.
-  constexpr std::string_view kGone = ": its member global rank ";
-  const std::size_t at = reason.find(kGone);
+  // Global ranks are the job's only in a process axon-launch started as its rank.
   const int self = global_ranks_[static_cast<std::size_t>(getRank())];
-  if (at == std::string::npos || !ad::shm::started_by_launcher_as(self)) return -1;
-  int global = -1;
-  const char* first = reason.data() + at + kGone.size();
-  const auto [end, error] = std::from_chars(first, reason.data() + reason.size(), global);
-  return error == std::errc() ? global : -1;
+  if (!ad::shm::started_by_launcher_as(self)) return -1;
+  const auto number_at = [&](std::size_t at) {
+    int global = -1;
+    const auto [end, error] = std::from_chars(reason.data() + at, reason.data() + reason.size(), global);
+    return error == std::errc() ? global : -1;
+  };
+  // The words of give_up_if_a_process_exited(), here or (through the
+  // store) a peer's: the first member it names.
+  constexpr std::string_view kGone = ": its member global rank ";
+  if (const std::size_t at = reason.find(kGone); at != std::string::npos) return number_at(at + kGone.size());
+  // A member's set-up that a signal handler interrupted ("rank 0:
+  // interrupted (a Python signal handler raised ..."): Ctrl-C to that one
+  // rank (the summary blamed the peer it left waiting when that peer's
+  // exit was reaped first, 3 runs of 14; a review).
+  const std::string interrupted = ":" + std::string(kInterruptedWords);
+  if (const std::size_t at = reason.find(interrupted); at != std::string::npos) {
+    constexpr std::string_view kRank = "rank ";
+    const std::size_t named = reason.rfind(kRank, at);
+    if (named != std::string::npos) return number_at(named + kRank.size());
+  }
+  return -1;
 }
 
 void ProcessGroupAxon::give_up_if_a_process_exited() const {
