@@ -684,7 +684,7 @@ std::optional<std::string> Supervisor::group_failure_reason() const {
   return shm::published_reason(arena_.header().group_failure_state, arena_.header().group_failure_reason);
 }
 
-std::optional<std::string> Supervisor::others_failed_before_joining(int first_rank) const {
+std::optional<std::string> Supervisor::others_failed_unjoined(int first_rank) const {
   // A PyTorch program's ranks join no arena of the launcher's; a failure
   // its groups reported is what ended them.
   if (group_failure_reason()) return std::nullopt;
@@ -726,12 +726,14 @@ void Supervisor::print_summary() const {
       failed_all_at_once_ && forwarded_signal_ == 0 && (abort_reason() || group_failure_reason());
   if (f.blame == Blame::AbortedByRank || ending_after_forward_) {
     if (signalled) line += "; the ranks still running were stopped";
-  } else if (const auto codes = others_failed_before_joining(f.rank); codes && !signalled) {
-    // Each failed on its own (a bad argument every rank checks), not by
-    // the abort, which reaches only ranks in the job: "the job was aborted
-    // and the other ranks ended" read as if the first had ended them (a
+  } else if (const auto codes = others_failed_unjoined(f.rank); codes && !signalled) {
+    // Not "the job was aborted and the other ranks ended", which read as if
+    // the first had ended them: the abort reaches only ranks in the job, and
+    // these had joined none of the launcher's (a bad argument every rank
+    // checks; a review). Nor "before joining": a PyTorch program's ranks
+    // never join it, their groups keep arenas of their own (the diff's
     // review).
-    line += "; the other ranks failed too, before joining the job (exit code" +
+    line += "; the other ranks failed too (exit code" +
             std::string(codes->find(',') == std::string::npos ? " " : "s ") + *codes + ")";
   } else if (phase_ != Phase::Running || aborted_before_reaped) {
     line += signalled ? "; the job was aborted and the ranks still running were stopped"

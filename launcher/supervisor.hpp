@@ -141,9 +141,10 @@ class Supervisor {
   bool any_stream_open() const;
   void print_summary() const;
   // When every rank but `first_rank` has exited with a non-zero code
-  // without joining the job, and no rank or group reported a failure:
-  // those codes ("1" or "1, 2"), for the summary.
-  std::optional<std::string> others_failed_before_joining(int first_rank) const;
+  // without joining the launcher's arena (a C++ program before
+  // World::init(), any PyTorch program), and no rank or group reported a
+  // failure: those codes ("1" or "1, 2"), for the summary.
+  std::optional<std::string> others_failed_unjoined(int first_rank) const;
 
   JobArena& arena_;
   std::vector<RankProcess>& ranks_;

@@ -381,7 +381,7 @@ print(" ".join(left) or "none")
     # said "the job was aborted and the other ranks ended"; a review).
     run -n 3 "$probe" refuse-arguments 2
     expect_status 2
-    [[ "$err" == *"exited with code 2; the other ranks failed too, before joining the job (exit code 2) (exit status 2)"* ]] ||
+    [[ "$err" == *"exited with code 2; the other ranks failed too (exit code 2) (exit status 2)"* ]] ||
       fail "the summary does not say every rank failed on its own: $err"
     ;;
   signal-status)

@@ -35,6 +35,7 @@ void AxonWork::complete() {
   {
     const std::lock_guard<std::mutex> lock(future_mutex_);
     outcome_known_ = true;
+    if (interrupted_) note_interrupted_op_ended();
     future = future_;
   }
   if (future) future->markCompleted(c10::IValue(outputs_));  // its callbacks run here, without the lock
@@ -46,6 +47,7 @@ void AxonWork::fail(std::exception_ptr error) {
   {
     const std::lock_guard<std::mutex> lock(future_mutex_);
     outcome_known_ = true;
+    if (interrupted_) note_interrupted_op_ended();
     error_ = error;
     future = future_;
   }
@@ -106,8 +108,14 @@ bool AxonWork::wait(std::chrono::milliseconds timeout) {
   // (torch/interrupts.hpp): what one raises leaves the op going on, as a
   // timeout does.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto piece = [&] {
+    if (timeout == kNoTimeout) return std::chrono::steady_clock::duration(kInterruptCheckPeriod);
+    return std::clamp<std::chrono::steady_clock::duration>(deadline - std::chrono::steady_clock::now(),
+                                                            std::chrono::steady_clock::duration::zero(),
+                                                            kInterruptCheckPeriod);
+  };
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!cv_.wait_for(lock, kInterruptCheckPeriod, [&] { return completed_; })) {
+  while (!cv_.wait_for(lock, piece(), [&] { return completed_; })) {
     if (timeout != kNoTimeout && std::chrono::steady_clock::now() >= deadline) {
       const double seconds = std::chrono::duration<double>(timeout).count();
       TORCH_CHECK(false, "Operation timed out! axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
@@ -116,7 +124,17 @@ bool AxonWork::wait(std::chrono::milliseconds timeout) {
                   "timeout");
     }
     lock.unlock();
-    check_interrupts();
+    try {
+      check_interrupts();
+    } catch (...) {
+      // The op goes on; until it ends the program's end will not wait for it.
+      const std::lock_guard<std::mutex> future_lock(future_mutex_);
+      if (!outcome_known_ && !interrupted_) {
+        interrupted_ = true;
+        note_interrupted_op_pending();
+      }
+      throw;
+    }
     lock.lock();
   }
   // An op that failed because a peer left on its own Ctrl-C: the handler
@@ -254,6 +272,9 @@ void CommThread::run_and_complete(const c10::intrusive_ptr<AxonWork>& work, cons
       works_running.pop_back();
     }
   } release;
+  // Run here by a Python wait or not, an op's own waits and its future's
+  // callbacks (libtorch's, DDP's) are none of Python's (torch/interrupts.hpp).
+  const InterruptibleWaits not_python(false);
   std::exception_ptr error;
   try {
     // A collective is no autograd op: like Gloo, which writes through data

@@ -94,6 +94,7 @@ class AxonWork final : public c10d::Work {
   // 4-byte all_reduce (perf). complete() and fail() fill it if it exists.
   std::mutex future_mutex_;
   bool outcome_known_ = false;      // complete() or fail() has run
+  bool interrupted_ = false;        // a wait() ended by a signal handler before the op did
   std::exception_ptr error_;        // fail()'s
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   int source_rank_;

@@ -13,10 +13,17 @@
 // libaxonml_torch does not link Python: the Python module installs the
 // check when imported; a C++ program has none, and its waits are as before.
 //
+// Only waits that Python called directly, through this module's bindings
+// (an op's Work.wait(), a group's set-up), run the check: they mark their
+// thread with InterruptibleWaits. A wait libtorch makes from C++ (DDP's
+// reducer waits for its bucket broadcast under its own mutex) does not: an
+// exception thrown through it left DDP's collectives out of step, and the
+// GIL taken under its lock would invert that lock's order (a review).
+//
 // Thread safety: install_interrupt_check() once, before any group exists;
-// check_interrupts() from any thread (it does nothing off Python's main
-// thread, or where that thread holds the GIL: a wait entered with the GIL
-// held was not left to the handlers by its caller).
+// check_interrupts() from any thread (it does nothing outside an
+// InterruptibleWaits scope, off Python's main thread, or where that thread
+// holds the GIL).
 #pragma once
 
 #include <chrono>
@@ -33,9 +40,31 @@ using InterruptCheck = void (*)();
 
 void install_interrupt_check(InterruptCheck check);
 
-// Runs the installed check, if any. Its exception is Python's, to be
-// handed back to Python as it is (the op's wait() raises it).
+// Marks the waits of this thread, while it lives, as Python's own (or,
+// with false, as not: the ops and callbacks a wait runs on its own thread,
+// which may be libtorch's).
+class InterruptibleWaits {
+ public:
+  explicit InterruptibleWaits(bool interruptible = true);
+  ~InterruptibleWaits();
+  InterruptibleWaits(const InterruptibleWaits&) = delete;
+  InterruptibleWaits& operator=(const InterruptibleWaits&) = delete;
+
+ private:
+  bool saved_;
+};
+
+// Runs the installed check, if any, inside an InterruptibleWaits scope. Its
+// exception is Python's, to be handed back to Python as it is (the op's
+// wait() raises it).
 void check_interrupts();
+
+// How many ops a check's exception interrupted the wait of and are still
+// running: the program's end aborts their groups rather than wait for them
+// (ProcessGroupAxon::program_ends).
+void note_interrupted_op_pending();
+void note_interrupted_op_ended();
+bool interrupted_ops_pending();
 
 // How often a long wait runs the check: a wait that ends sooner never does.
 inline constexpr std::chrono::milliseconds kInterruptCheckPeriod{20};

@@ -583,6 +583,11 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
     // raised a bare "Resource temporarily unavailable" once the peers had
     // set up the group with this rank (a review, under ulimit -u).
     start_threads();
+    for (const char* op : {"allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "_allgather_base",
+                           "allgather_coalesced", "gather", "scatter", "reduce_scatter", "_reduce_scatter_base",
+                           "alltoall_base", "alltoall", "send", "recv", "place_in_arena", "allreduce_in_arena"}) {
+      op_sites_.emplace_back(op, make_op_site(op));
+    }
   } catch (const std::exception& e) {
     try {
       C10dStore kv(store);
@@ -761,6 +766,23 @@ std::atomic<bool>& program_ending() {
 
 void ProcessGroupAxon::program_ends() {
   program_ending().store(true);
+  // After Ctrl-C ended a wait whose op still runs (for a peer that may not
+  // come within the group's timeout), the program's end does not wait for
+  // that op: the groups with ops still pending are aborted, which ends them
+  // here and names this rank to the peers. (The program stayed until the
+  // peer came, 15 s, and further Ctrl-Cs did nothing; a review.)
+  if (interrupted_ops_pending()) {
+    std::lock_guard<std::mutex> lock(live_groups_mutex());
+    for (ProcessGroupAxon* group : live_groups()) {
+      if (group->in_forked_child()) continue;
+      const bool pending = group->thread_->has_unfinished_ops() || group->send_thread_->has_unfinished_ops() ||
+                           group->recv_thread_->has_unfinished_ops();
+      if (pending) {
+        group->backend_->abort("its program ended after a Python signal handler (Ctrl-C's KeyboardInterrupt, most "
+                               "often) interrupted a wait, with an op of the group still pending");
+      }
+    }
+  }
   finish_all_pending();
   // Abort for the ranks left waiting before saying this rank left: a peer
   // that sees `left` first would report only that (found when the suite ran
@@ -1078,10 +1100,15 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intru
 // knows the process by its rank in the job, and new_group([0, 1]) of four
 // ranks is not the job even where the two numberings agree.
 ProcessGroupAxon::OpSite ProcessGroupAxon::where_of(const char* op) const {
-  const std::lock_guard<std::mutex> lock(op_sites_mutex_);
+  // Made by the constructor and read without a lock: a process forked while
+  // a thread held one would have waited for ever here (a review).
   for (const auto& [name, site] : op_sites_) {
     if (name == op) return site;
   }
+  return make_op_site(op);
+}
+
+ProcessGroupAxon::OpSite ProcessGroupAxon::make_op_site(const char* op) const {
   std::string where = std::string("axon ") + op + " on rank " + std::to_string(getRank()) + " of " +
                       std::to_string(getSize());
   if (subgroup_) {
@@ -1089,9 +1116,7 @@ ProcessGroupAxon::OpSite ProcessGroupAxon::where_of(const char* op) const {
     if (global != getRank()) where += " (global rank " + std::to_string(global) + ")";
     where += " in the group of global ranks " + describe_global_ranks();
   }
-  OpSite site(std::make_shared<const std::string>(std::move(where)));
-  op_sites_.emplace_back(op, site);
-  return site;
+  return OpSite(std::make_shared<const std::string>(std::move(where)));
 }
 
 std::string ProcessGroupAxon::describe_global_ranks() const { return ad::bracketed(global_ranks_); }

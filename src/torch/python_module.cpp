@@ -5,6 +5,7 @@
 #include <torch/python.h>
 
 #include "axonml/torch/process_group.hpp"
+#include "torch/comm_thread.hpp"
 #include "torch/interrupts.hpp"
 #include "torch/without_gil.hpp"
 
@@ -24,8 +25,9 @@ void wait_releasing_gil(void (*wait)(void*), void* context) {
 unsigned long python_main_thread = 0;
 
 // The interrupt check (torch/interrupts.hpp): on Python's main thread, in a
-// wait its caller entered with the GIL released, runs the signal handlers
-// that are due and throws what one raised, for pybind11 to raise in Python.
+// wait that a binding of this module entered with the GIL released
+// (InterruptibleWaits), runs the signal handlers that are due and throws
+// what one raised, for pybind11 to raise in Python.
 void run_signal_handlers() {
   if (PyThread_get_thread_ident() != python_main_thread || !Py_IsInitialized() || PyGILState_Check()) return;
   const PyGILState_STATE state = PyGILState_Ensure();
@@ -60,6 +62,7 @@ PYBIND11_MODULE(_C, m) {
          std::optional<std::size_t> shared_mb) {
         std::optional<std::size_t> shared_bytes;
         if (shared_mb) shared_bytes = *shared_mb << 20;
+        const axonml::torch::InterruptibleWaits interruptible;
         try {
           return axonml::torch::ProcessGroupAxon::create(
               store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
@@ -78,6 +81,22 @@ PYBIND11_MODULE(_C, m) {
       pybind11::call_guard<pybind11::gil_scoped_release>(),
       "A process group of backend 'axon'; global_ranks: the members' ranks in the job (empty: the "
       "group is the whole job); shared_mb: MiB of room for place_in_arena (None: AXON_TORCH_SHARED_MB or 0)");
+  // The type Python gets for this backend's ops (a Work whose dynamic type
+  // is AxonWork comes out of torch's bindings as this subclass): its wait()
+  // alone lets Python's signal handlers end the wait. Waits that libtorch
+  // makes from C++ (DDP's reducer, under its own locks) are left alone: an
+  // exception thrown through them broke DDP's sequence of collectives (a
+  // review).
+  pybind11::class_<axonml::torch::AxonWork, c10d::Work, c10::intrusive_ptr<axonml::torch::AxonWork>>(
+      m, "Work", "A torch.distributed Work of the axon backend")
+      .def(
+          "wait",
+          [](axonml::torch::AxonWork& work, std::chrono::milliseconds timeout) {
+            const axonml::torch::InterruptibleWaits interruptible;
+            return work.wait(timeout);
+          },
+          pybind11::arg("timeout") = kNoTimeout, pybind11::call_guard<pybind11::gil_scoped_release>(),
+          "Work.wait(), during which Python's signal handlers run (what one raises ends the wait; the op goes on)");
   m.def(
       "_close_store_together_as_it_goes",
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) {

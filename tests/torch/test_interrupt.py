@@ -77,6 +77,36 @@ def interrupted_op_goes_on(rank, n):
     return f"interrupted after {interrupted_after:.2f} s"
 
 
+def waits_from_cpp_are_left_alone(rank, n):
+    """Only Python's own Work.wait() runs the handlers: the same wait made
+    through libtorch's C++ (here torch's base binding, as DDP's reducer
+    waits for its bucket broadcast) returns when the op ends, and the
+    KeyboardInterrupt comes after it, in Python."""
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("axon")
+    dist.barrier()
+    t = torch.full((16,), float(rank + 1))
+    if rank == 1:
+        time.sleep(2)  # rank 0 waits meanwhile
+        dist.all_reduce(t)
+        dist.destroy_process_group()
+        return "ok"
+    work = dist.all_reduce(t, async_op=True)
+    started = time.monotonic()
+    signal_self_after(0.3, signal.SIGINT)
+    try:
+        dist.Work.wait(work)  # c10d::Work::wait, bound by torch: no handler runs inside it
+        time.sleep(1)  # the KeyboardInterrupt comes here, once back in Python
+        raise AssertionError("no KeyboardInterrupt")
+    except KeyboardInterrupt:
+        waited = time.monotonic() - started
+        assert work.is_completed() and t[0].item() == 3.0, (work.is_completed(), t[0].item())
+    assert waited > 1.2, f"the C++ wait ended after {waited:.2f} s, before its op (rank 1 came after 2 s)"
+    dist.destroy_process_group()
+    return f"interrupted after the op, {waited:.2f} s"
+
+
 def interrupted_setup_is_named_to_peers(rank, n):
     """A rank interrupted in new_group()'s set-up raises KeyboardInterrupt;
     its peer's new_group() raises naming it as interrupted."""
@@ -114,7 +144,13 @@ def rank_body(stage):
     print(f"ready {rank}", flush=True)
     if rank == 2:
         time.sleep(120)  # ranks 0 and 1 wait for it, until Ctrl-C
-    if stage == "all_reduce":
+    if stage == "left-alone":  # Ctrl-C to rank 0 alone, waiting for rank 1, which is busy for long
+        if rank == 0:
+            signal_self_after(1.0, signal.SIGINT)
+        else:
+            time.sleep(60)
+        dist.all_reduce(torch.ones(1000))
+    elif stage == "all_reduce":
         dist.all_reduce(torch.ones(1000))
     else:
         dist.new_group([0, 1, 2])
@@ -148,9 +184,40 @@ def ctrl_c_to_the_launcher(launcher, stage):
         raise SystemExit(f"the job interrupted in {stage} exited 0:\n{text}")
 
 
+def ends_without_its_pending_op(launcher):
+    """A rank whose program ends on the KeyboardInterrupt does not first wait
+    for the interrupted op (for a peer that comes after 60 s): its groups
+    with ops pending are aborted (before, it stayed until the peer came)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    with tempfile.TemporaryDirectory() as work:
+        out_path = os.path.join(work, "out")
+        with open(out_path, "w") as out:
+            job = subprocess.Popen([launcher, "-n", "2", sys.executable, __file__, "--rank", "left-alone"],
+                                   env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+            deadline = time.monotonic() + 120
+            while open(out_path).read().count("ready ") < 2:
+                assert job.poll() is None and time.monotonic() < deadline, open(out_path).read()
+                time.sleep(0.05)
+            ready = time.monotonic()
+            try:
+                status = job.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                job.kill()
+                job.wait()
+                raise SystemExit(f"rank 0, interrupted in an all_reduce, had not ended 40 s later:\n"
+                                 f"{open(out_path).read()}")
+        text = open(out_path).read()
+    ended = time.monotonic() - ready
+    if "[rank 0] KeyboardInterrupt" not in text or "rank 0 was killed by signal 2 (SIGINT)" not in text:
+        raise SystemExit(f"the job of an interrupted rank 0 ended {status} without its KeyboardInterrupt:\n{text}")
+    return f"the job ended {ended:.1f} s after its ranks were ready (rank 1 would have come after 60 s)"
+
+
 def main():
     launcher = sys.argv[1]
     print("in-process:", run_ranks(2, interrupted_op_goes_on))
+    print("in-process:", run_ranks(2, waits_from_cpp_are_left_alone))
+    print("axon-launch:", ends_without_its_pending_op(launcher))
     print("in-process:", run_ranks(2, interrupted_setup_is_named_to_peers))
     for stage in ("all_reduce", "new_group"):
         ctrl_c_to_the_launcher(launcher, stage)

@@ -44,7 +44,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -274,6 +273,7 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
     std::shared_ptr<const std::string> text_;
   };
   OpSite where_of(const char* op) const;
+  OpSite make_op_site(const char* op) const;
 
   // The default group's last use of the store, as it goes: every rank
   // counts itself in, and rank 0 (which hosts the store under env:// and
@@ -309,9 +309,8 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // The group's three communication threads; throws Error naming the limit.
   void start_threads();
   std::vector<int> global_ranks_;  // by group rank
-  // where_of()'s texts, by op.
-  mutable std::mutex op_sites_mutex_;
-  mutable std::vector<std::pair<std::string, OpSite>> op_sites_;
+  // where_of()'s texts of this backend's ops, made by the constructor.
+  std::vector<std::pair<std::string, OpSite>> op_sites_;
   // This group among every group this process makes (1, 2, ...): what an
   // op of another group failed with is told apart from this group's own.
   std::uint64_t serial_;
