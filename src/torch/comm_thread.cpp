@@ -127,7 +127,8 @@ bool AxonWork::wait(std::chrono::milliseconds timeout) {
     try {
       check_interrupts();
     } catch (...) {
-      // The op goes on; until it ends the program's end will not wait for it.
+      // The op goes on; if the program ends before it does, its group is
+      // aborted instead of waited for (ProcessGroupAxon::program_ends).
       const std::lock_guard<std::mutex> future_lock(future_mutex_);
       if (!outcome_known_ && !interrupted_) {
         interrupted_ = true;
