@@ -23,12 +23,12 @@ void note_interrupted_op_pending() { interrupted_pending.fetch_add(1, std::memor
 void note_interrupted_op_ended() { interrupted_pending.fetch_sub(1, std::memory_order_relaxed); }
 bool interrupted_ops_pending() { return interrupted_pending.load(std::memory_order_relaxed) > 0; }
 
-void check_interrupts_while(const std::string& who, const std::string& waiting) {
+void check_interrupts_while(const std::function<std::string()>& who, const std::function<std::string()>& waiting) {
   try {
     check_interrupts();
   } catch (...) {
-    throw Interrupted(who + std::string(kInterruptedWords) + ": Ctrl-C's KeyboardInterrupt, most often) while it " +
-                      waiting, std::current_exception());
+    throw Interrupted(who() + std::string(kInterruptedWords) + ": Ctrl-C's KeyboardInterrupt, most often) while it " +
+                      waiting(), std::current_exception());
   }
 }
 

@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -87,8 +88,9 @@ class Interrupted : public distributed::Error {
 // for them (ProcessGroupAxon::member_gone_in).
 inline constexpr std::string_view kInterruptedWords = " interrupted (a Python signal handler raised";
 
-// check_interrupts(), with what it throws wrapped in Interrupted: "`who`
-// interrupted (...) while it `waiting`", who being e.g. "rank 3:".
-void check_interrupts_while(const std::string& who, const std::string& waiting);
+// check_interrupts(), with what it throws wrapped in Interrupted: "`who()`
+// interrupted (...) while it `waiting()`", who being e.g. "rank 3:". The
+// texts are made only then: a set-up polls this every few milliseconds.
+void check_interrupts_while(const std::function<std::string()>& who, const std::function<std::string()>& waiting);
 
 }  // namespace axonml::torch

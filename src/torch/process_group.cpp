@@ -603,8 +603,9 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   options.while_waiting = [this, rank] {
     // Named as the set-up names its ranks (by their global rank), which then
     // adds no name of its own to the peers' reason.
-    check_interrupts_while("rank " + std::to_string(global_ranks_[static_cast<std::size_t>(rank)]) + ":",
-                           "waited for its peers to set up the axon group of global ranks " + describe_global_ranks());
+    check_interrupts_while(
+        [&] { return "rank " + std::to_string(global_ranks_[static_cast<std::size_t>(rank)]) + ":"; },
+        [&] { return "waited for its peers to set up the axon group of global ranks " + describe_global_ranks(); });
     give_up_if_a_process_exited();
   };
   // AXON_TIMEOUT bounds the ops; the set-up waits for peers still on their

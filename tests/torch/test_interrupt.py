@@ -107,6 +107,30 @@ def waits_from_cpp_are_left_alone(rank, n):
     return f"interrupted after the op, {waited:.2f} s"
 
 
+def program_end_names_it_to_the_peer(rank, n):
+    """A program that ends with its interrupted op still pending aborts the
+    op's group: the peer's op raises naming why."""
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("axon")
+    dist.barrier()
+    if rank == 1:
+        time.sleep(4)  # rank 0 is interrupted, and its program ends, meanwhile
+        try:
+            dist.all_reduce(torch.ones(4))
+            raise AssertionError("the all_reduce completed without rank 0")
+        except RuntimeError as e:
+            assert "rank 0 aborted: its program ended after a Python signal handler" in str(e), str(e)
+            return str(e)
+    work = dist.all_reduce(torch.ones(4), async_op=True)
+    signal_self_after(0.5, signal.SIGINT)
+    try:
+        work.wait()
+    except KeyboardInterrupt:
+        return "interrupted; the program ends with the op pending"
+    raise AssertionError("no KeyboardInterrupt")
+
+
 def interrupted_setup_is_named_to_peers(rank, n):
     """A rank interrupted in new_group()'s set-up raises KeyboardInterrupt;
     its peer's new_group() raises naming it as interrupted."""
@@ -157,20 +181,27 @@ def rank_body(stage):
     raise AssertionError(f"rank {rank}: the {stage} returned")
 
 
-def ctrl_c_to_the_launcher(launcher, stage):
+def started_job(launcher, n, stage, out_path):
+    """axon-launch -n N running this file's rank_body(stage), its output in
+    out_path, once every rank has said it is ready."""
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    with open(out_path, "w") as out:
+        job = subprocess.Popen([launcher, "-n", str(n), sys.executable, __file__, "--rank", stage],
+                               env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while open(out_path).read().count("ready ") < n:
+        assert job.poll() is None and time.monotonic() < deadline, open(out_path).read()
+        time.sleep(0.05)
+    return job
+
+
+def ctrl_c_to_the_launcher(launcher, stage):
     with tempfile.TemporaryDirectory() as work:
         out_path = os.path.join(work, "out")
-        with open(out_path, "w") as out:
-            job = subprocess.Popen([launcher, "-n", "3", sys.executable, __file__, "--rank", stage],
-                                   env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-            deadline = time.monotonic() + 120
-            while open(out_path).read().count("ready ") < 3:
-                assert job.poll() is None and time.monotonic() < deadline, open(out_path).read()
-                time.sleep(0.05)
-            time.sleep(2)  # ranks 0 and 1 wait in the stage
-            job.send_signal(signal.SIGINT)
-            status = job.wait(timeout=60)
+        job = started_job(launcher, 3, stage, out_path)
+        time.sleep(2)  # ranks 0 and 1 wait in the stage
+        job.send_signal(signal.SIGINT)
+        status = job.wait(timeout=60)
         text = open(out_path).read()
     for rank in (0, 1):
         lines = [line[len(f"[rank {rank}] "):] for line in text.splitlines() if line.startswith(f"[rank {rank}] ")]
@@ -188,24 +219,17 @@ def ends_without_its_pending_op(launcher):
     """A rank whose program ends on the KeyboardInterrupt does not first wait
     for the interrupted op (for a peer that comes after 60 s): its groups
     with ops pending are aborted (before, it stayed until the peer came)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
     with tempfile.TemporaryDirectory() as work:
         out_path = os.path.join(work, "out")
-        with open(out_path, "w") as out:
-            job = subprocess.Popen([launcher, "-n", "2", sys.executable, __file__, "--rank", "left-alone"],
-                                   env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-            deadline = time.monotonic() + 120
-            while open(out_path).read().count("ready ") < 2:
-                assert job.poll() is None and time.monotonic() < deadline, open(out_path).read()
-                time.sleep(0.05)
-            ready = time.monotonic()
-            try:
-                status = job.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                job.kill()
-                job.wait()
-                raise SystemExit(f"rank 0, interrupted in an all_reduce, had not ended 40 s later:\n"
-                                 f"{open(out_path).read()}")
+        job = started_job(launcher, 2, "left-alone", out_path)
+        ready = time.monotonic()
+        try:
+            status = job.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+            raise SystemExit(f"rank 0, interrupted in an all_reduce, had not ended 40 s later:\n"
+                             f"{open(out_path).read()}")
         text = open(out_path).read()
     ended = time.monotonic() - ready
     if "[rank 0] KeyboardInterrupt" not in text or "rank 0 was killed by signal 2 (SIGINT)" not in text:
@@ -218,6 +242,7 @@ def main():
     print("in-process:", run_ranks(2, interrupted_op_goes_on))
     print("in-process:", run_ranks(2, waits_from_cpp_are_left_alone))
     print("axon-launch:", ends_without_its_pending_op(launcher))
+    print("in-process:", run_ranks(2, program_end_names_it_to_the_peer))
     print("in-process:", run_ranks(2, interrupted_setup_is_named_to_peers))
     for stage in ("all_reduce", "new_group"):
         ctrl_c_to_the_launcher(launcher, stage)
