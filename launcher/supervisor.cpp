@@ -131,15 +131,26 @@ void Supervisor::handle_signals() {
       resume();
       continue;
     }
+    // The same signal again within kSameRequest of the first is one request
+    // delivered twice, not the user insisting: GNU timeout signals its child
+    // and then its own process group (the launcher again), as does a
+    // script's kill of the launcher's group, microseconds apart. Taken for
+    // a second Ctrl-C it SIGKILLed ranks still handling the first, a Python
+    // rank before it had printed a line.
+    constexpr auto kSameRequest = std::chrono::milliseconds(250);
+    if (forwarded_count_ != 0 && sig == forwarded_signal_ && Clock::now() - first_forwarded_at_ < kSameRequest) {
+      continue;
+    }
     ++forwarded_count_;
     if (forwarded_count_ == 1) {
       forwarded_signal_ = sig;
+      first_forwarded_at_ = Clock::now();
       for (const auto& r : ranks_) {
         if (r.running) running_when_forwarded_.push_back(r.rank);
       }
       // Who sent it is often the first question when a job ends this way.
       say("axon-launch: got SIG" + std::string(::sigabbrev_np(sig)) + " from pid " + std::to_string(info.ssi_pid) +
-          ": forwarding it to every rank (a second one kills them)\n");
+          ": forwarding it to every rank (a second one, 250 ms or more later, kills them)\n");
       signal_running(sig);
     } else {
       // A second interrupt: the user means it.

@@ -160,6 +160,7 @@ class Supervisor {
   std::optional<Failure> unjoined_exit_;  // first rank that exited 0 without attaching
   int forwarded_signal_ = 0;   // the first SIGINT/SIGTERM/SIGHUP we passed on
   int forwarded_count_ = 0;
+  Clock::time_point first_forwarded_at_{};
   bool ending_after_forward_ = false;  // Aborting phase_: the forward's grace, no abort published
   std::vector<int> running_when_forwarded_;  // the ranks the first forwarded signal reached
   std::optional<Clock::time_point> all_exited_at_;
