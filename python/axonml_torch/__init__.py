@@ -24,7 +24,7 @@ except ImportError as error:
 
 from ._C import (_close_store_together_as_it_goes, _exited_processes, _note_failure_elsewhere,
                  _process_gone_with_the_store, _program_ends)
-from ._C import _world_begins
+from ._C import _excepthook_running_signal_handlers_first, _world_begins
 from ._C import create_process_group
 from ._C import allreduce_in_arena as _allreduce_in_arena
 from ._C import in_arena as _in_arena
@@ -259,6 +259,24 @@ def _watch_store_based_barrier():
     c10d._store_based_barrier = store_based_barrier
 
 
+def _program_ends_naming_why():
+    """_program_ends, telling the peers left waiting the exception this
+    program ends on: CPython keeps it in sys.last_value once it has printed
+    it, before the atexit functions run. (Not in an interactive session,
+    where it may be an old one.)"""
+    uncaught = ""
+    last = getattr(sys, "last_value", None)
+    if isinstance(last, BaseException) and not hasattr(sys, "ps1") and not sys.flags.interactive:
+        try:
+            text = " ".join(str(last).split())
+        except Exception:  # a __str__ that fails: the type alone
+            text = ""
+        if len(text) > 160:
+            text = text[:157] + "..."
+        uncaught = f"an uncaught {type(last).__name__}" + (f" ({text})" if text else "")
+    _program_ends(uncaught)
+
+
 if "AXON" not in torch.distributed.Backend._plugins:
     torch.distributed.Backend.register_backend("axon", _create_from_options, extended_api=True)
     # A program may end without destroy_process_group(), with ops (and their
@@ -266,7 +284,11 @@ if "AXON" not in torch.distributed.Backend._plugins:
     # finalizing, those threads can no longer drop the Python objects they
     # hold. Let them finish while it still can, and release the peers that
     # wait for this rank in an op it will never call (_program_ends).
-    atexit.register(_program_ends)
+    atexit.register(_program_ends_naming_why)
+    # Ctrl-C's handler, held off by a wait PyTorch makes in C++ (DDP's
+    # backward), runs before an uncaught error is printed, not halfway
+    # through printing it ("lost sys.stderr"; see the function's comment).
+    sys.excepthook = _excepthook_running_signal_handlers_first(sys.excepthook)
     _watch_store_based_barrier()
 
 __all__ = ["Options", "create_process_group", "in_arena", "place_in_arena", "zero_copy_allreduce_hook"]

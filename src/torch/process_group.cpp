@@ -763,9 +763,17 @@ std::atomic<bool>& program_ending() {
   static std::atomic<bool> ending{false};
   return ending;
 }
+
+// What the program ends on ("an uncaught KeyboardInterrupt"), as the Python
+// module found it at exit; written once, before program_ending() is set.
+std::string& program_end_cause() {
+  static std::string cause;
+  return cause;
+}
 }  // namespace
 
-void ProcessGroupAxon::program_ends() {
+void ProcessGroupAxon::program_ends(const std::string& uncaught) {
+  if (!program_ending().load()) program_end_cause() = uncaught;
   program_ending().store(true);
   // After Ctrl-C ended a wait whose op still runs (for a peer that may not
   // come within the group's timeout), the program's end does not wait for
@@ -897,12 +905,22 @@ void ProcessGroupAxon::release_ranks_left_waiting() noexcept {
       if (failure_seen() && failure_seen()->group != serial_) cause = failure_seen();
     }
     const std::string left = "it left the group of global ranks " + describe_global_ranks();
+    // Why: a peer of a rank that ended on Ctrl-C's KeyboardInterrupt, or on
+    // its own error, read only that it left, as if it had misbehaved.
+    const std::string program_end =
+        program_ending().load() && !program_end_cause().empty()
+            ? "its program ended on " + program_end_cause() + ", leaving the group of global ranks " +
+                  describe_global_ranks()
+            : std::string();
     // The cause first: the reason keeps 1015 characters (ArenaHeader), and
     // group lists of many ranks come after it.
     backend_->abort(cause ? "after another of its groups failed (" + cause_for_peers(cause->reason) + "), " + left +
                                 " while global rank(s) " + ad::joined(global) + " waited for it"
-                          : left + " (destroy_process_group, or the end of its program) while global rank(s) " +
-                                ad::joined(global) + " waited for it in a collective it never called");
+                    : !program_end.empty()
+                        ? program_end + " while global rank(s) " + ad::joined(global) +
+                              " waited for it in a collective it never called"
+                        : left + " (destroy_process_group, or the end of its program) while global rank(s) " +
+                              ad::joined(global) + " waited for it in a collective it never called");
   } catch (const std::exception&) {
     // Aborting is best effort: the peers still see this process exit.
   }

@@ -37,6 +37,28 @@ void run_signal_handlers() {
   throw raised;
 }
 
+// sys.excepthook, wrapped: runs the signal handlers that are due before
+// the exception is printed. Why: a wait PyTorch makes in C++ (DDP's
+// backward, Future.wait) holds off Ctrl-C's handler until the wait ends,
+// and it ends with an error when a peer exits on its own KeyboardInterrupt;
+// CPython then runs the handler in the middle of printing that error, gives
+// up, and prints an object dump and "lost sys.stderr" (Ctrl-C to axon-launch
+// during DDP training, 4 of 4 runs). What the handler raises is printed as
+// raised while the error was being handled, which it was.
+pybind11::object excepthook_running_signal_handlers_first(const pybind11::object& previous, pybind11::handle type,
+                                                          pybind11::handle value, pybind11::handle traceback) {
+  if (PyErr_CheckSignals() == 0) return previous(type, value, traceback);
+  pybind11::error_already_set raised;  // takes the handler's exception from the interpreter
+  PyObject* own = raised.value().ptr();
+  if (PyObject* context = PyException_GetContext(own)) {
+    Py_DECREF(context);  // a new reference; the handler's exception has its own context
+  } else if (PyExceptionInstance_Check(value.ptr()) && value.ptr() != own) {
+    PyException_SetContext(own, value.inc_ref().ptr());  // steals the reference
+  }
+  const pybind11::handle own_traceback = raised.trace() ? raised.trace() : pybind11::none();
+  return previous(raised.type(), raised.value(), own_traceback);
+}
+
 axonml::torch::ProcessGroupAxon& axon_group(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                                             const char* what) {
   auto* axon = dynamic_cast<axonml::torch::ProcessGroupAxon*>(group.get());
@@ -147,9 +169,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("_world_begins", &axonml::torch::ProcessGroupAxon::world_begins, pybind11::arg("default_group"),
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "torch.distributed made a new world: groups made before belong to the old one, except default_group");
-  m.def("_program_ends", &axonml::torch::ProcessGroupAxon::program_ends,
+  m.def(
+      "_excepthook_running_signal_handlers_first",
+      [](pybind11::object previous) {
+        return pybind11::cpp_function(
+            [previous](pybind11::handle type, pybind11::handle value, pybind11::handle traceback) {
+              return excepthook_running_signal_handlers_first(previous, type, value, traceback);
+            },
+            pybind11::name("axonml_torch_excepthook"));
+      },
+      pybind11::arg("previous"),
+      "An excepthook that runs the Python signal handlers that are due, then has `previous` print the exception "
+      "(or what a handler raised, with the exception as its context)");
+  m.def("_program_ends", &axonml::torch::ProcessGroupAxon::program_ends, pybind11::arg("uncaught") = std::string(),
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "_finish_pending, then releases the peers already waiting for this rank in a collective, and "
         "lets the default group's end skip waiting for the others (except on rank 0, which hosts the "
-        "store); registered with atexit");
+        "store); registered with atexit. uncaught: the exception the program ends on, for the peers left waiting");
 }

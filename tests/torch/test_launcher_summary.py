@@ -135,6 +135,7 @@ def rank_body(case):
         dist.all_reduce(torch.ones(4))
     else:  # "raise": rank 1 fails in its program while the others wait for it
         if rank == 1:
+            time.sleep(1)  # the others are in the all_reduce by now
             raise RuntimeError("rank 1 fails on purpose")
         dist.all_reduce(torch.ones(4))
 
@@ -228,6 +229,13 @@ def main():
     line, _ = run(launcher, "raise")
     if "rank 1" not in line:
         raise SystemExit(f"raise: the reason line does not name rank 1: {line}")
+    # Rank 1 aborts its group for the peers waiting there, with what its
+    # program ended on (the peers read only that it left, before). A peer
+    # still on its way into the all_reduce (a loaded machine) finds it gone
+    # instead, and says so in its own words.
+    if "rank 1 aborted" in line and \
+            "its program ended on an uncaught RuntimeError (rank 1 fails on purpose), leaving the group" not in line:
+        raise SystemExit(f"raise: the reason line does not give the exception rank 1's program ended on: {line}")
     print(f"test_launcher_summary: a rank that raised: {line}")
     started = time.monotonic()
     line, err = run(launcher, "exit-before-init", timeout="100")
