@@ -131,26 +131,33 @@ void Supervisor::handle_signals() {
       resume();
       continue;
     }
-    // The same signal again within kSameRequest of the first is one request
-    // delivered twice, not the user insisting: GNU timeout signals its child
-    // and then its own process group (the launcher again), as does a
-    // script's kill of the launcher's group, microseconds apart. Taken for
-    // a second Ctrl-C it SIGKILLed ranks still handling the first, a Python
-    // rank before it had printed a line.
-    constexpr auto kSameRequest = std::chrono::milliseconds(250);
-    if (forwarded_count_ != 0 && sig == forwarded_signal_ && Clock::now() - first_forwarded_at_ < kSameRequest) {
+    // A second signal from the process that sent the first, within
+    // kSameRequest, is one request delivered twice, not the user insisting:
+    // GNU timeout signals its child and then its own process group (the
+    // launcher again), systemd may send SIGHUP right after SIGTERM, a script
+    // may signal both the launcher and its group. Taken for a second Ctrl-C
+    // it SIGKILLed ranks still handling the first, a Python rank before it
+    // had printed a line. A terminal's Ctrl-C comes from the kernel (pid 0,
+    // SI_KERNEL), so a quick double Ctrl-C still kills.
+    constexpr auto kSameRequest = std::chrono::seconds(1);
+    const bool from_a_process = info.ssi_code == SI_USER || info.ssi_code == SI_QUEUE;
+    if (forwarded_count_ == 1 && from_a_process && first_forwarded_from_ == static_cast<pid_t>(info.ssi_pid) &&
+        Clock::now() - first_forwarded_at_ < kSameRequest) {
+      say("axon-launch: got SIG" + std::string(::sigabbrev_np(sig)) + " from pid " + std::to_string(info.ssi_pid) +
+          " again within a second: the same request delivered twice, not passed on (another one kills the ranks)\n");
       continue;
     }
     ++forwarded_count_;
     if (forwarded_count_ == 1) {
       forwarded_signal_ = sig;
       first_forwarded_at_ = Clock::now();
+      first_forwarded_from_ = from_a_process ? static_cast<pid_t>(info.ssi_pid) : -1;
       for (const auto& r : ranks_) {
         if (r.running) running_when_forwarded_.push_back(r.rank);
       }
       // Who sent it is often the first question when a job ends this way.
       say("axon-launch: got SIG" + std::string(::sigabbrev_np(sig)) + " from pid " + std::to_string(info.ssi_pid) +
-          ": forwarding it to every rank (a second one, 250 ms or more later, kills them)\n");
+          ": forwarding it to every rank (a second one kills them)\n");
       signal_running(sig);
     } else {
       // A second interrupt: the user means it.

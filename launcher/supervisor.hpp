@@ -47,6 +47,8 @@
 // Thread safety: single-threaded.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -161,6 +163,7 @@ class Supervisor {
   int forwarded_signal_ = 0;   // the first SIGINT/SIGTERM/SIGHUP we passed on
   int forwarded_count_ = 0;
   Clock::time_point first_forwarded_at_{};
+  pid_t first_forwarded_from_ = -1;  // the process that sent it; -1: the kernel (a terminal's Ctrl-C)
   bool ending_after_forward_ = false;  // Aborting phase_: the forward's grace, no abort published
   std::vector<int> running_when_forwarded_;  // the ranks the first forwarded signal reached
   std::optional<Clock::time_point> all_exited_at_;
