@@ -80,7 +80,7 @@ add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_pause.py $<TARGET_FILE
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 300 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
 
-set(name "torch: Ctrl-C reaches a rank waiting for its peers: a signal handler's exception ends an op's wait() (the op goes on; a program that ends does not wait for it) and a group's set-up (its peers are told), not a wait made from C++; Ctrl-C to axon-launch gives each waiting rank a KeyboardInterrupt traceback, in DDP's backward after the error the peer's exit caused, printed whole")
+set(name "torch: Ctrl-C reaches a rank waiting for its peers: a signal handler's exception ends an op's wait() (the op goes on; a program that ends does not wait for it) and a group's set-up (its peers are told), not a wait made from C++; Ctrl-C to axon-launch gives each waiting rank a KeyboardInterrupt traceback, in DDP's backward after the error the peer's exit caused, printed whole; a handler's SystemExit due as an error is printed ends the program quietly with its status")
 add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_interrupt.py $<TARGET_FILE:axon-launch>
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 300 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")

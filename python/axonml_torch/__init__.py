@@ -259,24 +259,6 @@ def _watch_store_based_barrier():
     c10d._store_based_barrier = store_based_barrier
 
 
-def _program_ends_naming_why():
-    """_program_ends, telling the peers left waiting the exception this
-    program ends on: CPython keeps it in sys.last_value once it has printed
-    it, before the atexit functions run. (Not in an interactive session,
-    where it may be an old one.)"""
-    uncaught = ""
-    last = getattr(sys, "last_value", None)
-    if isinstance(last, BaseException) and not hasattr(sys, "ps1") and not sys.flags.interactive:
-        try:
-            text = " ".join(str(last).split())
-        except Exception:  # a __str__ that fails: the type alone
-            text = ""
-        if len(text) > 160:
-            text = text[:157] + "..."
-        uncaught = f"an uncaught {type(last).__name__}" + (f" ({text})" if text else "")
-    _program_ends(uncaught)
-
-
 if "AXON" not in torch.distributed.Backend._plugins:
     torch.distributed.Backend.register_backend("axon", _create_from_options, extended_api=True)
     # A program may end without destroy_process_group(), with ops (and their
@@ -284,10 +266,11 @@ if "AXON" not in torch.distributed.Backend._plugins:
     # finalizing, those threads can no longer drop the Python objects they
     # hold. Let them finish while it still can, and release the peers that
     # wait for this rank in an op it will never call (_program_ends).
-    atexit.register(_program_ends_naming_why)
+    atexit.register(_program_ends)
     # Ctrl-C's handler, held off by a wait PyTorch makes in C++ (DDP's
     # backward), runs before an uncaught error is printed, not halfway
-    # through printing it ("lost sys.stderr"; see the function's comment).
+    # through printing it ("lost sys.stderr"; see the function's comment);
+    # and the error the program ends on is kept for _program_ends.
     sys.excepthook = _excepthook_running_signal_handlers_first(sys.excepthook)
     _watch_store_based_barrier()
 

@@ -764,16 +764,40 @@ std::atomic<bool>& program_ending() {
   return ending;
 }
 
-// What the program ends on ("an uncaught KeyboardInterrupt"), as the Python
-// module found it at exit; written once, before program_ending() is set.
+// What the program ends on ("an uncaught ValueError: bad shape"), as the
+// Python module saw it; written once, before program_ending() is set, and
+// never destroyed (a group may be destroyed after the statics at exit).
 std::string& program_end_cause() {
-  static std::string cause;
-  return cause;
+  static auto* cause = new std::string;
+  return *cause;
+}
+
+// "an uncaught ValueError: bad shape", the text cut to a line's worth: the
+// abort's reason keeps 1015 characters, and the group and the ranks that
+// wait come after it.
+std::string uncaught_exception(const std::string& type, const std::string& text) {
+  constexpr std::size_t kMostOfText = 120;
+  std::string line;
+  for (const char c : cause_for_peers(text)) {  // whitespace runs as one space
+    const bool space = std::isspace(static_cast<unsigned char>(c)) != 0;
+    if (!space) {
+      line += c;
+    } else if (!line.empty() && line.back() != ' ') {
+      line += ' ';
+    }
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  if (line.size() > kMostOfText) line = line.substr(0, kMostOfText - 3) + "...";
+  return "an uncaught " + type + (line.empty() ? "" : ": " + line);
 }
 }  // namespace
 
-void ProcessGroupAxon::program_ends(const std::string& uncaught) {
-  if (!program_ending().load()) program_end_cause() = uncaught;
+void ProcessGroupAxon::program_ends(const std::string& uncaught_type, const std::string& uncaught_text) {
+  // Written before program_ending() is set, which readers check first; by
+  // the first call only (the Python module's atexit function).
+  if (!program_ending().load() && !uncaught_type.empty()) {
+    program_end_cause() = uncaught_exception(uncaught_type, uncaught_text);
+  }
   program_ending().store(true);
   // After Ctrl-C ended a wait whose op still runs (for a peer that may not
   // come within the group's timeout), the program's end does not wait for
@@ -905,22 +929,18 @@ void ProcessGroupAxon::release_ranks_left_waiting() noexcept {
       if (failure_seen() && failure_seen()->group != serial_) cause = failure_seen();
     }
     const std::string left = "it left the group of global ranks " + describe_global_ranks();
-    // Why: a peer of a rank that ended on Ctrl-C's KeyboardInterrupt, or on
-    // its own error, read only that it left, as if it had misbehaved.
-    const std::string program_end =
-        program_ending().load() && !program_end_cause().empty()
-            ? "its program ended on " + program_end_cause() + ", leaving the group of global ranks " +
-                  describe_global_ranks()
-            : std::string();
+    // Why the program ended, when it ended on an exception: a peer of a
+    // rank that ended on Ctrl-C's KeyboardInterrupt, or on an error of its
+    // own, read only that it left, as if it had misbehaved.
+    const std::string how = program_ending().load() && !program_end_cause().empty()
+                                ? " (its program ended on " + program_end_cause() + ")"
+                                : " (destroy_process_group, or the end of its program)";
     // The cause first: the reason keeps 1015 characters (ArenaHeader), and
     // group lists of many ranks come after it.
     backend_->abort(cause ? "after another of its groups failed (" + cause_for_peers(cause->reason) + "), " + left +
                                 " while global rank(s) " + ad::joined(global) + " waited for it"
-                    : !program_end.empty()
-                        ? program_end + " while global rank(s) " + ad::joined(global) +
-                              " waited for it in a collective it never called"
-                        : left + " (destroy_process_group, or the end of its program) while global rank(s) " +
-                              ad::joined(global) + " waited for it in a collective it never called");
+                          : left + how + " while global rank(s) " + ad::joined(global) +
+                                " waited for it in a collective it never called");
   } catch (const std::exception&) {
     // Aborting is best effort: the peers still see this process exit.
   }

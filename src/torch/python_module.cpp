@@ -37,26 +37,106 @@ void run_signal_handlers() {
   throw raised;
 }
 
+// Puts `uncaught` at the end of `raised`'s chain of contexts (what it was
+// raised while handling), unless it is in the chain already. Bounded: a
+// chain made by hand may loop.
+void chain_context(PyObject* raised, PyObject* uncaught) {
+  if (!PyExceptionInstance_Check(uncaught)) return;
+  PyObject* last = raised;
+  for (int depth = 0; depth < 100; ++depth) {
+    if (last == uncaught) return;
+    PyObject* context = PyException_GetContext(last);  // a new reference, or null
+    if (context == nullptr) {
+      PyException_SetContext(last, pybind11::handle(uncaught).inc_ref().ptr());  // steals the reference
+      return;
+    }
+    Py_DECREF(context);  // still held by `last`
+    last = context;
+  }
+}
+
+// The exception an excepthook call printed at the program's end, for the
+// peers left waiting (ProcessGroupAxon::program_ends): "KeyboardInterrupt"
+// and its text. Kept only when CPython itself called the hook with no
+// Python frame running, as it does for the exception that ends the
+// program, on the main thread and outside an interactive session: not
+// code.InteractiveInterpreter's calls, nor a program's own.
+struct UncaughtAtExit {
+  std::string type;
+  std::string text;
+};
+UncaughtAtExit& uncaught_at_exit() {
+  static auto* uncaught = new UncaughtAtExit;  // never destroyed: read at exit
+  return *uncaught;
+}
+
+bool interactive_session() {
+  try {
+    const pybind11::module_ sys = pybind11::module_::import("sys");
+    return pybind11::hasattr(sys, "ps1") || sys.attr("flags").attr("inspect").cast<bool>() ||
+           sys.attr("flags").attr("interactive").cast<bool>();
+  } catch (const pybind11::error_already_set&) {
+    return true;  // cannot tell: say nothing of it to the peers
+  }
+}
+
+// str(exception) as UTF-8, undecodable bytes escaped; empty when str() fails.
+std::string exception_text(PyObject* exception) {
+  PyObject* text = PyObject_Str(exception);
+  PyObject* bytes = text != nullptr ? PyUnicode_AsEncodedString(text, "utf-8", "backslashreplace") : nullptr;
+  std::string result;
+  if (bytes != nullptr) result.assign(PyBytes_AS_STRING(bytes), static_cast<std::size_t>(PyBytes_GET_SIZE(bytes)));
+  Py_XDECREF(bytes);
+  Py_XDECREF(text);
+  if (PyErr_Occurred()) PyErr_Clear();
+  return result;
+}
+
+void note_if_uncaught_at_exit(PyObject* exception) {
+  if (PyThread_get_thread_ident() != python_main_thread || PyEval_GetFrame() != nullptr ||
+      !PyExceptionInstance_Check(exception) || interactive_session()) {
+    return;
+  }
+  uncaught_at_exit() = {Py_TYPE(exception)->tp_name, exception_text(exception)};
+}
+
 // sys.excepthook, wrapped: runs the signal handlers that are due before
 // the exception is printed. Why: a wait PyTorch makes in C++ (DDP's
 // backward, Future.wait) holds off Ctrl-C's handler until the wait ends,
 // and it ends with an error when a peer exits on its own KeyboardInterrupt;
 // CPython then runs the handler in the middle of printing that error, gives
 // up, and prints an object dump and "lost sys.stderr" (Ctrl-C to axon-launch
-// during DDP training, 4 of 4 runs). What the handler raises is printed as
-// raised while the error was being handled, which it was.
+// during DDP training, 4 of 4 runs). What a handler raises is printed with
+// the error at the end of its chain of contexts ("During handling of the
+// above exception"), which is what happened. A handler's SystemExit
+// (sys.exit in a SIGTERM handler, to end on preemption) is raised from the
+// hook, and CPython exits quietly with the status it asked for.
 pybind11::object excepthook_running_signal_handlers_first(const pybind11::object& previous, pybind11::handle type,
                                                           pybind11::handle value, pybind11::handle traceback) {
-  if (PyErr_CheckSignals() == 0) return previous(type, value, traceback);
-  pybind11::error_already_set raised;  // takes the handler's exception from the interpreter
-  PyObject* own = raised.value().ptr();
-  if (PyObject* context = PyException_GetContext(own)) {
-    Py_DECREF(context);  // a new reference; the handler's exception has its own context
-  } else if (PyExceptionInstance_Check(value.ptr()) && value.ptr() != own) {
-    PyException_SetContext(own, value.inc_ref().ptr());  // steals the reference
+  pybind11::object printed_type = pybind11::reinterpret_borrow<pybind11::object>(type);
+  pybind11::object printed = pybind11::reinterpret_borrow<pybind11::object>(value);
+  pybind11::object printed_traceback = pybind11::reinterpret_borrow<pybind11::object>(traceback);
+  // Each handler that raises stops the others: run those too, while due.
+  for (int handlers = 0; handlers < 8 && PyErr_CheckSignals() != 0; ++handlers) {
+    pybind11::error_already_set raised;  // takes the handler's exception from the interpreter
+    if (raised.matches(PyExc_SystemExit)) {
+      note_if_uncaught_at_exit(raised.value().ptr());
+      throw raised;
+    }
+    chain_context(raised.value().ptr(), printed.ptr());
+    printed_type = raised.type();
+    printed = raised.value();
+    printed_traceback = raised.trace() ? raised.trace() : pybind11::none();
   }
-  const pybind11::handle own_traceback = raised.trace() ? raised.trace() : pybind11::none();
-  return previous(raised.type(), raised.value(), own_traceback);
+  note_if_uncaught_at_exit(printed.ptr());
+  return previous(printed_type, printed, printed_traceback);
+}
+
+// The atexit function: ProcessGroupAxon::program_ends with what the program
+// ended on, as the hook above saw it.
+void program_ends() {
+  const UncaughtAtExit& uncaught = uncaught_at_exit();
+  axonml::torch::ProcessGroupAxon::program_ends(uncaught.type, uncaught.text);
 }
 
 axonml::torch::ProcessGroupAxon& axon_group(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
@@ -180,10 +260,11 @@ PYBIND11_MODULE(_C, m) {
       },
       pybind11::arg("previous"),
       "An excepthook that runs the Python signal handlers that are due, then has `previous` print the exception "
-      "(or what a handler raised, with the exception as its context)");
-  m.def("_program_ends", &axonml::torch::ProcessGroupAxon::program_ends, pybind11::arg("uncaught") = std::string(),
-        pybind11::call_guard<pybind11::gil_scoped_release>(),
+      "(or what a handler raised, with the exception at the end of its chain of contexts; a handler's SystemExit is "
+      "raised)");
+  m.def("_program_ends", &program_ends, pybind11::call_guard<pybind11::gil_scoped_release>(),
         "_finish_pending, then releases the peers already waiting for this rank in a collective, and "
         "lets the default group's end skip waiting for the others (except on rank 0, which hosts the "
-        "store); registered with atexit. uncaught: the exception the program ends on, for the peers left waiting");
+        "store), telling them the exception the program ended on (as the excepthook saw it); registered with "
+        "atexit");
 }

@@ -188,6 +188,83 @@ def rank_body(stage):
     raise AssertionError(f"rank {rank}: the {stage} returned")
 
 
+def hook_case_body(case):
+    """Rank 0 waits in a C++ wait (torch's own Work.wait binding: no handler
+    runs inside it) for rank 1, which never comes; a signal comes meanwhile;
+    the wait times out (axon-launch --timeout 2) and the error is uncaught,
+    with the signal's handler still due."""
+    import torch
+    import torch.distributed as dist
+    import axonml_torch  # noqa: F401
+
+    dist.init_process_group("axon")
+    rank = dist.get_rank()
+    dist.barrier()
+    if case == "interactive-print":
+        # An error printed by code.InteractiveInterpreter (through
+        # sys.excepthook, sys.last_value set) is not what the program ends
+        # on: it ends normally, while rank 1 waits for it.
+        import code
+        code.InteractiveInterpreter().runsource("undefined_name")
+        if rank == 0:
+            time.sleep(1)  # rank 1 is in its all_reduce by now
+            return
+        try:
+            dist.all_reduce(torch.ones(4))
+        except RuntimeError as e:
+            print(f"peer told: {e}", flush=True)
+        return
+    if rank == 1:
+        time.sleep(30)
+        return
+
+    def exits_5(*_):
+        raise SystemExit(5)  # as sys.exit(5) in a SIGTERM handler, to end on preemption
+
+    def raises_while_handling(*_):
+        try:
+            raise OSError("the handler's checkpoint failed")
+        except OSError:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGUSR1, exits_5 if case == "system-exit" else raises_while_handling)
+    signal_self_after(0.5, signal.SIGUSR1)
+    dist.Work.wait(dist.all_reduce(torch.ones(4), async_op=True))
+
+
+def hook_case(launcher, case):
+    """axon-launch -n 2 --timeout 2 running hook_case_body(case): its exit
+    status and output."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    job = subprocess.run([launcher, "-n", "2", "--timeout", "2", sys.executable, __file__, "--hook-case", case],
+                         env=env, capture_output=True, text=True, timeout=120)
+    return job.returncode, job.stdout + job.stderr
+
+
+def excepthook_cases(launcher):
+    """What the excepthook does with a handler due as an uncaught error is
+    printed (the diff review's cases)."""
+    status, text = hook_case(launcher, "system-exit")
+    if "rank 0 exited with code 5" not in text or "[rank 0] Traceback" in text or "SystemExit" in text:
+        raise SystemExit(f"a handler's SystemExit(5), due as the timeout's error was printed, did not end rank 0 "
+                         f"quietly with status 5 (job status {status}):\n{text}")
+    status, text = hook_case(launcher, "chained")
+    own = "\n".join(line[len("[rank 0] "):] for line in text.splitlines() if line.startswith("[rank 0] "))
+    for words in ("timed out after 2.0 s", "the handler's checkpoint failed", "KeyboardInterrupt"):
+        if words not in own:
+            raise SystemExit(f"a handler that raised while handling its own error: rank 0 did not print "
+                             f"'{words}' (the uncaught error goes at the end of the chain):\n{text}")
+    if own.index("timed out after 2.0 s") > own.index("the handler's checkpoint failed"):
+        raise SystemExit(f"the uncaught error was not printed first, as the chain's start:\n{text}")
+    status, text = hook_case(launcher, "interactive-print")
+    told = [line for line in text.splitlines() if "peer told:" in line]
+    if "NameError" not in text or len(told) != 1 or "uncaught" in told[0] or "rank 0" not in told[0]:
+        raise SystemExit(f"an error code.InteractiveInterpreter printed was given to the peer as what rank 0's "
+                         f"program ended on (it ended normally):\n{text}")
+    return "a handler's SystemExit ends quietly with its status; the uncaught error ends a handler's chain; an " \
+           "error printed by code.InteractiveInterpreter is not named to the peers"
+
+
 def started_job(launcher, n, stage, out_path):
     """axon-launch -n N running this file's rank_body(stage), its output in
     out_path, once every rank has said it is ready."""
@@ -223,7 +300,8 @@ def ctrl_c_to_the_launcher(launcher, stage):
         # whole, then the KeyboardInterrupt that came meanwhile (the
         # excepthook runs the handler first: before, CPython ran it halfway
         # through printing the error and gave up, "lost sys.stderr").
-        if stage == "ddp" and ("rank 2 aborted: its program ended on an uncaught KeyboardInterrupt" not in own or
+        if stage == "ddp" and ("rank 2 aborted: it left the group of global ranks [0, 1, 2] (its program ended on an "
+                               "uncaught KeyboardInterrupt)" not in own or
                                "During handling of the above exception, another exception occurred" not in own):
             raise SystemExit(f"Ctrl-C to axon-launch during DDP training: rank {rank} did not print the error that "
                              f"named rank 2's KeyboardInterrupt, then its own:\n{text}")
@@ -272,6 +350,7 @@ def users_excepthook_still_prints():
 def main():
     launcher = sys.argv[1]
     print("excepthook:", users_excepthook_still_prints())
+    print("excepthook:", excepthook_cases(launcher))
     print("in-process:", run_ranks(2, interrupted_op_goes_on))
     print("in-process:", run_ranks(2, waits_from_cpp_are_left_alone))
     print("axon-launch:", ends_without_its_pending_op(launcher))
@@ -287,5 +366,7 @@ def main():
 if __name__ == "__main__":
     if sys.argv[1] == "--rank":
         rank_body(sys.argv[2])
+    elif sys.argv[1] == "--hook-case":
+        hook_case_body(sys.argv[2])
     else:
         main()

@@ -234,7 +234,8 @@ def main():
     # still on its way into the all_reduce (a loaded machine) finds it gone
     # instead, and says so in its own words.
     if "rank 1 aborted" in line and \
-            "its program ended on an uncaught RuntimeError (rank 1 fails on purpose), leaving the group" not in line:
+            "it left the group of global ranks [0, 1, 2] (its program ended on an uncaught RuntimeError: rank 1 fails " \
+            "on purpose)" not in line:
         raise SystemExit(f"raise: the reason line does not give the exception rank 1's program ended on: {line}")
     print(f"test_launcher_summary: a rank that raised: {line}")
     started = time.monotonic()

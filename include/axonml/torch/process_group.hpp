@@ -102,10 +102,10 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // group is aborted for them); from now on a rank other than 0 does not
   // wait for the others as its default group goes (that wait keeps a later
   // init_process_group() off the old store, and nothing comes later now).
-  // `uncaught` names the exception the program ends on ("an uncaught
-  // KeyboardInterrupt"), empty when it ends normally: the peers left waiting
-  // are told it. Call it without the GIL.
-  static void program_ends(const std::string& uncaught = {});
+  // `uncaught_type` and `uncaught_text` name the exception the program ends
+  // on ("KeyboardInterrupt", ""), empty when it ends normally: the peers
+  // left waiting are told it. Call it without the GIL.
+  static void program_ends(const std::string& uncaught_type = {}, const std::string& uncaught_text = {});
   // The job's processes that this process's live groups have seen exit: for
   // each, its global rank and "global rank 2 (pid 123) exited or was killed,
   // as this process's axon group of global ranks [0, 1, 2] saw". The Python
