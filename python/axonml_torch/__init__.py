@@ -28,6 +28,7 @@ from ._C import _excepthook_running_signal_handlers_first, _world_begins
 from ._C import create_process_group
 from ._C import allreduce_in_arena as _allreduce_in_arena
 from ._C import in_arena as _in_arena
+from ._C import _has_room_for_placing
 from ._C import place_in_arena as _place_in_arena
 
 
@@ -85,6 +86,14 @@ def in_arena(tensor, group=None):
 _warned_no_room = False  # the hook says so once a process
 
 
+def _size_text(size):
+    """2.0 KiB, not 0.0 MiB (a review)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
 def zero_copy_allreduce_hook(process_group, bucket):
     """A DDP communication hook: DDP's default all-reduce (each gradient
     divided by the group's size, then summed), with every bucket moved into
@@ -112,10 +121,15 @@ def zero_copy_allreduce_hook(process_group, bucket):
         global _warned_no_room
         if placing and not _warned_no_room and not _in_arena(group, tensor):
             _warned_no_room = True
-            warnings.warn(f"axonml_torch.zero_copy_allreduce_hook: no room in the axon group's shared memory for "
-                          f"a bucket of {tensor.numel() * tensor.element_size() / 2**20:.1f} MiB on every rank; "
-                          f"it is all-reduced with a copy (give the group room: axonml_torch.Options(shared_mb=...) "
-                          f"or AXON_TORCH_SHARED_MB)", RuntimeWarning)
+            size = _size_text(tensor.numel() * tensor.element_size())
+            if not _has_room_for_placing(group):
+                why = "the axon group was made without room for tensors in its shared memory (shared_mb 0)"
+            else:
+                why = f"the axon group's shared memory has no room left for a bucket of {size} on every rank"
+            warnings.warn(f"axonml_torch.zero_copy_allreduce_hook: {why}; DDP's buckets are all-reduced with a "
+                          f"copy, as without the hook (the bucket was {size}; give the group room for twice the "
+                          f"model's gradients: axonml_torch.Options(shared_mb=...) or AXON_TORCH_SHARED_MB)",
+                          RuntimeWarning)
         return f.value()[0]
     return fut.then(done)
 

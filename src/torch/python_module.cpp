@@ -231,6 +231,12 @@ PYBIND11_MODULE(_C, m) {
       },
       pybind11::arg("group"), pybind11::arg("tensor"),
       "Whether the tensor's storage lies in the group's shared memory");
+  m.def(
+      "_has_room_for_placing",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+        return axon_group(group, "_has_room_for_placing").has_room_for_placing();
+      },
+      pybind11::arg("group"), "Whether the group was made with room for place_in_arena (Options(shared_mb=))");
   m.def("_finish_pending", &axonml::torch::ProcessGroupAxon::finish_all_pending,
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "Lets every axon group's pending ops finish (cancelling receives still waiting), so that no "

@@ -234,8 +234,8 @@ def hook_without_room(rank, n):
             results.append([p.detach().clone() for p in net.parameters()])
             if hook:
                 assert not any(axonml_torch.in_arena(p.grad, g) for p in net.parameters())
-    assert any("no room in the axon group's shared memory" in str(w.message) for w in caught), \
-        [str(w.message) for w in caught]
+    assert any("the axon group was made without room for tensors in its shared memory (shared_mb 0)" in str(w.message)
+               and "the bucket was 16.0 MiB" in str(w.message) for w in caught), [str(w.message) for w in caught]
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
     return True
@@ -263,8 +263,22 @@ def a_group_without_room_places_nothing(rank, n):
         ddp.register_comm_hook(group, axonml_torch.zero_copy_allreduce_hook)
         ddp(torch.randn(4, 64)).square().mean().backward()
         assert not any(axonml_torch.in_arena(p.grad, group) for p in net.parameters())
-    assert any("no room in the axon group's shared memory" in str(w.message) for w in caught), \
+    # The size as it is (it said "0.0 MiB" for 16 KiB; a review).
+    assert any("made without room" in str(w.message) and "the bucket was 16.2 KiB" in str(w.message)
+               for w in caught), [str(w.message) for w in caught]
+    # A group with room, too little for the bucket: says so.
+    small = dist.new_group(list(range(n)), pg_options=axonml_torch.Options(shared_mb=1))
+    axonml_torch._warned_no_room = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        net = torch.nn.Linear(1024, 1024, bias=False)  # one 4 MiB bucket
+        ddp = DDP(net, process_group=small, gradient_as_bucket_view=True)
+        ddp.register_comm_hook(small, axonml_torch.zero_copy_allreduce_hook)
+        ddp(torch.randn(4, 1024)).square().mean().backward()
+        assert not axonml_torch.in_arena(net.weight.grad, small)
+    assert any("has no room left for a bucket of 4.0 MiB on every rank" in str(w.message) for w in caught), \
         [str(w.message) for w in caught]
+    dist.destroy_process_group(small)
     dist.all_reduce(u, group=group)  # the group is still in step
     dist.barrier(group=group)
     return True

@@ -189,6 +189,9 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   bool place_in_arena(const at::Tensor& tensor);
   // Whether `tensor`'s storage lies in this group's shared memory.
   bool in_arena(const at::Tensor& tensor) const;
+  // Whether the group was made with room for place_in_arena() (the
+  // constructor's shared_bytes): false, it places nothing.
+  bool has_room_for_placing() const { return shared_room_; }
   // allreduce() of one tensor that first places it as place_in_arena() does,
   // in the same op: when every rank's tensor is (or can be moved) there, the
   // all-reduce reads them in place; when one rank's cannot, every rank
