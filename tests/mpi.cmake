@@ -71,6 +71,16 @@ endif()
 # The README's promises, one program under both launchers (mpi_promises.cpp
 # says what each mode checks). Short AXON_TIMEOUTs keep the timeout modes
 # quick; the ring must finish long before its timeout.
+# A World with static storage duration, destroyed at exit, while a thread
+# loops all_reduces on it: support/static_world_exit.cpp.
+add_executable(static_world_exit support/static_world_exit.cpp)
+target_link_libraries(static_world_exit PRIVATE axonml::distributed axon_warnings)
+set(name "mpi: a static World's thread still calling all_reduce as main returns is refused at exit, not crashed in the destroyed backend (mpirun -np 4)")
+add_test(NAME "${name}" COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 $<TARGET_FILE:static_world_exit>)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 120 ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}"
+                     PASS_REGULAR_EXPRESSION "static_world_exit: rank [01]'s thread: .*exiting"
+                     FAIL_REGULAR_EXPRESSION "Segmentation|signal 11|exited on signal")
+
 add_executable(mpi_promises support/mpi_promises.cpp)
 target_include_directories(mpi_promises PRIVATE ${PROJECT_SOURCE_DIR}/src)
 # MPI itself only to ask the thread level MPI was started with (mode threads).

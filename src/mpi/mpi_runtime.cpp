@@ -40,9 +40,14 @@ std::string abort_notice;  // written under abort_mutex before abort_received is
 // is counted).
 std::atomic<int> calls_in_flight{0};
 std::atomic<bool> exiting{false};
+// Every call begun (refused ones too): at exit, whether threads still call.
+std::atomic<std::uint64_t> calls_begun{0};
 // Set by the exit once calls in flight outlasted a grace period: their waits
 // end then (exit_begun()).
 std::atomic<bool> ending_waits{false};
+// Whether this library started MPI (and so finalizes it at exit): set by the
+// Runtime, read by exit_before_static_destructors().
+std::atomic<bool> runtime_owns_mpi{false};
 
 int world_rank() {
   int rank = 0;
@@ -245,6 +250,7 @@ class Runtime {
               -1, "starting MPI");
       }
       owned_ = true;
+      runtime_owns_mpi.store(true);
       // Collective, like MpiBackend::create() that calls us: every process
       // makes it, for meet_at_exit_then_finalize().
       check(MPI_Comm_dup(MPI_COMM_WORLD, &exit_comm_), "MPI_Comm_dup", world_rank(),
@@ -369,7 +375,37 @@ std::optional<std::string> receive_job_aborted() {
   return abort_notice;
 }
 
+// The exit's first step, run by an atexit function that the first call
+// registers, and so before the destructor of a World with static storage
+// duration (made before that call), which the Runtime's own destructor came
+// after: a thread still in a call on the World's backend ran on in it as the
+// World destroyed it (SIGSEGV in MPI_Testsome, 8 runs of 8; a review), where
+// a World that outlives the exit got the promised refusal. Only while a
+// call is in flight: with none, a static destructor of the program's that
+// runs later may still make its calls, as before. Then up to a second more
+// until 50 ms pass with no call begun: a thread whose call was refused
+// handles the InvalidArgument (printing its rank, say) before the World goes.
+// A thread that touches the World after that is the program's own use of a
+// destroyed object; the README says to join such threads.
+namespace {
+void exit_before_static_destructors() {
+  if (!runtime_owns_mpi.load() || calls_in_flight.load() == 0 || finalized()) return;
+  refuse_calls_then_wait_for_those_in_flight();
+  const auto started = std::chrono::steady_clock::now();
+  for (std::uint64_t seen = calls_begun.load();
+       std::chrono::steady_clock::now() - started < std::chrono::seconds(1);) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::uint64_t now = calls_begun.load();
+    if (now == seen && calls_in_flight.load() == 0) break;
+    seen = now;
+  }
+}
+}  // namespace
+
 CallInFlight::CallInFlight(const char* op, int rank, const std::string& group) {
+  static const bool exit_registered = std::atexit(exit_before_static_destructors) == 0;
+  (void)exit_registered;
+  calls_begun.fetch_add(1, std::memory_order_relaxed);
   calls_in_flight.fetch_add(1);
   // After MPI_Finalize the call's own check says so (a call from an atexit
   // handler); before it, this process is on its way there.
