@@ -584,8 +584,8 @@ void MpiBackend::do_send(ConstBuffer data, int dst, int tag) {
   const P2pHeader header{static_cast<std::uint32_t>(data.type), kP2pMagic};
   std::memcpy(send.data.data(), &header, sizeof header);
   if (bytes > 0) std::memcpy(send.data.data() + kP2pHeaderBytes, data.data, bytes);
-  check(MPI_Isend(send.data.data(), int_count(send.data.size(), "send", impl_->world_rank()), MPI_BYTE, dst, tag,
-                  impl_->comm.get(), &send.request),
+  const int sent_bytes = int_count(send.data.size(), send.what + " (with its 8-byte header)", impl_->world_rank());
+  check(MPI_Isend(send.data.data(), sent_bytes, MPI_BYTE, dst, tag, impl_->comm.get(), &send.request),
         "send", impl_->world_rank(), "MPI_Isend of " + send.what);
   int done = 0;
   check(MPI_Test(&send.request, &done, MPI_STATUS_IGNORE), "send", impl_->world_rank(), send.what);
@@ -607,7 +607,7 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   const int world_src = impl_->world_ranks[static_cast<std::size_t>(src)];
   const std::string what = p2p_what("recv", data.type, data.count, "from", world_src, tag);
   const int me = impl_->world_rank();
-  int_count(kP2pHeaderBytes + bytes, "recv", me);
+  int_count(kP2pHeaderBytes + bytes, what + " (with its 8-byte header)", me);
   // Probed, then taken whole into a buffer of ours, and copied into the
   // caller's only once its size and element type are known to match: a
   // message of another size or type is named and the caller's buffer left as

@@ -473,13 +473,16 @@ Comm::~Comm() {
   if (!finalized()) MPI_Comm_free(&comm_);
 }
 
-int int_count(std::size_t count, std::string_view op, int rank) {
-  if (count > static_cast<std::size_t>(INT_MAX)) {
-    throw InvalidArgument(std::string(op) + " on rank " + std::to_string(rank) + ": " +
-                          std::to_string(count) + " elements exceed MPI's limit of " +
-                          std::to_string(INT_MAX) + " per call");
+int int_count(std::size_t bytes, std::string_view what, int rank) {
+  if (bytes > static_cast<std::size_t>(INT_MAX)) {
+    // It said "elements" of a count in bytes (the MPI review).
+    throw InvalidArgument(std::string(what) + " on rank " + std::to_string(rank) + ": " + std::to_string(bytes) +
+                          " bytes in one MPI call exceed MPI's limit of " + std::to_string(INT_MAX) +
+                          " (its counts are ints); under MPI a send or recv, a reduce, gather or scatter, and one "
+                          "rank's block of an all_gather or all_to_all stay within it (all_reduce and broadcast "
+                          "split larger buffers; shared memory has no such limit)");
   }
-  return static_cast<int>(count);
+  return static_cast<int>(bytes);
 }
 
 }  // namespace axonml::distributed::mpi

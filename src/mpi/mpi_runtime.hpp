@@ -101,8 +101,8 @@ std::mutex& finalize_mutex();
 // still in (a second after it began): their waits then end (waiting.cpp).
 bool exit_begun();
 
-// `count` as MPI's int; throws InvalidArgument naming op and rank when it
-// does not fit.
-int int_count(std::size_t count, std::string_view op, int rank);
+// `bytes` as MPI's int count of MPI_BYTE; throws InvalidArgument naming
+// `what` (the op, or the call's description) and rank when it does not fit.
+int int_count(std::size_t bytes, std::string_view what, int rank);
 
 }  // namespace axonml::distributed::mpi
