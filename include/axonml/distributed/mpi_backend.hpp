@@ -35,8 +35,11 @@
 // the same number of ranks, else the world runs flat. Subgroups are flat.
 // Messages of up to 4 KiB take the flat path. A larger float sum is then
 // (node 0's ranks in order) + (node 1's ranks in order) + ..., which may
-// differ from the flat rank-order sum in the last bits when there are
-// several nodes; every rank still gets the very same bytes.
+// differ from the flat rank-order sum when there are several nodes, as any
+// other order of the operations may: mostly in the last bits, but by as
+// much as the values cancel, overflow or underflow (1 + 1e20 - 1e20 + 1 is
+// 1 in rank order and 0 by nodes of two); every rank still gets the very
+// same bytes.
 //
 // Environment:
 //   AXON_HIERARCHICAL=0   flat MPI only
