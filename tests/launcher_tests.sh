@@ -573,6 +573,9 @@ RANK_SH
       pid=$!
       wait_for have_ready 2 || fail "ranks never became ready"
       kill -INT "$pid"
+      # Read by the launcher before the second is sent: two pending SIGINTs
+      # would merge into one in the kernel, whoever sent them.
+      wait_for grep -q "forwarding it to every rank" "$work/err" || fail "the launcher never forwarded the SIGINT"
       eval "$second \"\$pid\""
       await_launcher "the launcher did not end after a second SIGINT ($second)"
       expect_status $((128 + 9))
