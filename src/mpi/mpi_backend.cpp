@@ -160,13 +160,20 @@ struct MpiBackend::Impl {
   int size() const { return comm.size(); }
   int world_rank() const { return world_ranks[static_cast<std::size_t>(comm.rank())]; }
 
-  void check_usable(const char* op) const {
+  // `call`, when given, names the collective in the abort's message: it
+  // gave only the op's name where a peer's abort was seen at a call's entry,
+  // and the op, dtype, count and group where seen inside (the MPI review).
+  void check_usable(const char* op, const mpi::CallDescriptor* call = nullptr) const {
+    const auto where = [&] {  // as a wait inside the call says it
+      return call != nullptr ? "rank " + std::to_string(world_rank()) + ": " + mpi::to_string(*call) + " in group " +
+                                   group_name
+                             : std::string(op) + " on rank " + std::to_string(world_rank());
+    };
     if (aborted.load(std::memory_order_acquire)) {
-      throw PeerFailure(std::string(op) + " on rank " + std::to_string(world_rank()) +
-                        ": the job was aborted: " + abort_reason);
+      throw PeerFailure(where() + ": the job was aborted: " + abort_reason);
     }
     if (const auto notice = mpi::job_aborted_received()) {  // another process's abort()
-      throw PeerFailure(std::string(op) + " on rank " + std::to_string(world_rank()) + ": job aborted: " + *notice);
+      throw PeerFailure(where() + ": job aborted: " + *notice);
     }
     // A call from an atexit handler or a static destructor that runs after
     // this library finalized MPI: Open MPI aborts the job from inside the
@@ -302,9 +309,9 @@ void MpiBackend::abort(const std::string& reason) {
 
 void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
   const mpi::CallInFlight in_flight("all_reduce", impl_->world_rank(), impl_->group_name);
-  impl_->check_usable("all_reduce");
   const std::size_t bytes = data.count * size_of(data.type);
   const auto call = mpi::describe_call(CollectiveOp::AllReduce, data.type, data.count, -1, &op);
+  impl_->check_usable("all_reduce", &call);
   if (impl_->size() == 1) {  // the buffer as it is, as the shared-memory backend leaves it (NaN payloads too)
     impl_->begin(call, false, none);
     return;
@@ -335,9 +342,9 @@ void MpiBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
 
 void MpiBackend::do_broadcast(MutableBuffer data, int src) {
   const mpi::CallInFlight in_flight("broadcast", impl_->world_rank(), impl_->group_name);
-  impl_->check_usable("broadcast");
   const std::size_t bytes = data.count * size_of(data.type);
   const auto call = mpi::describe_call(CollectiveOp::Broadcast, data.type, data.count, src);
+  impl_->check_usable("broadcast", &call);
   const std::span<const std::byte> mine(data.data, bytes);
   const bool root = rank() == src;
   if (impl_->begin(call, bytes <= kInline, [&](int) { return root ? mine : std::span<const std::byte>(); })) {
@@ -359,10 +366,10 @@ void MpiBackend::do_broadcast(MutableBuffer data, int src) {
 
 void MpiBackend::do_all_gather(ConstBuffer send, MutableBuffer recv) {
   const mpi::CallInFlight in_flight("all_gather", impl_->world_rank(), impl_->group_name);
-  impl_->check_usable("all_gather");
   const std::size_t bytes = send.count * size_of(send.type);
   std::byte* mine = recv.data + static_cast<std::size_t>(rank()) * bytes;
   const auto call = mpi::describe_call(CollectiveOp::AllGather, send.type, send.count);
+  impl_->check_usable("all_gather", &call);
   const std::span<const std::byte> own(send.data, bytes);
   if (impl_->begin(call, bytes <= kInline, [&](int) { return own; })) {
     if (bytes == 0) return;
@@ -395,9 +402,9 @@ void MpiBackend::do_all_gather(ConstBuffer send, MutableBuffer recv) {
 
 void MpiBackend::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) {
   const mpi::CallInFlight in_flight("reduce_scatter", impl_->world_rank(), impl_->group_name);
-  impl_->check_usable("reduce_scatter");
   const std::size_t bytes = recv.count * size_of(recv.type);
   const auto call = mpi::describe_call(CollectiveOp::ReduceScatter, recv.type, recv.count, -1, &op);
+  impl_->check_usable("reduce_scatter", &call);
   const std::byte* mine = send.data + static_cast<std::size_t>(rank()) * bytes;
   if (impl_->size() == 1) {  // as it is, NaN payloads too, as all_reduce and the shared-memory backend leave it
     impl_->begin(call, false, none);
@@ -420,10 +427,10 @@ void MpiBackend::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceO
 
 void MpiBackend::do_gather(ConstBuffer send, MutableBuffer recv, int dst) {
   const mpi::CallInFlight in_flight("gather", impl_->world_rank(), impl_->group_name);
-  impl_->check_usable("gather");
   const std::size_t bytes = send.count * size_of(send.type);
   const bool root = rank() == dst;
   const auto call = mpi::describe_call(CollectiveOp::Gather, send.type, send.count, dst);
+  impl_->check_usable("gather", &call);
   const std::span<const std::byte> own(send.data, bytes);
   if (impl_->begin(call, bytes <= kInline,
                    [&](int peer) { return peer == dst ? own : std::span<const std::byte>(); })) {
@@ -450,10 +457,10 @@ void MpiBackend::do_gather(ConstBuffer send, MutableBuffer recv, int dst) {
 
 void MpiBackend::do_scatter(ConstBuffer send, MutableBuffer recv, int src) {
   const mpi::CallInFlight in_flight("scatter", impl_->world_rank(), impl_->group_name);
-  impl_->check_usable("scatter");
   const std::size_t bytes = recv.count * size_of(recv.type);
   const bool root = rank() == src;
   const auto call = mpi::describe_call(CollectiveOp::Scatter, recv.type, recv.count, src);
+  impl_->check_usable("scatter", &call);
   if (impl_->begin(call, bytes <= kInline, [&](int peer) {
         return root ? std::span<const std::byte>(send.data + static_cast<std::size_t>(peer) * bytes, bytes)
                     : std::span<const std::byte>();
@@ -482,10 +489,10 @@ void MpiBackend::do_scatter(ConstBuffer send, MutableBuffer recv, int src) {
 
 void MpiBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, ReduceOp op) {
   const mpi::CallInFlight in_flight("reduce", impl_->world_rank(), impl_->group_name);
-  impl_->check_usable("reduce");
   const std::size_t bytes = send.count * size_of(send.type);
   const bool root = rank() == dst;
   const auto call = mpi::describe_call(CollectiveOp::Reduce, send.type, send.count, dst, &op);
+  impl_->check_usable("reduce", &call);
   const std::span<const std::byte> own(send.data, bytes);
   if (impl_->size() == 1) {  // as it is, NaN payloads too, as all_reduce and the shared-memory backend leave it
     impl_->begin(call, false, none);
@@ -511,11 +518,11 @@ void MpiBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, Reduce
 // per block, in bytes.
 void MpiBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
   const mpi::CallInFlight in_flight("all_to_all", impl_->world_rank(), impl_->group_name);
-  impl_->check_usable("all_to_all");
   const std::size_t es = size_of(send.type);
   const std::size_t block = send.count / static_cast<std::size_t>(world_size());
   const std::size_t bytes = block * es;
   const auto call = mpi::describe_call(CollectiveOp::AllToAll, send.type, block);
+  impl_->check_usable("all_to_all", &call);
   auto& copy = impl_->copy;
   if (overlaps(send.data, send.count * es, recv.data, recv.count * es)) {
     copy.assign(send.data, send.data + send.count * es);
@@ -543,10 +550,11 @@ void MpiBackend::do_count_refused_collective() { impl_->exchange->count_refused_
 
 void MpiBackend::do_barrier() {
   const mpi::CallInFlight in_flight("barrier", impl_->world_rank(), impl_->group_name);
-  impl_->check_usable("barrier");
+  const auto call = mpi::describe_call(CollectiveOp::Barrier, DataType::F32, 0);
+  impl_->check_usable("barrier", &call);
   // With the check on, the call exchange is the barrier: every member hears
   // from every other.
-  if (calls_checked()) return static_cast<void>(impl_->begin(mpi::describe_call(CollectiveOp::Barrier, DataType::F32, 0), true, none));
+  if (calls_checked()) return static_cast<void>(impl_->begin(call, true, none));
   impl_->reap_sends();
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Ibarrier(impl_->coll.get(), &request), "barrier", impl_->world_rank(), "MPI_Ibarrier");
