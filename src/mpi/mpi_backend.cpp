@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -586,14 +587,20 @@ void MpiBackend::do_send(ConstBuffer data, int dst, int tag) {
   const std::size_t bytes = data.count * size_of(data.type);
   PendingSend send;
   send.what = p2p_what("send", data.type, data.count, "to", impl_->world_ranks[static_cast<std::size_t>(dst)], tag);
+  // Within MPI's int count, checked before the copy (the review of the
+  // message's change: after it, a 2 GiB copy was made, or bad_alloc thrown,
+  // first), and the words made only when it is not.
+  if (kP2pHeaderBytes + bytes > static_cast<std::size_t>(INT_MAX)) {
+    (void)int_count(kP2pHeaderBytes + bytes, send.what + " (with its 8-byte header)", impl_->world_rank());
+  }
   // The message leads with its element type, as a shared-memory one carries
   // it in its cell header, so that a recv into another type fails the same way.
   send.data.resize(kP2pHeaderBytes + bytes);
   const P2pHeader header{static_cast<std::uint32_t>(data.type), kP2pMagic};
   std::memcpy(send.data.data(), &header, sizeof header);
   if (bytes > 0) std::memcpy(send.data.data() + kP2pHeaderBytes, data.data, bytes);
-  const int sent_bytes = int_count(send.data.size(), send.what + " (with its 8-byte header)", impl_->world_rank());
-  check(MPI_Isend(send.data.data(), sent_bytes, MPI_BYTE, dst, tag, impl_->comm.get(), &send.request),
+  check(MPI_Isend(send.data.data(), static_cast<int>(send.data.size()), MPI_BYTE, dst, tag, impl_->comm.get(),
+                  &send.request),
         "send", impl_->world_rank(), "MPI_Isend of " + send.what);
   int done = 0;
   check(MPI_Test(&send.request, &done, MPI_STATUS_IGNORE), "send", impl_->world_rank(), send.what);
@@ -615,7 +622,9 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
   const int world_src = impl_->world_ranks[static_cast<std::size_t>(src)];
   const std::string what = p2p_what("recv", data.type, data.count, "from", world_src, tag);
   const int me = impl_->world_rank();
-  int_count(kP2pHeaderBytes + bytes, what + " (with its 8-byte header)", me);
+  if (kP2pHeaderBytes + bytes > static_cast<std::size_t>(INT_MAX)) {
+    (void)int_count(kP2pHeaderBytes + bytes, what + " (with its 8-byte header)", me);
+  }
   // Probed, then taken whole into a buffer of ours, and copied into the
   // caller's only once its size and element type are known to match: a
   // message of another size or type is named and the caller's buffer left as

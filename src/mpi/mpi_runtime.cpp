@@ -386,7 +386,11 @@ std::optional<std::string> receive_job_aborted() {
 // until 50 ms pass with no call begun: a thread whose call was refused
 // handles the InvalidArgument (printing its rank, say) before the World goes.
 // A thread that touches the World after that is the program's own use of a
-// destroyed object; the README says to join such threads.
+// destroyed object; the README says to join such threads. Not covered (the
+// review of the change): statics made at or after the first call (their
+// destructors run before this function), a thread that is between calls
+// as the exit begins (nothing in flight: nothing is done), and one that
+// stays out of the library for over 50 ms after its refusal.
 namespace {
 void exit_before_static_destructors() {
   if (!runtime_owns_mpi.load() || calls_in_flight.load() == 0 || finalized()) return;
@@ -478,9 +482,10 @@ int int_count(std::size_t bytes, std::string_view what, int rank) {
     // It said "elements" of a count in bytes (the MPI review).
     throw InvalidArgument(std::string(what) + " on rank " + std::to_string(rank) + ": " + std::to_string(bytes) +
                           " bytes in one MPI call exceed MPI's limit of " + std::to_string(INT_MAX) +
-                          " (its counts are ints); under MPI a send or recv, a reduce, gather or scatter, and one "
-                          "rank's block of an all_gather or all_to_all stay within it (all_reduce and broadcast "
-                          "split larger buffers; shared memory has no such limit)");
+                          " (its counts are ints); under MPI a send or recv, a reduce, gather or scatter, one "
+                          "rank's block of an all_gather, reduce_scatter or all_to_all, and a broadcast across "
+                          "nodes stay within it (all_reduce, and broadcast within a node or flat, split larger "
+                          "buffers; shared memory has no such limit)");
   }
   return static_cast<int>(bytes);
 }
