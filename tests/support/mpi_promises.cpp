@@ -419,6 +419,11 @@ void abort_reaches_every_rank(Backend& b) {
          "a barrier waiting for rank 1 when it aborts throws PeerFailure with its reason: '" + current + "'");
   expect(contains(next, "rank 1 aborted: rank 1 gives up on purpose"),
          "the next call throws PeerFailure with rank 1's reason: '" + next + "'");
+  // Under MPI the next call sees the notice at its entry, where it named
+  // only "barrier on rank R" (the MPI review): now the call and its group.
+  const std::string entry = "rank " + std::to_string(b.rank()) + ": barrier() in group [";
+  expect(b.name() != "mpi" || contains(next, entry),
+         "under MPI the next call's error names the call and its group ('" + entry + "...'): '" + next + "'");
 }
 
 // The job's own name for the files of meet_through_files(): rank 0's
