@@ -175,6 +175,18 @@ add_test(NAME "${name}"
 set_tests_properties("${name}" PROPERTIES TIMEOUT 300 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
                      PASS_REGULAR_EXPRESSION "axon.allreduce.*torch_call_path: the tensor is unchanged after every call")
 
+# benchmarks/torch_bucket_mean.py --quick: both ways of taking a DDP bucket's
+# mean (the hook's AVG, PyTorch's div_ then SUM) run and give the mean, with
+# the same bits at a power of two.
+if(TARGET axon-launch)
+  set(name "torch: benchmarks/torch_bucket_mean.py --quick on 2 ranks: the hook's AVG and PyTorch's div_ then SUM give the same bits")
+  add_test(NAME "${name}"
+           COMMAND axon-launch --no-tag-output -n 2 ${AXON_TORCH_PYTHON} benchmarks/torch_bucket_mean.py --quick
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 300 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
+                       PASS_REGULAR_EXPRESSION "torch_bucket_mean: the same bits both ways \\(a power of two: required\\); elements off the mean: 0")
+endif()
+
 # AXON_DEBUG's line per collective names the job's rank in a subgroup too
 # (it named the subgroup arena's own numbering: rank 0 for the job's rank 1).
 if(TARGET axon-launch)

@@ -218,12 +218,16 @@ PYBIND11_MODULE(_C, m) {
       "(collective); true on every rank when all moved");
   m.def(
       "allreduce_in_arena",
-      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor& tensor) {
-        return axon_group(group, "allreduce_in_arena").allreduce_in_arena(tensor);
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor& tensor, bool average) {
+        c10d::AllreduceOptions opts;
+        if (average) opts.reduceOp = c10d::ReduceOp::AVG;
+        return axon_group(group, "allreduce_in_arena").allreduce_in_arena(tensor, opts);
       },
-      pybind11::arg("group"), pybind11::arg("tensor"), pybind11::call_guard<pybind11::gil_scoped_release>(),
-      "ProcessGroupAxon::allreduce_in_arena: a SUM all_reduce that first places the tensor in the group's "
-      "shared memory when every rank can (else every rank all-reduces privately); returns the Work");
+      pybind11::arg("group"), pybind11::arg("tensor"), pybind11::arg("average") = false,
+      pybind11::call_guard<pybind11::gil_scoped_release>(),
+      "ProcessGroupAxon::allreduce_in_arena: a SUM (with average=True: AVG) all_reduce that first places the "
+      "tensor in the group's shared memory when every rank can (else every rank all-reduces privately); "
+      "returns the Work");
   m.def(
       "in_arena",
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& group, const at::Tensor& tensor) {

@@ -132,6 +132,33 @@ def ddp_equals_gloo(rank, n):
     return compared
 
 
+def hook_equals_pytorchs_default_hook(rank, n):
+    """The hook takes the mean in the all-reduce (AVG) instead of dividing
+    the bucket first as PyTorch's allreduce_hook does (div_, then SUM): on a
+    group whose size is a power of two that gives the same bits, so DDP
+    with either hook on the same axon group ends with identical parameters;
+    on a group of 3, within a rounding."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    members = [0, 1]
+    groups = [("world", dist.new_group(pg_options=axonml_torch.Options(shared_mb=16)), n)]
+    sub = dist.new_group(members, pg_options=axonml_torch.Options(shared_mb=16))
+    if rank in members:
+        groups.append((f"subgroup {members}", sub, 2))
+    compared = 0
+    for name, group, size in groups:
+        got = train(group, rank, 6, False, view=True, hook=axonml_torch.zero_copy_allreduce_hook,
+                    after_step=gradients_in_arena(group))
+        want = train(group, rank, 6, False, view=True, hook=allreduce_hook)
+        for i, (a, b) in enumerate(zip(got, want)):
+            if size & (size - 1) == 0:
+                assert torch.equal(a.view(torch.int32), b.view(torch.int32)), \
+                    f"{name} of {size}: parameter {i} differs from allreduce_hook's by {(a - b).abs().max()}"
+            else:
+                torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-8, msg=lambda m: f"{name} parameter {i}: {m}")
+        compared += 1
+    return compared
+
+
 def mixed_places_still_meet(rank, n):
     """allreduce_in_arena (the hook's op) where one rank's tensor lies in the
     arena and another's cannot move there (numpy's): every rank all-reduces
@@ -368,7 +395,8 @@ ROOM_MB = 64
 def check(rank, n):
     dist.init_process_group("axon", pg_options=axonml_torch.Options(shared_mb=ROOM_MB))
     results = [same_results_as_private(rank, n), ranks_agree_and_space_returns(rank, n, ROOM_MB),
-               outlives_its_group(rank, n), ddp_equals_gloo(rank, n), mixed_places_still_meet(rank, n),
+               outlives_its_group(rank, n), ddp_equals_gloo(rank, n), hook_equals_pytorchs_default_hook(rank, n),
+               mixed_places_still_meet(rank, n),
                plain_all_reduce_of_mixed_places(rank, n), earlier_numpy_views_stay_valid(rank, n),
                join_equals_gloo(rank, n), hook_without_room(rank, n),
                a_group_without_room_places_nothing(rank, n), misuse(rank, n)]
@@ -381,4 +409,5 @@ if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     results = run_ranks(n, check, timeout=600)
     print(f"test_zero_copy: {results[0][0]} placed all_reduces equal private ones, "
-          f"{sum(r[3] for r in results)} DDP runs with zero_copy_allreduce_hook equal Gloo on {n} ranks")
+          f"{sum(r[3] for r in results)} DDP runs with zero_copy_allreduce_hook equal Gloo and "
+          f"{sum(r[4] for r in results)} equal PyTorch's allreduce_hook on {n} ranks")
