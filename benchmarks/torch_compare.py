@@ -382,12 +382,14 @@ def run_held_job(n, cfg, port):
 # ---------------------------------------------------------------- axon-bench
 
 def axon_bench_times(build_dir, n, sizes, seconds, fresh=False):
-    """The runtime's own all_reduce time (µs, its median of the slowest rank) per size."""
+    """The runtime's own all_reduce time (µs, its median of the slowest rank)
+    per size, and the copy floor axon-bench measured just before each row
+    (µs: one core writes that many bytes, the other reads them)."""
     launcher = os.path.join(build_dir, "launcher", "axon-launch")
     bench = os.path.join(build_dir, "benchmarks", "axon-bench")
     if not (os.access(launcher, os.X_OK) and os.access(bench, os.X_OK)):
-        return {}
-    times = {}
+        return {}, {}
+    times, copy_floors = {}, {}
     with tempfile.TemporaryDirectory(prefix="torch-compare-") as tmp:
         for nbytes in sizes:
             out = os.path.join(tmp, "bench.json")
@@ -399,13 +401,15 @@ def axon_bench_times(build_dir, n, sizes, seconds, fresh=False):
             if done.returncode != 0:
                 print(f"axon-bench at {human(nbytes)} on {n} ranks failed ({done.returncode}), column left out:\n"
                       f"{done.stdout[-2000:]}{done.stderr[-2000:]}", file=sys.stderr)
-                return {}
+                return {}, {}
             with open(out) as f:
                 for row in json.load(f)["rows"]:
                     if row["wrong"]:
                         raise SystemExit(f"axon-bench: {row['wrong']} wrong elements at {row['bytes']} B on {n} ranks")
                     times[row["bytes"]] = row["time_us"]
-    return times
+                    if row.get("floor_copy_us"):
+                        copy_floors[row["bytes"]] = row["floor_copy_us"]
+    return times, copy_floors
 
 
 # ---------------------------------------------------------------- report
@@ -419,6 +423,10 @@ def report(results):
     for res in results:
         n = res["ranks"]
         bench = res.get("axon_bench_us", {})
+        # At n=2 a private all-reduce moves every rank's input to the other
+        # core, as this copy does (both ways at once, so under L2's size it
+        # can take less); with more ranks it is not the same measure.
+        floors = res.get("copy_floor_us", {}) if n == 2 else {}
         zc = "axon-zc" in res["all_reduce"][0] if res["all_reduce"] else False
         print(f"\nall_reduce float32 SUM on {n} ranks, µs (median of the slowest rank; every result checked)")
         if zc:
@@ -435,6 +443,11 @@ def report(results):
             head += f" {'axon-zc':>11} {'zc/gloo':>8} {'zc/axon':>8}"
         if bench:
             head += f" {'axon-bench':>11} {'axon/bench':>10}"
+        if floors:
+            print("copy floor: axon-bench's copy, measured just before its row: one core writes the size, the other "
+                  "reads it, as a private all-reduce at n=2 moves each rank's input to the other; floor/gloo: its "
+                  "time over Gloo's")
+            head += f" {'copy floor':>11} {'floor/gloo':>10}"
         print(head + f" {'wrong':>6}")
         for row in res["all_reduce"]:
             g, a = row["gloo"]["us"], row["axon"]["us"]
@@ -445,6 +458,9 @@ def report(results):
             if bench:
                 ab = bench.get(row["bytes"]) or bench.get(str(row["bytes"]))
                 line += f" {fmt(ab):>11} {a / ab:>10.2f}" if ab else f" {'-':>11} {'-':>10}"
+            if floors:
+                floor = floors.get(row["bytes"]) or floors.get(str(row["bytes"]))
+                line += f" {fmt(floor):>11} {floor / g:>10.3f}" if floor else f" {'-':>11} {'-':>10}"
             wrong = {b: row[b]["wrong"] for b in ("gloo", "axon", "axon-zc") if b in row}
             print(line + f" {sum(wrong.values()):>6}")
             if sum(wrong.values()):
@@ -611,7 +627,8 @@ def main():
         res = run_job(n, cfg)
         res["fresh_inputs"] = a.fresh_inputs
         if use_bench:
-            res["axon_bench_us"] = axon_bench_times(a.build_dir, n, sizes, min(a.seconds, 1.0), a.fresh_inputs)
+            res["axon_bench_us"], res["copy_floor_us"] = axon_bench_times(a.build_dir, n, sizes, min(a.seconds, 1.0),
+                                                                          a.fresh_inputs)
         results.append(res)
     failed = report(results)
     if a.plot:
