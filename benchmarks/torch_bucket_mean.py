@@ -19,8 +19,8 @@ Before every call each rank writes its gradient into the bucket (untimed);
 after it, one element of every cache line is read (timed), as the optimizer
 then reads the bucket. It prints the median of the slowest rank and its
 quartiles. It checks its output: both ways give every element the mean of
-the ranks' values within a rounding, and the same bits when the group's
-size is a power of two; it exits 1 otherwise.
+the ranks' values within 1e-6 of their magnitudes, and the same bits when
+the group's size is a power of two; it exits 1 otherwise.
 """
 import argparse
 import os

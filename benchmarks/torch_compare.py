@@ -40,7 +40,10 @@ figure. Above each table: PyTorch's call path alone, dist.all_reduce of 4 B on
 a one-rank axon group (no peer to meet): what any backend pays a call and
 axon-bench does not. Beside all_reduce it prints the runtime's own axon-bench time at the
 same size and ranks when build/release has axon-bench (--build-dir;
---no-axon-bench skips it). --quick is the smoke test ctest runs: n=2, three
+--no-axon-bench skips it), and at n=2 the copy floor axon-bench measured
+just before its row (one core writes the size, the other reads it) and that
+floor over Gloo's time: axon-bench runs after the job, so the floor is of
+the same minutes, not interleaved with Gloo's repeats. --quick is the smoke test ctest runs: n=2, three
 sizes, a few iterations, two DDP steps, every result still checked.
 
 Long (a full run takes tens of minutes) and sensitive to other load: run it on

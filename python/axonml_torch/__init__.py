@@ -94,16 +94,22 @@ def _size_text(size):
     return f"{size} B"
 
 
+# The dtypes the runtime has kernels for, whose tensors place_in_arena moves.
+_PLACEABLE_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int64)
+
+
 def zero_copy_allreduce_hook(process_group, bucket):
     """A DDP communication hook: DDP's default all-reduce, the mean of the
     ranks' gradients, with every bucket moved into the group's shared memory
     the first time it is seen, so that it is all-reduced without a copy in.
     The mean is taken in the all-reduce's own pass (AVG: summed in rank order,
     then scaled by 1/size), not by a division pass over the bucket first, as
-    PyTorch's default hook does: bitwise the same result as that hook
-    (divide, then sum) when the group's size is a power of two, except where
-    a sum leaves the dtype's range or a result falls below its normal range;
-    within a rounding of each element for other sizes. Register it with
+    PyTorch's default hook does. For float32, float64 and bfloat16 on a
+    group whose size is a power of two the result is bitwise that hook's
+    (divide, then sum), except where a sum overflows or a gradient divided
+    by the size falls below the normal range; float16 gradients below
+    size * 6.1e-5, other sizes and complex gradients differ by a few
+    roundings of the gradients' magnitude. Register it with
     ``model.register_comm_hook(None, axonml_torch.zero_copy_allreduce_hook)``
     (or a subgroup as the state); give the group room, ``Options(shared_mb=)``
     or ``AXON_TORCH_SHARED_MB``, of at least twice the group's size times the
@@ -129,14 +135,21 @@ def zero_copy_allreduce_hook(process_group, bucket):
         if placing and not _warned_no_room and not _in_arena(group, tensor):
             _warned_no_room = True
             size = _size_text(tensor.numel() * tensor.element_size())
-            if not _has_room_for_placing(group):
+            if tensor.dtype not in _PLACEABLE_DTYPES:
+                # A review: a complex bucket was told the arena had no room.
+                why = (f"DDP's bucket holds {tensor.dtype}, which the runtime does not all-reduce in place (it "
+                       f"places float32, float64, bfloat16, float16, int32 and int64)")
+                advice = ""
+            elif not _has_room_for_placing(group):
                 why = "the axon group was made without room for tensors in its shared memory (shared_mb 0)"
+                advice = ("; give the group room for twice the model's gradients: axonml_torch.Options(shared_mb=...) "
+                          "or AXON_TORCH_SHARED_MB")
             else:
                 why = f"the axon group's shared memory has no room left for a bucket of {size} on every rank"
+                advice = ("; give the group room for twice the model's gradients: axonml_torch.Options(shared_mb=...) "
+                          "or AXON_TORCH_SHARED_MB")
             warnings.warn(f"axonml_torch.zero_copy_allreduce_hook: {why}; DDP's buckets are all-reduced with a "
-                          f"copy, as without the hook (the bucket was {size}; give the group room for twice the "
-                          f"model's gradients: axonml_torch.Options(shared_mb=...) or AXON_TORCH_SHARED_MB)",
-                          RuntimeWarning)
+                          f"copy, as without the hook (the bucket was {size}{advice})", RuntimeWarning)
         return f.value()[0]
     return fut.then(done)
 

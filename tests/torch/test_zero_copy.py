@@ -4,7 +4,9 @@ ranks agree on whether a placement happened (no room, a numpy-owned storage
 on one rank: none moves); the space comes back when the tensors go; a placed
 tensor outlives its group; DDP with zero_copy_allreduce_hook ends with
 Gloo's parameters and its gradients live in the arena, also under join()
-with uneven inputs (a joined rank's fresh zero buckets meet placed ones);
+with uneven inputs (a joined rank's fresh zero buckets meet placed ones),
+and, on a group whose size is a power of two, bitwise PyTorch's
+allreduce_hook's (its mean taken by AVG, not div_ then SUM);
 without room the hook warns and all-reduces with a copy; a plain all_reduce
 where one rank's tensor is placed and another's is not still sums right; a
 numpy array taken before a move keeps valid memory.
@@ -135,9 +137,9 @@ def ddp_equals_gloo(rank, n):
 def hook_equals_pytorchs_default_hook(rank, n):
     """The hook takes the mean in the all-reduce (AVG) instead of dividing
     the bucket first as PyTorch's allreduce_hook does (div_, then SUM): on a
-    group whose size is a power of two that gives the same bits, so DDP
-    with either hook on the same axon group ends with identical parameters;
-    on a group of 3, within a rounding."""
+    group whose size is a power of two that gives the same bits for
+    float32, so DDP with either hook on the same axon group ends with
+    identical parameters; on a group of 3, close."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     members = [0, 1]
     groups = [("world", dist.new_group(pg_options=axonml_torch.Options(shared_mb=16)), n)]
@@ -263,6 +265,39 @@ def hook_without_room(rank, n):
                 assert not any(axonml_torch.in_arena(p.grad, g) for p in net.parameters())
     assert any("the axon group was made without room for tensors in its shared memory (shared_mb 0)" in str(w.message)
                and "the bucket was 16.0 MiB" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    return True
+
+
+def hook_on_complex_buckets(rank, n):
+    """A complex model's buckets cannot be placed (no runtime kernel): the
+    hook says so, rather than that the arena has no room (a review), and
+    ends with the parameters of DDP's own all-reduce on the same group
+    (Gloo cannot broadcast complex tensors: "Invalid scalar type")."""
+    import warnings
+    axonml_torch._warned_no_room = False  # hook_without_room has had this process's warning
+    group = dist.new_group(list(range(n)), pg_options=axonml_torch.Options(shared_mb=16))
+    results = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for g, hook in ((group, axonml_torch.zero_copy_allreduce_hook), (group, None)):
+            torch.manual_seed(0)
+            net = torch.nn.Linear(64, 64).to(torch.complex64)
+            ddp = DDP(net, process_group=g, gradient_as_bucket_view=True)
+            if hook:
+                ddp.register_comm_hook(g, hook)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            gen = torch.Generator().manual_seed(rank)
+            for _ in range(2):
+                ddp(torch.randn(4, 64, generator=gen).to(torch.complex64)).abs().square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+            results.append([p.detach().clone() for p in net.parameters()])
+    told = [str(w.message) for w in caught if "zero_copy_allreduce_hook" in str(w.message)]
+    assert any("DDP's bucket holds torch.complex64, which the runtime does not all-reduce in place" in m
+               for m in told), told
+    assert not any("no room" in m for m in told), told
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
     return True
@@ -398,7 +433,7 @@ def check(rank, n):
                outlives_its_group(rank, n), ddp_equals_gloo(rank, n), hook_equals_pytorchs_default_hook(rank, n),
                mixed_places_still_meet(rank, n),
                plain_all_reduce_of_mixed_places(rank, n), earlier_numpy_views_stay_valid(rank, n),
-               join_equals_gloo(rank, n), hook_without_room(rank, n),
+               join_equals_gloo(rank, n), hook_without_room(rank, n), hook_on_complex_buckets(rank, n),
                a_group_without_room_places_nothing(rank, n), misuse(rank, n)]
     dist.barrier()
     dist.destroy_process_group()
