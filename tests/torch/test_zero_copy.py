@@ -240,6 +240,23 @@ def join_equals_gloo(rank, n):
     return True
 
 
+def two_steps_of_a_linear(group, hook, rank, inputs, outputs, dtype=torch.float32):
+    """Two SGD steps of DDP over one Linear layer on this rank's batches
+    (the hook registered when given); the layer's parameters after them."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(inputs, outputs).to(dtype)
+    ddp = DDP(net, process_group=group, gradient_as_bucket_view=True)
+    if hook:
+        ddp.register_comm_hook(group, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(2):
+        ddp(torch.randn(4, inputs, generator=gen).to(dtype)).abs().square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    return net
+
+
 def hook_without_room(rank, n):
     """A group with no room: the hook warns and all-reduces with a copy."""
     import warnings
@@ -249,17 +266,8 @@ def hook_without_room(rank, n):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for g, hook in ((group, axonml_torch.zero_copy_allreduce_hook), (gloo, None)):
-            torch.manual_seed(0)
-            net = torch.nn.Linear(1024, 4096)   # 16 MiB of gradients: more than the arena's spare space
-            ddp = DDP(net, process_group=g, gradient_as_bucket_view=True)
-            if hook:
-                ddp.register_comm_hook(g, hook)
-            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-            gen = torch.Generator().manual_seed(rank)
-            for _ in range(2):
-                ddp(torch.randn(4, 1024, generator=gen)).square().mean().backward()
-                opt.step()
-                opt.zero_grad()
+            # 16 MiB of gradients: more than the arena's spare space
+            net = two_steps_of_a_linear(g, hook, rank, 1024, 4096)
             results.append([p.detach().clone() for p in net.parameters()])
             if hook:
                 assert not any(axonml_torch.in_arena(p.grad, g) for p in net.parameters())
@@ -282,17 +290,7 @@ def hook_on_complex_buckets(rank, n):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for g, hook in ((group, axonml_torch.zero_copy_allreduce_hook), (group, None)):
-            torch.manual_seed(0)
-            net = torch.nn.Linear(64, 64).to(torch.complex64)
-            ddp = DDP(net, process_group=g, gradient_as_bucket_view=True)
-            if hook:
-                ddp.register_comm_hook(g, hook)
-            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-            gen = torch.Generator().manual_seed(rank)
-            for _ in range(2):
-                ddp(torch.randn(4, 64, generator=gen).to(torch.complex64)).abs().square().mean().backward()
-                opt.step()
-                opt.zero_grad()
+            net = two_steps_of_a_linear(g, hook, rank, 64, 64, torch.complex64)
             results.append([p.detach().clone() for p in net.parameters()])
     told = [str(w.message) for w in caught if "zero_copy_allreduce_hook" in str(w.message)]
     assert any("DDP's bucket holds torch.complex64, which the runtime does not all-reduce in place" in m
