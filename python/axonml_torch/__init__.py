@@ -135,6 +135,8 @@ def zero_copy_allreduce_hook(process_group, bucket):
         if placing and not _warned_no_room and not _in_arena(group, tensor):
             _warned_no_room = True
             size = _size_text(tensor.numel() * tensor.element_size())
+            advice = ("; give the group room for twice the model's gradients: axonml_torch.Options(shared_mb=...) "
+                      "or AXON_TORCH_SHARED_MB")
             if tensor.dtype not in _PLACEABLE_DTYPES:
                 # A review: a complex bucket was told the arena had no room.
                 why = (f"DDP's bucket holds {tensor.dtype}, which the runtime does not all-reduce in place (it "
@@ -142,12 +144,8 @@ def zero_copy_allreduce_hook(process_group, bucket):
                 advice = ""
             elif not _has_room_for_placing(group):
                 why = "the axon group was made without room for tensors in its shared memory (shared_mb 0)"
-                advice = ("; give the group room for twice the model's gradients: axonml_torch.Options(shared_mb=...) "
-                          "or AXON_TORCH_SHARED_MB")
             else:
                 why = f"the axon group's shared memory has no room left for a bucket of {size} on every rank"
-                advice = ("; give the group room for twice the model's gradients: axonml_torch.Options(shared_mb=...) "
-                          "or AXON_TORCH_SHARED_MB")
             warnings.warn(f"axonml_torch.zero_copy_allreduce_hook: {why}; DDP's buckets are all-reduced with a "
                           f"copy, as without the hook (the bucket was {size}{advice})", RuntimeWarning)
         return f.value()[0]
