@@ -28,7 +28,7 @@ from ._C import _excepthook_running_signal_handlers_first, _world_begins
 from ._C import create_process_group
 from ._C import allreduce_in_arena as _allreduce_in_arena
 from ._C import in_arena as _in_arena
-from ._C import _has_room_for_placing
+from ._C import _has_room_for_placing, _runtime_reduces
 from ._C import place_in_arena as _place_in_arena
 
 
@@ -94,10 +94,6 @@ def _size_text(size):
     return f"{size} B"
 
 
-# The dtypes the runtime has kernels for, whose tensors place_in_arena moves.
-_PLACEABLE_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int64)
-
-
 def zero_copy_allreduce_hook(process_group, bucket):
     """A DDP communication hook: DDP's default all-reduce, the mean of the
     ranks' gradients, with every bucket moved into the group's shared memory
@@ -137,7 +133,7 @@ def zero_copy_allreduce_hook(process_group, bucket):
             size = _size_text(tensor.numel() * tensor.element_size())
             advice = ("; give the group room for twice the model's gradients: axonml_torch.Options(shared_mb=...) "
                       "or AXON_TORCH_SHARED_MB")
-            if tensor.dtype not in _PLACEABLE_DTYPES:
+            if not _runtime_reduces(tensor):
                 # A review: a complex bucket was told the arena had no room.
                 why = (f"DDP's bucket holds {tensor.dtype}, which the runtime does not all-reduce in place (it "
                        f"places float32, float64, bfloat16, float16, int32 and int64)")

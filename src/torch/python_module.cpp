@@ -5,6 +5,7 @@
 #include <torch/python.h>
 
 #include "axonml/torch/process_group.hpp"
+#include "torch/buffers.hpp"
 #include "torch/comm_thread.hpp"
 #include "torch/interrupts.hpp"
 #include "torch/without_gil.hpp"
@@ -241,6 +242,11 @@ PYBIND11_MODULE(_C, m) {
         return axon_group(group, "_has_room_for_placing").has_room_for_placing();
       },
       pybind11::arg("group"), "Whether the group was made with room for place_in_arena (Options(shared_mb=))");
+  m.def(
+      "_runtime_reduces",
+      [](const at::Tensor& tensor) { return axonml::torch::native_type(tensor.scalar_type()).has_value(); },
+      pybind11::arg("tensor"),
+      "Whether the runtime has a kernel for the tensor's dtype: only such tensors place_in_arena moves");
   m.def("_finish_pending", &axonml::torch::ProcessGroupAxon::finish_all_pending,
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "Lets every axon group's pending ops finish (cancelling receives still waiting), so that no "
