@@ -175,6 +175,17 @@ add_test(NAME "${name}"
 set_tests_properties("${name}" PROPERTIES TIMEOUT 300 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
                      PASS_REGULAR_EXPRESSION "axon.allreduce.*torch_call_path: the tensor is unchanged after every call")
 
+# torch_compare.py prints, beside each n=2 row, the copy floor axon-bench
+# measured and that floor over Gloo's time, and at n=8 neither (a two-rank
+# copy bounds nothing there): --replot of a small --json, measuring nothing.
+set(name "torch: benchmarks/torch_compare.py --replot prints the copy floor and floor/gloo beside n=2 rows only")
+add_test(NAME "${name}"
+         COMMAND ${AXON_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_compare.py
+                 --replot ${CMAKE_CURRENT_SOURCE_DIR}/torch/torch_compare_floor.json
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties("${name}" PROPERTIES TIMEOUT 120 ENVIRONMENT "${AXON_TORCH_TEST_ENV}"
+  PASS_REGULAR_EXPRESSION "copy floor floor/gloo +wrong\n +1 MiB +1 200 +125 +0\\.104 +110 +1\\.14 +104 +0\\.087 +0\n.*on 8 ranks.*axon/bench +wrong\n")
+
 # benchmarks/torch_bucket_mean.py --quick: both ways of taking a DDP bucket's
 # mean (the hook's AVG, PyTorch's div_ then SUM) run and give the mean, with
 # the same bits at a power of two.
