@@ -47,19 +47,25 @@ TEST_CASE("a round wakes its sleepers once, from the member that completes it", 
   for (float x : results) CHECK(x == 6.0f);
 }
 
+namespace {
+// One all_reduce of one float on every rank of `world`, a thread each.
+template <class World>
+void all_reduce_on_every_rank(World& world) {
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < world.size(); ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<float> v{1.0f};
+      world[r]->all_reduce(std::span<float>(v), ReduceOp::Sum);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+}  // namespace
+
 TEST_CASE("a peer counts as arrived once it entered the next collective or announced it, for that call only",
           "[shm][waiting][arrival]") {
   auto world = MockBackend::create_world(3);
-  auto all_reduce_on_all = [&] {
-    std::vector<std::thread> threads;
-    for (std::size_t r = 0; r < 3; ++r) {
-      threads.emplace_back([&, r] {
-        std::vector<float> v{1.0f};
-        world[r]->all_reduce(std::span<float>(v), ReduceOp::Sum);
-      });
-    }
-    for (auto& t : threads) t.join();
-  };
+  auto all_reduce_on_all = [&] { all_reduce_on_every_rank(world); };
   CHECK_FALSE(world[0]->peers_arrived());
   world[1]->announce_next();
   CHECK_FALSE(world[0]->peers_arrived());  // rank 2 has neither entered nor announced
@@ -73,6 +79,21 @@ TEST_CASE("a peer counts as arrived once it entered the next collective or annou
   world[2]->announce_next();
   CHECK(world[0]->peers_arrived());
   all_reduce_on_all();
+}
+
+TEST_CASE("peers_arrived_within_spin gives peers_arrived's answer when no peer moves meanwhile",
+          "[shm][waiting][arrival]") {
+  // Its spin only lets a peer arrive meanwhile (a speed matter, measured
+  // by benchmarks); it must never see a peer that is not there.
+  auto world = MockBackend::create_world(3);
+  CHECK_FALSE(world[0]->peers_arrived_within_spin());
+  world[1]->announce_next();
+  CHECK_FALSE(world[0]->peers_arrived_within_spin());  // rank 2 is missing
+  world[2]->announce_next();
+  CHECK(world[0]->peers_arrived_within_spin());
+  CHECK_FALSE(world[1]->peers_arrived_within_spin());  // rank 0 has not announced
+  all_reduce_on_every_rank(world);
+  CHECK_FALSE(world[0]->peers_arrived_within_spin());  // those announcements were for the call made
 }
 
 namespace {

@@ -145,6 +145,15 @@ bool ArenaChannel::peers_arrived() const {
   return true;
 }
 
+bool ArenaChannel::peers_arrived_within_spin() const {
+  if (peers_arrived()) return true;
+  for (int i = 0, polls = waits_.spin_polls(); i < polls; ++i) {
+    shm::detail::pause_cpu();
+    if (peers_arrived()) return true;
+  }
+  return false;
+}
+
 void ArenaChannel::announce_next() { controls_[member_].intent.store(calls_ + 1, std::memory_order_release); }
 
 std::vector<int> ArenaChannel::members_ahead() const {

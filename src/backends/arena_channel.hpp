@@ -98,6 +98,9 @@ class ArenaChannel final : public collectives::RoundChannel {
   // Every other member has published the first round of the next
   // collective, or announced that it runs that collective now.
   bool peers_arrived() const;
+  // peers_arrived(), polled for the spin of this rank's waits
+  // (WaitContext::spin_polls).
+  bool peers_arrived_within_spin() const;
   // Announces that this member runs its next collective now, with nothing
   // else to do first (MemberControl::intent).
   void announce_next();

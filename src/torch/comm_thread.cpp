@@ -91,6 +91,9 @@ bool CommThread::token_held_here() const {
 }
 
 bool AxonWork::wait(std::chrono::milliseconds timeout) {
+  // What the rest returns for such an op, without its clocks and checks
+  // (c10d::Work::wait's synchronize() does nothing on the CPU).
+  if (completed_without_error()) return true;
   TORCH_CHECK(!distributed::shm::WaitContext::forked_since(fork_generation_) || isCompleted(), "axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
               ": this process (pid ", ::getpid(), ") was forked after the op was made, and the op completes only in "
               "the rank's process (a forked child's wait() waited forever; a review)");
@@ -242,8 +245,9 @@ bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std:
   committed();
   bool ready = peers_ready();
   if (!ready) {
-    // Yielding, not spinning: with more ranks than cores the peer we wait
-    // for may need this core to arrive.
+    // Yielding between looks: with more ranks than cores the peer we wait
+    // for may need this core to arrive (a look spins only where each rank
+    // has a core of its own).
     const auto deadline = std::chrono::steady_clock::now() + patience;
     while (!(ready = peers_ready()) && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   }

@@ -1376,7 +1376,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors
   // the op at once, nested (comm_thread.hpp).
   if (bytes <= inline_bytes_) {
     ad::Backend* b = backend_.get();
-    thread_->run_here_or_push(work, std::move(run), [b] { b->announce_next(); }, [b] { return b->peers_arrived(); },
+    thread_->run_here_or_push(work, std::move(run), [b] { b->announce_next(); }, [b] { return b->peers_arrived_within_spin(); },
                               kInlinePatience);
   } else {
     thread_->push(work, std::move(run));
@@ -1578,9 +1578,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allreduce(Tensors& tensors, con
   const OpSite where = where_of("allreduce");
   check_reducible(opts.reduceOp, check_all(tensors, where), where);
   check_one_tensor(tensors, where, "all_reduce_coalesced");
+  // The op's one tensor, not the list: a vector fewer to copy and free in
+  // every call.
   return collective(OpType::ALLREDUCE, tensors, total_bytes(tensors),
-                    [b = backend_, tensors, op = opts.reduceOp, where, room = shared_room_]() mutable {
-    for (auto& t : tensors) all_reduce_one(*b, t, op, room, where);
+                    [b = backend_, t = tensors.front(), op = opts.reduceOp, where, room = shared_room_]() mutable {
+    all_reduce_one(*b, t, op, room, where);
   });
 }
 

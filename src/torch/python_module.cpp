@@ -195,10 +195,15 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "wait",
           [](axonml::torch::AxonWork& work, std::chrono::milliseconds timeout) {
+            // Most small ops have completed in their call (run on the
+            // caller's thread): releasing and retaking the GIL would cost
+            // more than the rest of this wait.
+            if (work.completed_without_error()) return true;
+            const pybind11::gil_scoped_release without_gil;
             const axonml::torch::InterruptibleWaits interruptible;
             return work.wait(timeout);
           },
-          pybind11::arg("timeout") = kNoTimeout, pybind11::call_guard<pybind11::gil_scoped_release>(),
+          pybind11::arg("timeout") = kNoTimeout,
           "Work.wait(), during which Python's signal handlers run (what one raises ends the wait; the op goes on)");
   m.def(
       "_close_store_together_as_it_goes",
