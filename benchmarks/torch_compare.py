@@ -43,7 +43,12 @@ same size and ranks when build/release has axon-bench (--build-dir;
 --no-axon-bench skips it), and at n=2 the copy floor axon-bench measured
 just before its row (one core writes the size, the other reads it) and that
 floor over Gloo's time: axon-bench runs after the job, so the floor is of
-the same minutes, not interleaved with Gloo's repeats. --quick is the smoke test ctest runs: n=2, three
+the same minutes, not interleaved with Gloo's repeats. With --fresh-inputs
+it also prints the fresh floor: the same loop with an axon barrier in place
+of the all_reduce, interleaved with the backends' repeats: what the writes
+before the calls and the reads after them cost by themselves (with more
+ranks than cores every rank's write and read fall into the others' timed
+calls), below any all_reduce's time. --quick is the smoke test ctest runs: n=2, three
 sizes, a few iterations, two DDP steps, every result still checked.
 
 Long (a full run takes tens of minutes) and sensitive to other load: run it on
@@ -96,13 +101,14 @@ def pattern(count):
     return torch.arange(1, 8, dtype=torch.float32).repeat((count + 6) // 7)[:count]
 
 
-def all_reduce_times(group, t, iterations, ctl, fresh=False):
+def all_reduce_times(group, t, iterations, ctl, fresh=False, barrier_instead=False):
     """Per-iteration µs of `iterations` all_reduces, the slowest rank's each.
     With `fresh`, as a training step uses its gradients: the tensor is
     written (zeroed) before every call, untimed, and one element of every
     cache line of the result is read after it, timed with the call, so a
     backend that leaves the result's lines in another core's cache pays for
-    it in its own figure."""
+    it in its own figure. With `barrier_instead`, the same loop with a
+    barrier in place of the all_reduce: the fresh floor (fresh_floor_times)."""
     lines = t.view(-1)[::16]  # float32: one element per 64-byte line
     dist.barrier(group=group)
     times = []
@@ -111,7 +117,10 @@ def all_reduce_times(group, t, iterations, ctl, fresh=False):
         if fresh:
             t.zero_()
             last = time.perf_counter_ns()
-        dist.all_reduce(t, group=group)
+        if barrier_instead:
+            dist.barrier(group=group)
+        else:
+            dist.all_reduce(t, group=group)
         if fresh:
             lines.sum()
         now = time.perf_counter_ns()
@@ -134,6 +143,17 @@ def call_floor(alone, cfg, ctl):
             dist.all_reduce(t, group=alone)
         medians.append((time.perf_counter_ns() - start) / calls / 1e3)
     return slowest([statistics.median(medians)], ctl)[0]
+
+
+def fresh_floor_times(group, t, iterations, ctl):
+    """The fresh-inputs loop with an axon barrier in place of the all_reduce:
+    what every rank's untimed write of its tensor and timed read of its
+    lines cost the timed calls by themselves. With more ranks than cores
+    the ranks' writes and reads run during each other's timed calls, so they
+    count in every backend's figure; no all_reduce can take less, since none
+    ends before every rank has entered it (as a barrier), and its result's
+    lines are no nearer than those the rank has just written itself."""
+    return all_reduce_times(group, t, iterations, ctl, fresh=True, barrier_instead=True)
 
 
 def variants_of(cfg):
@@ -161,10 +181,18 @@ def sweep(rank, n, cfg, groups, ctl):
             warm = slowest([time.perf_counter() - start], ctl)[0]
             iterations[b] = int(min(cfg["max_iterations"], max(3, cfg["seconds"] / max(warm, 1e-9))))
         medians = {b: [] for b in variants}
+        fresh = cfg.get("fresh_inputs", False)
+        floor_tensor = torch.zeros(count) if fresh else None
+        floor_medians = []
         for repeat in range(cfg["repeats"]):
             for b in (variants if repeat % 2 == 0 else variants[::-1]):
                 medians[b].append(statistics.median(all_reduce_times(groups[b], tensors[b], iterations[b], ctl,
-                                                                       cfg.get("fresh_inputs", False))))
+                                                                       fresh)))
+            if fresh:  # interleaved with the backends' repeats
+                floor_medians.append(statistics.median(fresh_floor_times(groups["axon"], floor_tensor,
+                                                                         iterations["axon"], ctl)))
+        if fresh:
+            row["fresh_floor"] = {"us": statistics.median(floor_medians), "repeats_us": floor_medians}
         for b in variants:
             # Check: the timed tensor is still zero, and a known pattern sums right
             # (in the timed tensor itself, so a placed one is checked where it lies).
@@ -438,6 +466,11 @@ def report(results):
         if res.get("fresh_inputs"):
             print("fresh inputs: every tensor written before each call (untimed), every cache line of the "
                   "result read after it (timed with the call); axon-bench --fresh-inputs alike")
+        fresh_floor = bool(res["all_reduce"]) and all("fresh_floor" in row for row in res["all_reduce"])
+        if fresh_floor:
+            print("fresh floor: the same loop with an axon barrier in place of the all_reduce, interleaved with "
+                  "it: the writes and reads alone (with more ranks than cores they run in each other's timed "
+                  "calls); no all_reduce takes less; ff/gloo: its time over Gloo's")
         if "call_floor_us" in res:
             print(f"PyTorch's call path alone (dist.all_reduce of 4 B on a one-rank axon group): "
                   f"{res['call_floor_us']:.1f} µs a call")
@@ -451,6 +484,8 @@ def report(results):
                   "reads it, as a private all-reduce at n=2 moves each rank's input to the other; floor/gloo: its "
                   "time over Gloo's")
             head += f" {'copy floor':>11} {'floor/gloo':>10}"
+        if fresh_floor:
+            head += f" {'fresh floor':>11} {'ff/gloo':>8}"
         print(head + f" {'wrong':>6}")
         for row in res["all_reduce"]:
             g, a = row["gloo"]["us"], row["axon"]["us"]
@@ -464,6 +499,9 @@ def report(results):
             if floors:
                 floor = floors.get(row["bytes"]) or floors.get(str(row["bytes"]))
                 line += f" {fmt(floor):>11} {floor / g:>10.3f}" if floor else f" {'-':>11} {'-':>10}"
+            if fresh_floor:
+                ff = row["fresh_floor"]["us"]
+                line += f" {fmt(ff):>11} {ff / g:>8.3f}"
             wrong = {b: row[b]["wrong"] for b in ("gloo", "axon", "axon-zc") if b in row}
             print(line + f" {sum(wrong.values()):>6}")
             if sum(wrong.values()):
