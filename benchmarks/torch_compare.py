@@ -6,7 +6,11 @@
 
 For each world size (--ranks, default 2 and 8) one job of that many processes
 (torch.multiprocessing, env:// rendezvous) holds a gloo group and an axon group
-side by side and measures, interleaved (the order alternates every repeat):
+side by side and measures, interleaved (the order alternates every repeat).
+Each rank is pinned to its own CPUs as axon-launch pins the axon-bench runs
+it is compared with (--bind core, the default; none with more ranks than
+CPUs); --bind none leaves them to the scheduler, as torch.multiprocessing
+does, which then at times puts two ranks' communicating threads on one CPU:
 
   all_reduce  float32 SUM of 4 B to 256 MiB (x4 steps; --min/--max/--factor):
               per iteration the slowest rank's time, the median of a repeat's
@@ -339,7 +343,24 @@ def ddp_steps(rank, n, cfg, groups, ctl):
     return result
 
 
+def bind_like_axon_launch(rank, n, how):
+    """With how == "core" and no more ranks than allowed CPUs, pins this
+    process (before it starts any thread) to its own block of them in
+    order, as axon-launch --bind core (its default) pins the axon-bench runs
+    beside: rank r gets CPUs [r*k, (r+1)*k) of the sorted allowed ones, k =
+    CPUs // n. Otherwise, as axon-launch then does, binds nothing. Returns
+    the CPUs bound to, or None."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if how != "core" or n > len(cpus):
+        return None
+    per = len(cpus) // n
+    mine = cpus[rank * per:(rank + 1) * per]
+    os.sched_setaffinity(0, mine)
+    return mine
+
+
 def rank_main(rank, n, port, cfg, queue):
+    bound = bind_like_axon_launch(rank, n, cfg.get("bind", "none"))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import axonml_torch  # noqa: F401  (registers "axon" in this process)
     torch.set_num_threads(1)
@@ -359,7 +380,8 @@ def rank_main(rank, n, port, cfg, queue):
             groups["axon-zc"] = dist.new_group(backend="axon", pg_options=options["axon-zc"])
         # One one-rank axon group per rank (every rank takes part in making each).
         alone = [dist.new_group([r], backend="axon") for r in range(n)][rank]
-        result = {"ranks": n, "call_floor_us": call_floor(alone, cfg, ctl),
+        result = {"ranks": n, "bound_cpus_rank0": bound, "bind": cfg.get("bind", "none"),
+                  "call_floor_us": call_floor(alone, cfg, ctl),
                   "all_reduce": sweep(rank, n, cfg, groups, ctl)}
         if cfg["ddp_steps"] > 0:
             result["ddp"] = ddp_steps(rank, n, cfg, groups, ctl)
@@ -471,6 +493,11 @@ def report(results):
             print("fresh floor: the same loop with an axon barrier in place of the all_reduce, interleaved with "
                   "it: the writes and reads alone (with more ranks than cores they run in each other's timed "
                   "calls); no all_reduce takes less; ff/gloo: its time over Gloo's")
+        if "bind" in res:
+            print("ranks bound as axon-launch --bind core binds them (rank 0 to CPUs "
+                  f"{res['bound_cpus_rank0']})" if res.get("bound_cpus_rank0") is not None else
+                  f"ranks not bound ({'--bind none' if res['bind'] == 'none' else 'more ranks than CPUs'}): "
+                  "the scheduler places them")
         if "call_floor_us" in res:
             print(f"PyTorch's call path alone (dist.all_reduce of 4 B on a one-rank axon group): "
                   f"{res['call_floor_us']:.1f} µs a call")
@@ -610,6 +637,10 @@ def main():
                    help="all_reduce as a training step uses its gradients: every backend's tensor written before "
                         "each call (untimed) and every cache line of the result read after it (timed); "
                         "axon-bench the same (its --fresh-inputs)")
+    p.add_argument("--bind", choices=("core", "none"), default="core",
+                   help="core (default): each rank pinned to its own block of the allowed CPUs, as axon-launch "
+                        "pins the axon-bench runs beside (none when ranks outnumber CPUs, as axon-launch); "
+                        "none: the scheduler places them, as torch.multiprocessing leaves them")
     p.add_argument("--build-dir", default="build/release",
                    help="for axon-bench, and for axonml_torch when PYTHONPATH lacks it (default build/release)")
     p.add_argument("--no-axon-bench", action="store_true", help="leave out the axon-bench column")
@@ -646,7 +677,7 @@ def main():
     if any(r < 1 for r in ranks) or cfg["repeats"] < 1 or cfg["ddp_repeats"] < 1:
         p.error("--ranks, --repeats and --ddp-repeats must be at least 1")
     cfg.update(sizes=sizes, batch=a.batch, bucket_view=a.gradient_as_bucket_view, zero_copy=a.zero_copy,
-               fresh_inputs=a.fresh_inputs)
+               fresh_inputs=a.fresh_inputs, bind=a.bind)
 
     # The ranks import axonml_torch; a run from the source tree finds the
     # build's module without PYTHONPATH (spawned ranks inherit the variable).

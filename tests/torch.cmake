@@ -138,7 +138,8 @@ add_test(NAME "${name}" COMMAND axon-launch -n 3 $<TARGET_FILE:torch_group_destr
 set_tests_properties("${name}" PROPERTIES TIMEOUT 120)
 
 # benchmarks/torch_compare.py --quick: the gloo-vs-axon benchmark keeps
-# working (n=2, three sizes, two DDP steps); it exits non-zero on any wrong
+# working (n=2, three sizes, two DDP steps; each rank bound to its own CPU
+# as axon-launch binds, on this 2-core machine); it exits non-zero on any wrong
 # all_reduce element or when the gloo and axon DDP replicas end apart. Once
 # with DDP's defaults, once with every replica's gradients as views into its
 # buckets (the DDP table then says so), and once with placed tensors written
@@ -153,8 +154,8 @@ foreach(variant "" "--gradient-as-bucket-view" "--gradient-as-bucket-view --zero
     set(expect "gradient_as_bucket_view=True, ms.*torch_compare: every result checked")
     set(json torch_compare_quick_view.json)
   else()
-    set(name "torch: benchmarks/torch_compare.py --quick checks every all_reduce and DDP against gloo")
-    set(expect "torch_compare: every result checked")
+    set(name "torch: benchmarks/torch_compare.py --quick binds its ranks as axon-launch does and checks every all_reduce and DDP against gloo")
+    set(expect "ranks bound as axon-launch --bind core binds them \\(rank 0 to CPUs \\[[0-9].*torch_compare: every result checked")
     set(json torch_compare_quick.json)
   endif()
   separate_arguments(variant_args UNIX_COMMAND "${variant}")
