@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -84,16 +85,39 @@ TEST_CASE("a peer counts as arrived once it entered the next collective or annou
 TEST_CASE("peers_arrived_within_spin gives peers_arrived's answer when no peer moves meanwhile",
           "[shm][waiting][arrival]") {
   // Its spin only lets a peer arrive meanwhile (a speed matter, measured
-  // by benchmarks); it must never see a peer that is not there.
+  // by benchmarks); it must never see a peer that is not there. Spinning
+  // whatever the cores (three ranks outnumber two vCPUs, which spin none).
+  setenv("AXON_SPIN_POLLS", "1000", 1);
   auto world = MockBackend::create_world(3);
-  CHECK_FALSE(world[0]->peers_arrived_within_spin());
+  unsetenv("AXON_SPIN_POLLS");
+  const auto spin = std::chrono::milliseconds(10);
+  CHECK_FALSE(world[0]->peers_arrived_within_spin(spin));
   world[1]->announce_next();
-  CHECK_FALSE(world[0]->peers_arrived_within_spin());  // rank 2 is missing
+  CHECK_FALSE(world[0]->peers_arrived_within_spin(spin));  // rank 2 is missing
   world[2]->announce_next();
-  CHECK(world[0]->peers_arrived_within_spin());
-  CHECK_FALSE(world[1]->peers_arrived_within_spin());  // rank 0 has not announced
+  CHECK(world[0]->peers_arrived_within_spin(spin));
+  CHECK_FALSE(world[1]->peers_arrived_within_spin(spin));  // rank 0 has not announced
   all_reduce_on_every_rank(world);
-  CHECK_FALSE(world[0]->peers_arrived_within_spin());  // those announcements were for the call made
+  CHECK_FALSE(world[0]->peers_arrived_within_spin(spin));  // those announcements were for the call made
+}
+
+TEST_CASE("peers_arrived_within_spin spins no longer than it is given, however long AXON_SPIN_POLLS asks",
+          "[shm][waiting][arrival]") {
+  // A million polls take tens of milliseconds; the PyTorch backend's
+  // async ops give their 50 us patience and must not block longer (a
+  // review measured 30 ms a call before the limit). The median of five
+  // looks, so that one preemption does not decide.
+  setenv("AXON_SPIN_POLLS", "1048576", 1);
+  auto world = MockBackend::create_world(2);
+  unsetenv("AXON_SPIN_POLLS");
+  std::vector<double> ms;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_FALSE(world[0]->peers_arrived_within_spin(std::chrono::microseconds(50)));
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK(ms[2] < 5.0);
 }
 
 namespace {

@@ -136,7 +136,9 @@ std::vector<int> ArenaBackend::ranks_waiting_for_this_rank() const { return impl
 void ArenaBackend::leave_for_good() { impl_->state->waits.mark_left(); }
 
 bool ArenaBackend::peers_arrived() const { return impl_->channel.peers_arrived(); }
-bool ArenaBackend::peers_arrived_within_spin() const { return impl_->channel.peers_arrived_within_spin(); }
+bool ArenaBackend::peers_arrived_within_spin(std::chrono::nanoseconds at_most) const {
+  return impl_->channel.peers_arrived_within_spin(at_most);
+}
 void ArenaBackend::announce_next() { impl_->channel.announce_next(); }
 
 std::string ArenaBackend::describe_shared_memory() const {

@@ -1,5 +1,6 @@
 #include "backends/arena_channel.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -145,11 +146,19 @@ bool ArenaChannel::peers_arrived() const {
   return true;
 }
 
-bool ArenaChannel::peers_arrived_within_spin() const {
+bool ArenaChannel::peers_arrived_within_spin(std::chrono::nanoseconds at_most) const {
   if (peers_arrived()) return true;
-  for (int i = 0, polls = waits_.spin_polls(); i < polls; ++i) {
+  const int polls = waits_.spin_polls();
+  if (polls == 0 || at_most <= std::chrono::nanoseconds::zero()) return false;
+  // The clock read once every 64 polls: AXON_SPIN_POLLS may ask for up to
+  // a million (tens of ms), and a caller that may not block that long (the
+  // PyTorch backend's async ops) gives its limit (a review measured 30 ms).
+  constexpr int kPollsPerClockRead = 64;
+  const auto give_up = std::chrono::steady_clock::now() + at_most;
+  for (int i = 1; i <= polls; ++i) {
     shm::detail::pause_cpu();
     if (peers_arrived()) return true;
+    if (i % kPollsPerClockRead == 0 && std::chrono::steady_clock::now() >= give_up) return false;
   }
   return false;
 }

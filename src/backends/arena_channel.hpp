@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -99,8 +100,8 @@ class ArenaChannel final : public collectives::RoundChannel {
   // collective, or announced that it runs that collective now.
   bool peers_arrived() const;
   // peers_arrived(), polled for the spin of this rank's waits
-  // (WaitContext::spin_polls).
-  bool peers_arrived_within_spin() const;
+  // (WaitContext::spin_polls), and for no longer than `at_most`.
+  bool peers_arrived_within_spin(std::chrono::nanoseconds at_most) const;
   // Announces that this member runs its next collective now, with nothing
   // else to do first (MemberControl::intent).
   void announce_next();

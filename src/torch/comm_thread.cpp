@@ -232,7 +232,8 @@ bool CommThread::take_if_idle(AxonWork& work, std::uint64_t& place) {
 }
 
 bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std::function<void()> run,
-                                  const std::function<void()>& committed, const std::function<bool()>& peers_ready,
+                                  const std::function<void()>& committed,
+                                  const std::function<bool(std::chrono::nanoseconds)>& peers_ready,
                                   std::chrono::microseconds patience) {
   std::uint64_t place = 0;
   if (!take_if_idle(*work, place)) {
@@ -243,13 +244,18 @@ bool CommThread::run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std:
   // Whatever the peers do, the op runs now: on this thread, or first in the
   // queue of an idle thread.
   committed();
-  bool ready = peers_ready();
-  if (!ready) {
-    // Yielding between looks: with more ranks than cores the peer we wait
-    // for may need this core to arrive (a look spins only where each rank
-    // has a core of its own).
-    const auto deadline = std::chrono::steady_clock::now() + patience;
-    while (!(ready = peers_ready()) && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  // The first look may spin a moment, for at most half the patience (a long
+  // AXON_SPIN_POLLS held async callers for tens of ms; a review); then
+  // yielding between looks: with more ranks than cores the peer we wait for
+  // may need this core to arrive. (A caller that had spun the whole patience
+  // and then handed the op over was preempted by this thread, which then
+  // spun in the op on the same core: 600 us at AXON_SPIN_POLLS=16384, bound,
+  // against 130 with the yields.)
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  bool ready = peers_ready(patience / 2);
+  while (!ready && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+    ready = peers_ready(std::chrono::nanoseconds::zero());
   }
   if (ready) {
     run_task(work, std::move(run));

@@ -141,14 +141,16 @@ class CommThread {
   bool has_unfinished_ops() const { return unfinished_.load(std::memory_order_acquire) != 0; }
 
   // Runs `run` on the calling thread and completes `work`, and returns true,
-  // when no op is queued or running and `peers_ready()` holds now or within
-  // `patience` (between its calls the caller yields its core; a
-  // `peers_ready()` that spins a moment first sees a peer a moment behind
-  // without that system call); otherwise queues it (ahead of ops called after it) and
-  // returns false. `committed()` is called first when nothing is queued or
-  // running: the op will then run at once, here or on this thread.
+  // when no op is queued or running and `peers_ready` holds now or within
+  // `patience`; otherwise queues it (ahead of ops called after it) and
+  // returns false. `peers_ready(at_most)` may poll for up to `at_most`: the
+  // first look is given half the patience (a peer a moment behind is then
+  // seen without a system call), later looks, between which the caller
+  // yields its core, nothing. `committed()` is called first when nothing is queued
+  // or running: the op will then run at once, here or on this thread.
   bool run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std::function<void()> run,
-                        const std::function<void()>& committed, const std::function<bool()>& peers_ready,
+                        const std::function<void()>& committed,
+                        const std::function<bool(std::chrono::nanoseconds)>& peers_ready,
                         std::chrono::microseconds patience);
   // For AxonWork::wait() on a thread that runs one of this thread's ops or
   // its future's callbacks (and so holds the run token): when `work` is

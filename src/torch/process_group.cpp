@@ -1376,8 +1376,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors
   // the op at once, nested (comm_thread.hpp).
   if (bytes <= inline_bytes_) {
     ad::Backend* b = backend_.get();
-    thread_->run_here_or_push(work, std::move(run), [b] { b->announce_next(); }, [b] { return b->peers_arrived_within_spin(); },
-                              kInlinePatience);
+    thread_->run_here_or_push(
+        work, std::move(run), [b] { b->announce_next(); },
+        [b](std::chrono::nanoseconds at_most) { return b->peers_arrived_within_spin(at_most); }, kInlinePatience);
   } else {
     thread_->push(work, std::move(run));
   }

@@ -42,7 +42,7 @@ class ArenaBackend : public Backend {
   std::shared_ptr<std::byte> allocate_shared(std::size_t bytes) override;
   std::string describe_shared_memory() const override;
   bool peers_arrived() const override;
-  bool peers_arrived_within_spin() const override;
+  bool peers_arrived_within_spin(std::chrono::nanoseconds at_most) const override;
   void announce_next() override;
 
   // The bytes of one member's slot: messages larger than this are chunked.

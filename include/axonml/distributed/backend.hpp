@@ -50,6 +50,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -180,9 +181,10 @@ class Backend {
   virtual bool peers_arrived() const { return false; }
   // peers_arrived(), polled for as long as this endpoint's waits spin before
   // they first yield the core (a few microseconds with a core per rank, not
-  // at all when ranks outnumber cores): a peer that is a moment behind is
-  // seen without a system call. Where the transport cannot tell, false.
-  virtual bool peers_arrived_within_spin() const { return peers_arrived(); }
+  // at all when ranks outnumber cores; AXON_SPIN_POLLS), but never longer
+  // than `at_most`: a peer that is a moment behind is seen without a system
+  // call. Where the transport cannot tell, false.
+  virtual bool peers_arrived_within_spin(std::chrono::nanoseconds /*at_most*/) const { return peers_arrived(); }
   // Tells the peers that this endpoint will call its next collective now,
   // with nothing else to do before it, so that their peers_arrived() counts
   // it as arrived: two ranks that reach a collective together then both see
