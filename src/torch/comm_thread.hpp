@@ -146,8 +146,8 @@ class CommThread {
   // returns false. `peers_ready(at_most)` may poll for up to `at_most`: the
   // first look is given half the patience (a peer a moment behind is then
   // seen without a system call), later looks, between which the caller
-  // yields its core, nothing. `committed()` is called first when nothing is queued
-  // or running: the op will then run at once, here or on this thread.
+  // yields its core, nothing. `committed()` is called first when nothing is
+  // queued or running: the op will then run at once, here or on this thread.
   bool run_here_or_push(const c10::intrusive_ptr<AxonWork>& work, std::function<void()> run,
                         const std::function<void()>& committed,
                         const std::function<bool(std::chrono::nanoseconds)>& peers_ready,
