@@ -54,8 +54,9 @@ before the calls and the reads after them cost by themselves (with more
 ranks than cores every rank's write and read fall into the others' timed
 calls). An estimate of what any backend pays in this loop where they
 dominate (MiB sizes), not a bound: small rows are the ranks' turns on the
-cores, and an all_reduce can come out below it there. --quick is the smoke test ctest runs: n=2, three
-sizes, a few iterations, two DDP steps, every result still checked.
+cores, and an all_reduce can come out below it there. --quick is the smoke
+test ctest runs: n=2, three sizes, a few iterations, two DDP steps, every
+result still checked.
 
 Long (a full run takes tens of minutes) and sensitive to other load: run it on
 a quiet machine.
@@ -189,17 +190,17 @@ def sweep(rank, n, cfg, groups, ctl):
             iterations[b] = int(min(cfg["max_iterations"], max(3, cfg["seconds"] / max(warm, 1e-9))))
         medians = {b: [] for b in variants}
         fresh = cfg.get("fresh_inputs", False)
-        floor_tensor = torch.zeros(count) if fresh else None
-        floor_medians = []
+        rw_tensor = torch.zeros(count) if fresh else None
+        rw_medians = []
         for repeat in range(cfg["repeats"]):
             for b in (variants if repeat % 2 == 0 else variants[::-1]):
                 medians[b].append(statistics.median(all_reduce_times(groups[b], tensors[b], iterations[b], ctl,
                                                                        fresh)))
             if fresh:  # interleaved with the backends' repeats
-                floor_medians.append(statistics.median(writes_reads_alone_times(groups["axon"], floor_tensor,
-                                                                         iterations["axon"], ctl)))
+                rw_medians.append(statistics.median(writes_reads_alone_times(groups["axon"], rw_tensor,
+                                                                      iterations["axon"], ctl)))
         if fresh:
-            row["rw_alone"] = {"us": statistics.median(floor_medians), "repeats_us": floor_medians}
+            row["rw_alone"] = {"us": statistics.median(rw_medians), "repeats_us": rw_medians}
         for b in variants:
             # Check: the timed tensor is still zero, and a known pattern sums right
             # (in the timed tensor itself, so a placed one is checked where it lies).
