@@ -3,6 +3,7 @@
 // that was n wake-ups of n threads each, per round: docs/scaling.md).
 #include <catch2/catch.hpp>
 
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -224,4 +225,32 @@ TEST_CASE("sleepers of an oversubscribed world above 64 ranks look for aborts le
   REQUIRE(slice(1024, "1") == milliseconds(800));
   REQUIRE(slice(4096, "1") == milliseconds(1000));
   REQUIRE(slice(1024, "0") == milliseconds(50));  // a core per rank: looking costs nothing
+}
+
+TEST_CASE("a world that is part of a larger job counts the job's processes when it asks whether ranks outnumber cores",
+          "[shm][waiting]") {
+  // A PyTorch subgroup's arena holds its members alone; new_group([0, 1]) of
+  // eight processes on two cores spun and yielded 2 ms, as if it had them.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  REQUIRE(sched_getaffinity(0, sizeof(cpus), &cpus) == 0);
+  const int cores = CPU_COUNT(&cpus);
+  alignas(64) static shm::ArenaHeader header{};
+  header.world_size = 1;  // fewer than any machine's cores
+  unsetenv("AXON_OVERSUBSCRIBED");
+  unsetenv("AXON_SPIN_POLLS");
+  shm::WaitContext alone(header, 0, std::chrono::seconds(60));
+  CHECK_FALSE(alone.oversubscribed());
+  CHECK(alone.spin_polls() > 0);
+  CHECK(alone.yield_phase() == std::chrono::microseconds(2000));
+  shm::WaitContext in_a_job(header, 0, std::chrono::seconds(60), {}, {}, cores + 1);
+  CHECK(in_a_job.oversubscribed());
+  CHECK(in_a_job.spin_polls() == 0);
+  CHECK(in_a_job.yield_phase() == std::chrono::microseconds(200));
+  shm::WaitContext job_of_its_own_size(header, 0, std::chrono::seconds(60), {}, {}, 1);
+  CHECK_FALSE(job_of_its_own_size.oversubscribed());
+  setenv("AXON_OVERSUBSCRIBED", "0", 1);  // axon-launch knows how it bound the ranks: it decides
+  shm::WaitContext told(header, 0, std::chrono::seconds(60), {}, {}, cores + 1);
+  unsetenv("AXON_OVERSUBSCRIBED");
+  CHECK_FALSE(told.oversubscribed());
 }

@@ -180,8 +180,13 @@ def _create_from_options(options, pg_options=None):
         raise TypeError(f"backend axon: pg_options must be an axonml_torch.Options, not "
                         f"{type(pg_options).__name__}")
     shared_mb = pg_options.shared_mb if pg_options is not None else None
+    # A subgroup's arena holds its members alone, but the job's every process
+    # competes for the cores: new_group([0, 1]) of eight processes on two
+    # cores must not spin in its waits (a review found it did, without
+    # axon-launch, which sets AXON_OVERSUBSCRIBED).
+    job_size = torch.distributed.get_world_size() if options.global_ranks_in_group else options.group_size
     group = create_process_group(options.store, options.group_rank, options.group_size, options.timeout,
-                                 list(options.global_ranks_in_group), shared_mb)
+                                 list(options.global_ranks_in_group), shared_mb, job_size)
     if not options.global_ranks_in_group:
         # torch.distributed's default group: its store (rank 0's, under
         # env:// and tcp://) goes with it, and the program may make the

@@ -22,12 +22,13 @@
 namespace axonml::distributed {
 
 RankState::RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-                     std::chrono::milliseconds timeout, const std::vector<int>& peer_pids, RankNames names)
+                     std::chrono::milliseconds timeout, const std::vector<int>& peer_pids, RankNames names,
+                     int job_size)
     : memory(std::move(memory_owner)),
       base(arena_base),
       header(shm::ArenaView(arena_base).header()),
       world_rank(rank),
-      waits(header, rank, timeout, peer_pids, std::move(names)),
+      waits(header, rank, timeout, peer_pids, std::move(names), job_size),
       allocator(arena_base, waits),
       p2p(arena_base, rank, waits) {}
 
@@ -57,9 +58,9 @@ ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-    std::chrono::milliseconds timeout, const std::vector<int>& peer_pids, RankNames names) {
+    std::chrono::milliseconds timeout, const std::vector<int>& peer_pids, RankNames names, int job_size) {
   auto state = std::make_shared<RankState>(std::move(memory_owner), arena_base, rank, timeout, peer_pids,
-                                           std::move(names));
+                                           std::move(names), job_size);
   std::vector<int> everyone(state->header.world_size);
   for (std::size_t r = 0; r < everyone.size(); ++r) everyone[r] = static_cast<int>(r);
   shm::GroupHeader& world = shm::ArenaView(arena_base).world_group();

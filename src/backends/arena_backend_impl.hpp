@@ -20,7 +20,8 @@ namespace axonml::distributed {
 // subgroup backend it creates.
 struct RankState {
   RankState(std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
-            std::chrono::milliseconds timeout, const std::vector<int>& peer_pids, RankNames names = {});
+            std::chrono::milliseconds timeout, const std::vector<int>& peer_pids, RankNames names = {},
+            int job_size = 0);
   RankState(const RankState&) = delete;
   RankState& operator=(const RankState&) = delete;
 
@@ -63,12 +64,13 @@ struct ArenaBackend::Impl {
        std::vector<int> world_ranks, GroupAreaHold area = {});
 
   // The world endpoint of `rank` in a formatted arena at `arena_base`;
-  // `peer_pids` and `names` as for shm::WaitContext (empty: the peers are
-  // not watched; every rank named by itself).
+  // `peer_pids`, `names` and `job_size` as for shm::WaitContext (empty: the
+  // peers are not watched; every rank named by itself; 0: the world is the job).
   static std::unique_ptr<Impl> attach_world(std::shared_ptr<void> memory_owner,
                                             std::byte* arena_base, int rank,
                                             std::chrono::milliseconds timeout,
-                                            const std::vector<int>& peer_pids = {}, RankNames names = {});
+                                            const std::vector<int>& peer_pids = {}, RankNames names = {},
+                                            int job_size = 0);
 
   // Whether [p, p + bytes) lies in this rank's mapping of the arena.
   bool in_arena(const std::byte* p, std::size_t bytes) const;

@@ -650,6 +650,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     spec.arena_bytes = (options.arena_bytes ? options.arena_bytes : shm::default_arena_bytes(world_size, options.slot_bytes)) +
                        options.shared_bytes;
     spec.slot_bytes = options.slot_bytes;
+    if (options.job_size > world_size) spec.flat_barrier = shm::ranks_outnumber_cores(options.job_size);
     const std::size_t bytes = spec.arena_bytes;
     std::shared_ptr<void> memory;
     if (rank == 0) {
@@ -693,7 +694,7 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     try {
       wait_until_all_mapped(store, setup, rank, world_size);
       if (rank == 0 && setup.store_can_check()) check_own_arena_published(store, world_size, who);
-      auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, pids, names);
+      auto impl = Impl::attach_world(std::move(memory), base, rank, timeout, pids, names, options.job_size);
       impl->state->waits.name_timeout(timeout_name);  // "AXON_TIMEOUT" when none is given, as by default
       auto backend = std::shared_ptr<StoreBackend>(new StoreBackend("axon", std::move(impl)),
                                                    [live](StoreBackend* world) { delete world; });

@@ -22,6 +22,7 @@
 
 #include "axonml/distributed/error.hpp"
 #include "base/env.hpp"
+#include "base/log.hpp"
 #include "base/text.hpp"
 
 
@@ -67,12 +68,27 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-bool ranks_outnumber_cores(int ranks) {
-  if (const auto told = env::flag("AXON_OVERSUBSCRIBED")) return *told;
+namespace {
+
+int cores_this_process_may_use() {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
-  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return ranks > cores;
+  return sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+}
+
+// What ranks_outnumber_cores(ranks) went by, for the debug line of a new
+// WaitContext: "AXON_OVERSUBSCRIBED=1", or "8 ranks, 2 CPUs this process may use".
+std::string why_oversubscribed_or_not(int ranks) {
+  if (const auto told = env::flag("AXON_OVERSUBSCRIBED")) return std::string("AXON_OVERSUBSCRIBED=") + (*told ? "1" : "0");
+  return std::to_string(ranks) + " ranks, " + std::to_string(cores_this_process_may_use()) +
+         " CPUs this process may use";
+}
+
+}  // namespace
+
+bool ranks_outnumber_cores(int ranks) {
+  if (const auto told = env::flag("AXON_OVERSUBSCRIBED")) return *told;
+  return ranks > cores_this_process_may_use();
 }
 
 namespace {
@@ -107,12 +123,12 @@ const bool fork_handler_installed = [] {
 }  // namespace
 
 WaitContext::WaitContext(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
-                     const std::vector<int>& peer_pids, RankNames names)
+                     const std::vector<int>& peer_pids, RankNames names, int job_size)
     : header_(header),
       rank_(rank),
       names_(std::move(names)),
       timeout_(timeout),
-      oversubscribed_(ranks_outnumber_cores(static_cast<int>(header.world_size))),
+      oversubscribed_(ranks_outnumber_cores(std::max(static_cast<int>(header.world_size), job_size))),
       spin_polls_(choose_spin_polls(oversubscribed_)),
       yield_phase_(oversubscribed_ ? std::chrono::microseconds(200) : std::chrono::microseconds(2000)),
       sleep_slice_(oversubscribed_ ? std::clamp(std::chrono::milliseconds(50 * static_cast<int>(header.world_size) / 64),
@@ -122,6 +138,15 @@ WaitContext::WaitContext(ArenaHeader& header, int rank, std::chrono::millisecond
   for (std::size_t r = 0; r < peer_pids.size(); ++r) {
     if (static_cast<int>(r) == rank_ || peer_pids[r] <= 0) continue;
     peers_[r] = ProcessWatch(peer_pids[r], names_.rank(rank_) + ": " + names_.rank(static_cast<int>(r)));
+  }
+  // A slow job's first question is often whether its ranks spin or sleep.
+  if (log::enabled(log::Level::Debug)) {
+    const int world = static_cast<int>(header.world_size);
+    const int counted = std::max(world, job_size);
+    log::debug(names_.job_rank(rank_), "waits of a world of {} ranks{}: {} ({}): {} polls, then sched_yield for {} us, "
+               "then sleeps of {} ms", world, job_size > world ? " in a job of " + std::to_string(job_size) : "",
+               oversubscribed_ ? "oversubscribed" : "a core per rank", why_oversubscribed_or_not(counted), spin_polls_,
+               yield_phase_.count(), sleep_slice_.count());
   }
 }
 

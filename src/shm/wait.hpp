@@ -92,8 +92,13 @@ class WaitContext {
   // sleep slice.
   // `names`: how messages name the world's ranks (a PyTorch subgroup's
   // arena names its members by their ranks in the job).
+  // `job_size`: the processes of the job this world is part of, when that is
+  // more than the world (a PyTorch subgroup's arena holds its members only,
+  // while every process of the job competes for the cores); 0: the world is
+  // the job. Whether ranks outnumber cores is judged by the larger of the two:
+  // new_group([0, 1]) of eight processes on two cores is oversubscribed.
   WaitContext(ArenaHeader& header, int rank, std::chrono::milliseconds timeout,
-            const std::vector<int>& peer_pids = {}, RankNames names = {});
+            const std::vector<int>& peer_pids = {}, RankNames names = {}, int job_size = 0);
   ~WaitContext();
   WaitContext(const WaitContext&) = delete;
   WaitContext& operator=(const WaitContext&) = delete;
@@ -187,7 +192,8 @@ class WaitContext {
   // yield phase once the late rank is itself one that slept, so every round
   // then sleeps again (see docs/scaling.md).
   std::chrono::microseconds yield_phase() const { return yield_phase_; }
-  // Whether the job's ranks outnumber the cores they may use.
+  // Whether the job's ranks (job_size, when larger than the world) outnumber
+  // the cores they may use.
   bool oversubscribed() const { return oversubscribed_; }
   // How long a sleeping wait sleeps before it looks again for what no bell
   // announces (an abort, a peer that ended, the launcher gone, the

@@ -518,7 +518,7 @@ std::string cause_for_peers(std::string_view reason) {
 
 ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout, std::vector<int> global_ranks,
-                                   std::optional<std::size_t> shared_bytes)
+                                   std::optional<std::size_t> shared_bytes, int job_size)
     : c10d::ProcessGroup(rank, size),
       fork_generation_(ad::shm::WaitContext::current_fork_generation.load(std::memory_order_relaxed)),
       owner_pid_(::getpid()),
@@ -618,6 +618,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   // The default group is the job: its ranks are named by themselves, and
   // messages name no group. A subgroup's members by their ranks in the job.
   if (subgroup_) options.rank_names = global_ranks_;
+  options.job_size = job_size;
   // No room for subgroups: a PyTorch subgroup makes an arena of its own. (A
   // C++ arena's room for three, five world areas, cost 160 MiB a group at
   // 64 ranks here.)
@@ -1130,8 +1131,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupAxon::create(const c10::intru
                                                                 int rank, int size,
                                                                 std::chrono::milliseconds timeout,
                                                                 std::vector<int> global_ranks,
-                                                                std::optional<std::size_t> shared_bytes) {
-  return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout, std::move(global_ranks), shared_bytes);
+                                                                std::optional<std::size_t> shared_bytes,
+                                                                int job_size) {
+  return c10::make_intrusive<ProcessGroupAxon>(store, rank, size, timeout, std::move(global_ranks), shared_bytes,
+                                               job_size);
 }
 
 // "axon allreduce on rank 1 of 2"; in a subgroup "(global rank 2)" and the

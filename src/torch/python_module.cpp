@@ -162,14 +162,14 @@ PYBIND11_MODULE(_C, m) {
       "create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
          std::chrono::duration<float> timeout, std::vector<int> global_ranks,
-         std::optional<std::size_t> shared_mb) {
+         std::optional<std::size_t> shared_mb, int job_size) {
         std::optional<std::size_t> shared_bytes;
         if (shared_mb) shared_bytes = *shared_mb << 20;
         const axonml::torch::InterruptibleWaits interruptible;
         try {
           return axonml::torch::ProcessGroupAxon::create(
               store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
-              std::move(global_ranks), shared_bytes);
+              std::move(global_ranks), shared_bytes, job_size);
         } catch (const axonml::torch::Interrupted& e) {  // the peers have its message; Python gets the original
           std::rethrow_exception(e.raised());
         } catch (...) {
@@ -181,9 +181,10 @@ PYBIND11_MODULE(_C, m) {
       },
       pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
       pybind11::arg("global_ranks") = std::vector<int>{}, pybind11::arg("shared_mb") = std::nullopt,
-      pybind11::call_guard<pybind11::gil_scoped_release>(),
+      pybind11::arg("job_size") = 0, pybind11::call_guard<pybind11::gil_scoped_release>(),
       "A process group of backend 'axon'; global_ranks: the members' ranks in the job (empty: the "
-      "group is the whole job); shared_mb: MiB of room for place_in_arena (None: AXON_TORCH_SHARED_MB or 0)");
+      "group is the whole job); shared_mb: MiB of room for place_in_arena (None: AXON_TORCH_SHARED_MB or 0); "
+      "job_size: the job's processes, for a subgroup's waits (0: size)");
   // The type Python gets for this backend's ops (a Work whose dynamic type
   // is AxonWork comes out of torch's bindings as this subclass): its wait()
   // alone lets Python's signal handlers end the wait. Waits that libtorch

@@ -70,9 +70,14 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // `shared_bytes` reserves room in the group's arena for place_in_arena()
   // (nullopt: AXON_TORCH_SHARED_MB, default 0); every rank's placed tensors
   // share it, and it is taken from memory when the group is made.
+  //
+  // `job_size`: the processes of the whole job (torch.distributed's world
+  // size), which a subgroup needs to tell whether its ranks' waits may spin:
+  // new_group([0, 1]) of eight processes on two cores must yield at once,
+  // as the default group's do (ad::StoreOptions::job_size). 0: `size`.
   ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    std::chrono::milliseconds timeout, std::vector<int> global_ranks = {},
-                   std::optional<std::size_t> shared_bytes = std::nullopt);
+                   std::optional<std::size_t> shared_bytes = std::nullopt, int job_size = 0);
   ~ProcessGroupAxon() override;
 
   // The creator torch.distributed.Backend.register_backend expects.
@@ -80,7 +85,8 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
                                                        int rank, int size,
                                                        std::chrono::milliseconds timeout,
                                                        std::vector<int> global_ranks = {},
-                                                       std::optional<std::size_t> shared_bytes = std::nullopt);
+                                                       std::optional<std::size_t> shared_bytes = std::nullopt,
+                                                       int job_size = 0);
 
   const std::string getBackendName() const override { return "axon"; }
 

@@ -1,0 +1,73 @@
+"""A subgroup's waits know the whole job's processes, not only its members.
+
+A PyTorch subgroup gets an arena of its own whose world is its members, and
+whether ranks outnumber cores was judged by that world: new_group([0, 1]) of
+a 3-process job on 2 CPUs counted 2 ranks on 2 CPUs and spun 64 polls and
+yielded 2 ms before sleeping, taking the core from the third process, where
+the default group's waits (3 ranks on 2 CPUs) yield at once (found by a
+review). axon-launch hides it by setting AXON_OVERSUBSCRIBED; here the ranks
+are spawned by torch.multiprocessing, with no such hint.
+
+Each rank keeps to two CPUs (so that the answer is the same on any machine),
+logs at debug level to a file of its own, makes the default group and
+new_group([0, 1]), and checks the line each group's waits logged as they were
+made: both oversubscribed, with no polls before the first yield.
+
+    test_oversubscribed_subgroup.py
+"""
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+from harness import run_ranks
+
+N = 3
+
+
+def body(rank, n, log_directory):
+    os.environ.pop("AXON_OVERSUBSCRIBED", None)
+    os.environ.pop("AXON_SPIN_POLLS", None)
+    os.environ["AXON_LOG_LEVEL"] = "debug"
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+    log_path = os.path.join(log_directory, f"rank{rank}.log")
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log, 2)  # the runtime writes its lines to fd 2
+    os.close(log)
+    dist.init_process_group("axon")
+    pair = dist.new_group([0, 1])
+    if rank < 2:
+        t = torch.full((4,), float(rank + 1))
+        dist.all_reduce(t, group=pair)
+        assert t.tolist() == [3.0] * 4, t
+    dist.barrier()
+    dist.destroy_process_group()
+    with open(log_path) as f:
+        lines = [line.rstrip("\n") for line in f if "waits of a world" in line]
+    return lines
+
+
+def main():
+    if len(os.sched_getaffinity(0)) < 2:
+        print("skipped: this process may use fewer than 2 CPUs, and the test needs a job that outnumbers 2")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="axon-oversubscribed-") as directory:
+        results = run_ranks(N, body, directory, timeout=240)
+    world = f"waits of a world of {N} ranks: oversubscribed ({N} ranks, 2 CPUs this process may use): 0 polls, "
+    pair = f"waits of a world of 2 ranks in a job of {N}: oversubscribed ({N} ranks, 2 CPUs this process may use): 0 polls, "
+    for rank, lines in enumerate(results):
+        print(f"rank {rank}:", *lines, sep="\n  ")
+        assert any(world in line for line in lines), f"rank {rank}: no line with {world!r} in {lines}"
+        in_pair = [line for line in lines if "waits of a world of 2 ranks" in line]
+        if rank < 2:
+            assert len(in_pair) == 1 and pair in in_pair[0], f"rank {rank}: expected {pair!r}, got {in_pair}"
+        else:
+            assert not in_pair, f"rank {rank} is no member of new_group([0, 1]), yet logged {in_pair}"
+    print(f"the default group and new_group([0, 1]) of a {N}-process job on 2 CPUs both wait oversubscribed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
