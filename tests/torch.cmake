@@ -33,7 +33,7 @@ axon_torch_test("a group destroyed while its op still runs returns once the op e
 axon_torch_test("an async collective never waits for its peers in the caller (a send after it, two groups in opposite order), and a callback's collectives and PowerSGD's DDP hook run" test_async.py)
 axon_torch_test("the async patterns and callbacks also complete with every collective on the communication thread (AXON_TORCH_INLINE_BYTES=0)" test_async.py 0)
 axon_torch_test("new_group([0, 1]) of a 3-process job on 2 CPUs, spawned without axon-launch, waits oversubscribed as the default group does (no polls before the first yield), judged by the job's processes, not the subgroup's 2" test_oversubscribed_subgroup.py)
-axon_torch_test("an async all_reduce whose peer is 20 ms late returns within milliseconds even when AXON_SPIN_POLLS asks for a million polls" test_async.py spin)
+axon_torch_test("an async all_reduce whose peer is 100 ms late spends under 5 ms of the caller's CPU before it returns, even when AXON_SPIN_POLLS asks for a million polls" test_async.py spin)
 axon_torch_test("200 rounds of callbacks nested three deep (an irecv's callback runs a collective, a send/recv and an async collective whose callback runs an isend/irecv ring) complete on 3 ranks" test_callbacks.py 3 200)
 axon_torch_test("a collective issued from a future's callback pairs in program order on every rank: after the ops called before the future was taken, before those called after, on 2 ranks" test_callback_order.py 2 20)
 axon_torch_test("callbacks' collectives pair in program order on 3 ranks with every collective on the communication thread (AXON_TORCH_INLINE_BYTES=0)" test_callback_order.py 3 10 0)

@@ -18,10 +18,10 @@ Also, a wait(timeout=...) that ends before its op names the op and rank, and
 a future asked for after its op ended holds the result, or the error.
 
     test_async.py [INLINE_BYTES]   (sets AXON_TORCH_INLINE_BYTES)
-    test_async.py spin             an async all_reduce whose peer is 20 ms late
-                                   returns within ms under AXON_SPIN_POLLS=2^20
-                                   (the caller's look for its peers spun twice
-                                   that, ~30 ms a call here; a review)
+    test_async.py spin             an async all_reduce whose peer is 100 ms late
+                                   spends under 5 ms of the caller's CPU under
+                                   AXON_SPIN_POLLS=2^20 (the caller's look for
+                                   its peers spun ~30 ms a call here; a review)
 """
 import datetime
 import os
@@ -203,32 +203,38 @@ def body(rank, n, inline_bytes):
 
 
 def returns_while_peer_is_late(rank, n):
-    """Rank 0's async all_reduce returns at once although rank 1 comes 20 ms
-    later, with the longest spin AXON_SPIN_POLLS allows: the median of ten
-    calls under 5 ms (about 0.1 ms here; 30 ms when the look spun in full)."""
+    """Rank 0's async all_reduce hands the op on although rank 1 comes 100 ms
+    later, with the longest spin AXON_SPIN_POLLS allows: the calling thread
+    spends under 5 ms of CPU in each of ten calls' median (about 0.1 ms here;
+    30 ms when the look spun in full). CPU time, not the time to return: on
+    a loaded machine (ctest -j2 beside a build) the call's wall time took
+    4-12 ms in 6 calls of 10 while the thread was off the CPU, fixed or not."""
     os.environ["AXON_SPIN_POLLS"] = str(1 << 20)  # read as the group is made
     dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
     t = torch.ones(1)
-    returned_ms = []
+    cpu_ms, returned_ms = [], []
     for _ in range(10):
         dist.barrier()
         if rank == 1:
-            time.sleep(0.02)
-        start = time.perf_counter()
+            time.sleep(0.1)
+        start, start_cpu = time.perf_counter(), time.thread_time()
         work = dist.all_reduce(t, async_op=True)
+        cpu_ms.append((time.thread_time() - start_cpu) * 1e3)
         returned_ms.append((time.perf_counter() - start) * 1e3)
         work.wait()
     dist.destroy_process_group()
     if rank == 0:
-        median = sorted(returned_ms)[len(returned_ms) // 2]
-        assert median < 5.0, f"async all_reduce returned after {median:.1f} ms (median of {sorted(returned_ms)})"
+        median = sorted(cpu_ms)[len(cpu_ms) // 2]
+        assert median < 5.0, (f"async all_reduce spent {median:.1f} ms of the caller's CPU (median of "
+                              f"{[round(x, 2) for x in sorted(cpu_ms)]}; returned after "
+                              f"{[round(x, 2) for x in sorted(returned_ms)]} ms)")
     return "ok"
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["spin"]:
         assert run_ranks(2, returns_while_peer_is_late, timeout=120) == ["ok", "ok"]
-        print("an async all_reduce returns while its peer is late, under AXON_SPIN_POLLS=2^20")
+        print("an async all_reduce hands its op on while its peer is late, under AXON_SPIN_POLLS=2^20")
         sys.exit(0)
     inline_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else None
     results = run_ranks(2, body, inline_bytes, timeout=240)
