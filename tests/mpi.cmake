@@ -127,6 +127,12 @@ foreach(promise IN LISTS AXON_PROMISES)
   endif()
 endforeach()
 
+# The modes that meet through files after an abort (abort-in-broadcast,
+# exit-with-thread) get a folder of their own for each run, removed after
+# it: each run's files have the job's own name, and every run used to leave
+# four of them in the build folder.
+set(AXON_IN_FRESH_FOLDER sh ${CMAKE_CURRENT_SOURCE_DIR}/support/in_fresh_folder.sh)
+
 # The same abort in the middle of large broadcasts on 2 pretend nodes of 2
 # ranks: a rank waiting in its node's arena for a node-mate whose cross-node
 # wait ended with the notice waited out AXON_TIMEOUT (a review: 5 runs in 10).
@@ -140,14 +146,15 @@ foreach(layout "0 1 | 2 3" "0 2 | 1 3")
   endif()
   set(name "mpi: Backend::abort() from rank 1's thread ends every rank's loop of 64 MiB broadcasts with its reason, on 2 pretend nodes (${layout})")
   add_test(NAME "${name}"
-    COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 ${pretend}
-            $<TARGET_FILE:mpi_promises> abort-in-broadcast ${CMAKE_CURRENT_BINARY_DIR})
+    COMMAND ${AXON_IN_FRESH_FOLDER} ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 ${pretend}
+            $<TARGET_FILE:mpi_promises> abort-in-broadcast)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
                        FAIL_REGULAR_EXPRESSION "\\] FAILED: " ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
 endforeach()
 if(TARGET axon-launch)
   set(name "shm: Backend::abort() from rank 1's thread ends every rank's loop of 64 MiB broadcasts with its reason (axon-launch -n 4)")
-  add_test(NAME "${name}" COMMAND $<TARGET_FILE:axon-launch> -n 4 --timeout 60 $<TARGET_FILE:mpi_promises> abort-in-broadcast ${CMAKE_CURRENT_BINARY_DIR})
+  add_test(NAME "${name}" COMMAND ${AXON_IN_FRESH_FOLDER} $<TARGET_FILE:axon-launch> -n 4 --timeout 60
+                                   $<TARGET_FILE:mpi_promises> abort-in-broadcast)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
                        FAIL_REGULAR_EXPRESSION "\\] FAILED: ")
 endif()
@@ -166,8 +173,8 @@ foreach(layout flat nodes)
   endif()
   set(name "mpi: a rank whose main returns while its thread loops all_reduces ends the others' loops with PeerFailure naming its exit, not a crash (mpirun -np 4, ${where})")
   add_test(NAME "${name}"
-    COMMAND ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 ${how}
-            $<TARGET_FILE:mpi_promises> exit-with-thread ${CMAKE_CURRENT_BINARY_DIR})
+    COMMAND ${AXON_IN_FRESH_FOLDER} ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 ${how}
+            $<TARGET_FILE:mpi_promises> exit-with-thread)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
                        FAIL_REGULAR_EXPRESSION "\\] FAILED: |Segmentation fault|signal 11"
                        ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
@@ -180,7 +187,8 @@ set_tests_properties("${name}" PROPERTIES TIMEOUT 30 PASS_REGULAR_EXPRESSION "ch
                      ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
 if(TARGET axon-launch)
   set(name "shm: a rank whose main returns while its thread loops all_reduces ends the others' loops with PeerFailure naming its exit (axon-launch -n 4)")
-  add_test(NAME "${name}" COMMAND $<TARGET_FILE:axon-launch> -n 4 --timeout 60 $<TARGET_FILE:mpi_promises> exit-with-thread ${CMAKE_CURRENT_BINARY_DIR})
+  add_test(NAME "${name}" COMMAND ${AXON_IN_FRESH_FOLDER} $<TARGET_FILE:axon-launch> -n 4 --timeout 60
+                                   $<TARGET_FILE:mpi_promises> exit-with-thread)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
                        FAIL_REGULAR_EXPRESSION "\\] FAILED: |Segmentation fault|signal 11")
 endif()
