@@ -61,6 +61,14 @@ void check_tensor(const at::Tensor& t, const std::string& where) {
   if (t.layout() != at::kStrided) {
     throw ad::InvalidArgument(where + ": sparse or other non-strided tensors are not supported");
   }
+  // Their bytes alone are not their values, and libtorch's own ops on them
+  // (the padding of an odd byte count, a reduction) crashed the process or
+  // failed with PyTorch's internal assert (found by a review).
+  if (t.is_quantized()) {
+    throw ad::InvalidArgument(where + ": quantized tensors (" + std::string(c10::toString(t.scalar_type())) +
+                              ") are not supported, as by Gloo: their scale and zero point are not in the data; "
+                              "move t.int_repr() and the quantization parameters, or dequantize first");
+  }
 }
 
 void check_same_dtype(const at::Tensor& t, at::ScalarType type, const std::string& where) {

@@ -123,6 +123,18 @@ void check_count(const std::string& where, std::string_view what, std::int64_t a
   }
 }
 
+// `t` shaped as `expected` (both named in the message): Gloo's and MPI's
+// allgather, gather and scatter require it, and where only the counts were
+// compared the elements landed reshaped, hiding a caller's mistake (a review).
+void check_shape(const std::string& where, std::string_view what, const at::Tensor& t, std::string_view expected_what,
+                 const at::Tensor& expected) {
+  if (t.sizes() != expected.sizes()) {
+    throw ad::InvalidArgument(where + ": " + std::string(what) + " has shape " + c10::str(t.sizes()) + ", but " +
+                              std::string(expected_what) + " has " + c10::str(expected.sizes()) +
+                              "; they must have the same shape, as Gloo requires");
+  }
+}
+
 // Every tensor valid and of the first one's dtype.
 at::ScalarType check_all(const std::vector<at::Tensor>& tensors, const std::string& where) {
   if (tensors.empty()) throw ad::InvalidArgument(where + ": no tensors given");
@@ -150,10 +162,10 @@ std::vector<at::Tensor> root_tensor_list(const std::vector<std::vector<at::Tenso
   check_count(where, "the " + what + " list on " + role, static_cast<std::int64_t>(lists[0].size()),
               size, "one tensor per rank");
   check_all(lists[0], where);
-  for (const auto& t : lists[0]) {
-    check_same_dtype(t, local.scalar_type(), where);
-    check_count(where, "an " + what + " tensor", t.numel(), local.numel(),
-                std::string("elements of the ") + (what == "output" ? "input" : "output"));
+  for (std::size_t i = 0; i < lists[0].size(); ++i) {
+    check_same_dtype(lists[0][i], local.scalar_type(), where);
+    check_shape(where, what + " tensor " + std::to_string(i), lists[0][i],
+                std::string("the ") + (what == "output" ? "input" : "output"), local);
   }
   return lists[0];
 }
@@ -1651,9 +1663,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather(std::vector<Tensors>&
   const at::ScalarType type = check_all(inputs, where);
   check_count(where, "the output list", static_cast<std::int64_t>(outputs[0].size()), getSize(), "one tensor per rank");
   check_all(outputs[0], where);
-  for (const auto& o : outputs[0]) {
-    check_same_dtype(o, type, where);
-    check_count(where, "an output tensor", o.numel(), inputs[0].numel(), "elements of the input");
+  for (std::size_t r = 0; r < outputs[0].size(); ++r) {
+    check_same_dtype(outputs[0][r], type, where);
+    check_shape(where, "output tensor " + std::to_string(r), outputs[0][r], "the input", inputs[0]);
   }
   return collective(OpType::ALLGATHER, outputs[0], total_bytes(outputs[0]), [b = backend_, input = inputs[0], outs = outputs[0]]() mutable {
     const std::int64_t count = input.numel();
@@ -1690,8 +1702,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector
     check_all(list, where);
     for (std::size_t i = 0; i < list.size(); ++i) {
       check_same_dtype(list[i], type, where);
-      check_count(where, "output tensor " + std::to_string(i), list[i].numel(), inputs[i].numel(),
-                  "elements of input " + std::to_string(i));
+      check_shape(where, "output tensor " + std::to_string(i), list[i], "input " + std::to_string(i), inputs[i]);
       all_outputs.push_back(list[i]);
     }
   }

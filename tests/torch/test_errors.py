@@ -38,6 +38,26 @@ def bad_inputs(rank, n):
     # Local mistakes: raised by the call itself, on every rank.
     raises(lambda: dist.all_gather([torch.ones(4)] * (n + 1), t), "allgather", "output list", str(n + 1))
     raises(lambda: dist.all_gather([torch.ones(3)] * n, t), "allgather", "3", "4")
+    # Outputs of the input's count but another shape: refused, as Gloo and MPI
+    # refuse them (the elements landed reshaped; a review).
+    square = torch.ones(2, 3)
+    raises(lambda: dist.all_gather([torch.empty(3, 2)] * n, square), "allgather", "output tensor 0", "[3, 2]",
+           "[2, 3]", "same shape")
+    raises(lambda: dist.all_gather_coalesced([[torch.empty(6)]] * n, [square]), "allgather_coalesced",
+           "output tensor 0", "[6]", "[2, 3]")
+    if rank == 0:  # the lists only the root passes (the others' calls would wait for it)
+        raises(lambda: dist.gather(square, [torch.empty(3, 2)] * n, dst=0), "gather", "output tensor 0", "[3, 2]",
+               "[2, 3]", "same shape")
+        raises(lambda: dist.scatter(square, [torch.ones(6)] * n, src=0), "scatter", "input tensor 0", "[6]",
+               "[2, 3]", "same shape")
+    # Quantized tensors: refused by name on every op (a 3-byte qint8 crashed
+    # the process in libtorch's padding; a review), as Gloo refuses them.
+    for dtype in (torch.qint8, torch.quint8, torch.qint32):
+        q = torch.quantize_per_tensor(torch.ones(3), 0.5, 0, dtype)
+        raises(lambda: dist.all_reduce(q), "allreduce", "quantized", "int_repr()")
+        raises(lambda: dist.broadcast(q, src=0), "broadcast", "quantized")
+        raises(lambda: dist.all_gather([q.clone() for _ in range(n)], q), "allgather", "quantized")
+        raises(lambda: dist.send(q, dst=(rank + 1) % n) if n > 1 else dist.broadcast(q, src=0), "quantized")
     raises(lambda: dist.broadcast(t, src=n + 5), "broadcast", f"invalid src {n + 5}")
     raises(lambda: dist._all_gather_base(torch.empty(4 * n + 1), t), "_allgather_base", str(4 * n + 1))
     raises(lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND), "bitwise", "Float")
