@@ -25,7 +25,8 @@ bool collective_checks_enabled() {
   return enabled;
 }
 
-// Polls of an exchange() before every poll also moves point-to-point traffic.
+// Polls of an exchange() before every poll also moves point-to-point traffic
+// (fewer when the rank spins fewer: WaitContext::spin_polls).
 constexpr int kQuickPolls = 64;
 
 std::uint64_t mix(std::uint64_t h) {
@@ -208,11 +209,17 @@ void ArenaChannel::exchange() {
   // a look at every mailbox, so the first polls, when the last peer is
   // usually a few hundred ns away, do it only every 16th time: the poll
   // that sees it arrive comes sooner, and a blocked sender waits a few
-  // hundred ns more at most.
+  // hundred ns more at most. Only while the wait spins, though: the look
+  // before each sleep must drain, since a sender that filled our mailbox
+  // before we slept rang no one and rings no more. An oversubscribed rank
+  // spins not at all, and its first polls came one per 50 ms sleep: a
+  // sender waited for the 16th, 0.3-1.6 s for a 400 KB send at n=3 on 2
+  // vCPUs (a review).
+  const int quick_polls = std::min(kQuickPolls, waits_.spin_polls());
   int polls = 0;
   auto arrived = [&] {
     if (all_arrived(round, first_missing)) return true;
-    if (++polls > kQuickPolls || polls % 16 == 0) p2p_.progress();
+    if (++polls > quick_polls || polls % 16 == 0) p2p_.progress();
     return false;
   };
   shm::wait_until(arrived, group_->bell, waits_, [&] { return describe_wait(round); },

@@ -8,6 +8,10 @@
 //                                                       100,000 floats on each at once
 //   axon-launch -n 2 data_path_edges send-then-barrier  send(16,385 floats); barrier()
 //                                                       against barrier(); recv()
+//   axon-launch -n 3 --timeout 0.4 data_path_edges send-then-collective [ROUNDS]
+//                                                       ROUNDS times (20): rank 0 sends 400 KB to
+//                                                       rank 1, then all-reduces in {0, 1} and
+//                                                       the world; rank 1 all-reduces, then receives
 //   axon-launch -n 2 data_path_edges send-to-self       each rank sends 4 and 1,000,000
 //                                                       floats to itself, then receives them
 //   AXON_SLOT_BYTES=64 axon-launch -n 8 data_path_edges tiny-slots
@@ -16,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -113,6 +118,46 @@ void send_then_barrier(World& world) {
   }
 }
 
+// A receiver waiting in a collective drains its mailbox for a sender
+// blocked on it, also when it does not spin (oversubscribed): its look before
+// each sleep drains. It drained only every 16th look, one per 50 ms sleep, and
+// the 400 KB send took 0.3-1.6 s in most runs at n=3 on 2 vCPUs, over a
+// 1 s timeout in 6 runs of 10 (a review). The test runs it under a short
+// timeout with AXON_OVERSUBSCRIBED=1: such a stall fails it.
+void send_then_collective(World& world, int rounds) {
+  const std::size_t count = 100'000;  // 400 KB: six mailboxes full at n=3
+  ProcessGroup pair = world.new_group({0, 1});
+  for (int round = 0; round < rounds; ++round) {
+    const float salt = static_cast<float>(round);
+    std::vector<float> one(4, 1.0f);
+    if (world.rank() == 0) {
+      world.backend().send<const float>(pattern(count, salt), 1, round);
+      pair.backend().all_reduce(std::span<float>(one), ReduceOp::Sum);
+    } else if (world.rank() == 1) {
+      pair.backend().all_reduce(std::span<float>(one), ReduceOp::Sum);
+      std::vector<float> got(count);
+      world.backend().recv<float>(got, 0, round);
+      check(got == pattern(count, salt), "round " + std::to_string(round) + ": the message arrived changed");
+    }
+    if (world.rank() < 2) check(one == std::vector<float>(4, 2.0f), "round " + std::to_string(round) + ": wrong sum");
+    // The same with the collective on the world, which rank 2 is in too.
+    std::vector<float> all(4, 1.0f);
+    if (world.rank() == 0) {
+      world.backend().send<const float>(pattern(count, salt + 0.5f), 1, round);
+      world.backend().all_reduce(std::span<float>(all), ReduceOp::Sum);
+    } else {
+      world.backend().all_reduce(std::span<float>(all), ReduceOp::Sum);
+      if (world.rank() == 1) {
+        std::vector<float> got(count);
+        world.backend().recv<float>(got, 0, round);
+        check(got == pattern(count, salt + 0.5f), "round " + std::to_string(round) + ": the world's message arrived changed");
+      }
+    }
+    check(all == std::vector<float>(4, static_cast<float>(world.world_size())), "round " + std::to_string(round) +
+          ": wrong sum on the world");
+  }
+}
+
 void send_to_self(World& world) {
   Backend& b = world.backend();
   const float salt = static_cast<float>(10 * world.rank());
@@ -180,6 +225,8 @@ int main(int argc, char** argv) {
       threads(world);
     } else if (which == "send-then-barrier") {
       send_then_barrier(world);
+    } else if (which == "send-then-collective") {
+      send_then_collective(world, argc > 2 ? std::stoi(argv[2]) : 20);
     } else if (which == "send-to-self") {
       send_to_self(world);
     } else if (which == "tiny-slots") {
