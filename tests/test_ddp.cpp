@@ -497,6 +497,35 @@ TEST_CASE("GradientSynchronizer gradients whose sizes differ between ranks are a
   });
 }
 
+// The layout agreed in round 0 and changed on rank 1 in round 1 (gradient 2
+// in place of 3, the same float count): rank 1 compares again while rank 0
+// reduces data, and the runtime's mismatch named only an all_reduce of i64
+// nobody called (a review).
+TEST_CASE("GradientSynchronizer a layout that changes on one rank after the ranks agreed is a mismatch naming the "
+          "layout on every rank",
+          "[grad_sync][errors]") {
+  run_ranks(2, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup pg(backend);
+    GradientSynchronizer sync(GradSyncStrategy::Synchronous, 16);
+    sync.set_group(pg);
+    sync.prepare(4);
+    std::string error;
+    for (int round = 0; round < 2 && error.empty(); ++round) {
+      error = error_of([&] {
+        sync.add_gradient(0, Tensor::full({2}, 1.0f));
+        sync.add_gradient(1, Tensor::full({5}, 2.0f));
+        sync.add_gradient(round == 1 && r == 1 ? 2 : 3, Tensor::full({1}, 3.0f));
+        sync.sync_all(pg);
+      });
+      sync.clear();
+      if (round == 0) RANK_REQUIRE(error.empty());
+    }
+    RANK_REQUIRE_THAT(error, Catch::Contains("GradientSynchronizer on rank " + std::to_string(r)) &&
+                                 Catch::Contains("laid out a bucket differently in this round") &&
+                                 Catch::Contains("all_reduce(i64, 2, min) is the layout check"));
+  });
+}
+
 // An extra bucket on one rank (an unused gradient there) paired its layout
 // check with the other rank's next round, and the ranks, a round apart,
 // then averaged across rounds with no error (a review). Each position's

@@ -343,6 +343,24 @@ void GradientSynchronizer::agree_on_layout(const Bucket& bucket, const ProcessGr
 }
 
 void GradientSynchronizer::reduce(Bucket& bucket, const ProcessGroup& pg) {
+  try {
+    reduce_agreed(bucket, pg);
+  } catch (const CollectiveMismatch& e) {
+    // A rank whose layout changed after the ranks had agreed compares it
+    // again while the others reduce data: the runtime's mismatch then named
+    // only an all_reduce of i64 the user never called (a review).
+    const std::string check = "all_reduce(i64, " + std::to_string(2 + bucket.position) + ", min)";
+    const std::string text = e.what();
+    if (text.find(check) == std::string::npos || text.find("laid out a bucket differently") != std::string::npos) throw;
+    throw CollectiveMismatch("GradientSynchronizer on rank " + std::to_string(pg.rank()) +
+                             ": the ranks laid out a bucket differently in this round (bucket " +
+                             std::to_string(bucket.position) + "; " + check + " is the layout check of a rank " +
+                             "whose layout changed, met by a rank reducing data). Every rank must add the same " +
+                             "indices with the same sizes: " + text);
+  }
+}
+
+void GradientSynchronizer::reduce_agreed(Bucket& bucket, const ProcessGroup& pg) {
   agree_on_layout(bucket, pg);
   if (compression_ == GradientCompression::BF16) {
     pg.backend().all_reduce(std::span<bfloat16>(bucket.wire.get(), bucket.size), ReduceOp::Average);

@@ -144,7 +144,9 @@ class GradientSynchronizer {
   void agree_on_shared_buckets();
   void launch_ready(bool force);
   void launch(std::size_t bucket);
+  // reduce_agreed(), with a mismatch that a changed layout caused named so.
   void reduce(Bucket& bucket, const ProcessGroup& pg);
+  void reduce_agreed(Bucket& bucket, const ProcessGroup& pg);
   void agree_on_layout(const Bucket& bucket, const ProcessGroup& pg);
   void wait_for_worker();
   void release_held_group();
