@@ -160,7 +160,7 @@ OutputStream::OutputStream(int read_fd, int target_fd, std::string prefix)
 
 OutputStream::OutputStream(OutputStream&& other) noexcept
     : fd_(other.fd_), target_(other.target_), prefix_(std::move(other.prefix_)),
-      pending_(std::move(other.pending_)) {
+      pending_(std::move(other.pending_)), cut_at_limit_(other.cut_at_limit_) {
   other.fd_ = -1;
 }
 
@@ -201,7 +201,14 @@ void OutputStream::drain() {
     // kMaxLine, also when its end came in the same read as the piece that
     // took it past the limit (found by a review: a 2 MiB line came out as
     // 1 MiB and 1 MiB + 103 bytes).
+    // A line of exactly k MiB ends right after its last piece: its newline
+    // is not a line of its own (a review saw an empty tagged line there).
     for (;;) {
+      if (cut_at_limit_ && start < pending_.size()) {
+        cut_at_limit_ = false;
+        if (pending_[start] == '\n') ++start;
+        continue;
+      }
       const std::size_t newline = pending_.find('\n', start);
       if (newline != std::string::npos && newline - start <= kMaxLine) {
         lines += prefix_;
@@ -212,6 +219,7 @@ void OutputStream::drain() {
         lines.append(pending_, start, kMaxLine);
         lines += '\n';
         start += kMaxLine;
+        cut_at_limit_ = true;
       } else {
         break;
       }

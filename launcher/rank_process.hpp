@@ -57,6 +57,9 @@ class OutputStream {
   int target_;
   std::string prefix_;
   std::string pending_;  // bytes after the last newline seen
+  // The last piece written was a line cut at its 1 MiB: a newline right
+  // after it ends that line, which is then whole (not an empty line).
+  bool cut_at_limit_ = false;
 };
 
 struct RankEnvironment {

@@ -429,6 +429,17 @@ print(" ".join(left) or "none")
     expect_status 0
     [ "$(awk '{ print length($0) }' "$work/out" | tr '\n' ' ')" = "1048585 1048585 524297 " ] ||
       fail "a 2.5 MiB line: pieces of $(awk '{ print length($0) }' "$work/out" | tr '\n' ' ')"
+    # A line of exactly 1 MiB, and of 2, whose newline comes after the launcher
+    # cut the last piece: no empty line after it (a review saw one).
+    for mib in 1 2; do
+      run -n 1 /usr/bin/python3 -c "import sys, time
+sys.stdout.write('x' * ($mib << 20)); sys.stdout.flush(); time.sleep(0.3)
+sys.stdout.write('\\nafter\\n')"
+      expect_status 0
+      pieces=$(awk '{ print length($0) - 9 }' "$work/out" | tr '\n' ' ')
+      want=$([ "$mib" = 1 ] && echo "1048576 5 " || echo "1048576 1048576 5 ")
+      [ "$pieces" = "$want" ] || fail "a line of exactly $mib MiB: pieces of $pieces (want $want)"
+    done
     # ... also when the long line's end comes in the same read as the bytes
     # that take it past 1 MiB (a review: pieces of 1048576 and 1048679
     # bytes). Here the launcher has read 1 MiB - 10 bytes of it, and the
