@@ -9,7 +9,12 @@ median of time / round trip, time / hand-off and time / copy (axon-bench's
 floor columns), and ours/MPI.
 
     benchmarks/phase_split.py [--seconds 480] [--max 1M] [--factor 16]
+                              [--shared-buffers] [--fresh-inputs]
                               [--build build/release] [--json out.json]
+
+--shared-buffers: ours with its buffers in the arena (zero copy, as
+compare.sh's OURS_ARGS=--shared-buffers); --fresh-inputs: both sides write
+their inputs before each call and read the result after it (BOTH_ARGS).
 
 Why not compare.sh: the fast phase lasts seconds at most here, shorter than
 one compare.sh run, so a run's rows mix phases; each row's own floor says
@@ -64,11 +69,19 @@ def main():
     parser.add_argument("--fast-ns", type=float, default=100)
     parser.add_argument("--slow-ns", type=float, default=200)
     parser.add_argument("--json", help="write every row here")
+    parser.add_argument("--shared-buffers", action="store_true", help="ours: buffers in the arena (zero copy)")
+    parser.add_argument("--fresh-inputs", action="store_true",
+                        help="both: inputs written before each call, the result read after it")
     args = parser.parse_args()
     sweep = ["-b", "4", "-e", args.max, "-f", args.factor, "-n", "50", "--seconds-per-size", "0.2"]
+    if args.fresh_inputs:
+        sweep.append("--fresh-inputs")
+    # Room for two ranks' buffers of --max bytes, input and output, beside the slots.
+    arena = ["--arena-mb", "512"] if args.shared_buffers else []
     sides = {
-        "ours": [os.path.join(args.build, "launcher", "axon-launch"), "-n", "2",
-                 os.path.join(args.build, "benchmarks", "axon-bench")] + sweep,
+        "ours": [os.path.join(args.build, "launcher", "axon-launch"), "-n", "2"] + arena +
+                [os.path.join(args.build, "benchmarks", "axon-bench")] + sweep +
+                (["--shared-buffers"] if args.shared_buffers else []),
         "mpi": ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
                 os.path.join(args.build, "benchmarks", "axon-bench-mpi")] + sweep,
     }
@@ -83,8 +96,10 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f)
-    print(f"# {runs} runs of n=2 all_reduce f32 sum, alternated, in {args.seconds:g} s; rows split by the round trip "
-          f"their own run measured just before them")
+    how = ", ours zero copy (--shared-buffers)" if args.shared_buffers else ""
+    how += ", fresh inputs on both sides" if args.fresh_inputs else ""
+    print(f"# {runs} runs of n=2 all_reduce f32 sum{how}, alternated, in {args.seconds:g} s; rows split by the round "
+          f"trip their own run measured just before them")
     for name, lo, hi in (("fast", 0, args.fast_ns), ("slow", args.slow_ns, float("inf"))):
         print(f"# {name} phase (round trip {lo:g}-{hi:g} ns)")
         print(f"# {'bytes':>9} {'rows':>5} {'rt(ns)':>7} {'ours(us)':>9} {'mpi(us)':>9} {'ours/mpi':>8} "
