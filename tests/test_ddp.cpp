@@ -526,6 +526,30 @@ TEST_CASE("GradientSynchronizer a layout that changes on one rank after the rank
   });
 }
 
+// The layout message is for the check meeting this bucket's data only: a
+// peer in another call altogether was also called a changed layout (a
+// review of the change).
+TEST_CASE("GradientSynchronizer a peer in another collective is a mismatch, not called a layout change",
+          "[grad_sync][errors]") {
+  run_ranks(2, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup pg(backend);
+    GradientSynchronizer sync(GradSyncStrategy::Synchronous, 16);
+    sync.set_group(pg);
+    sync.prepare(1);
+    const std::string error = error_of([&] {
+      if (r == 0) {
+        sync.add_gradient(0, Tensor::full({4}, 1.0f));
+        sync.sync_all(pg);
+      } else {
+        std::vector<float> other(7, 1.0f);
+        pg.backend().broadcast(std::span<float>(other), 0);
+      }
+    });
+    RANK_REQUIRE_THAT(error, Catch::Contains("collective mismatch") && Catch::Contains("broadcast(f32, 7") &&
+                                 !Catch::Contains("laid out a bucket differently"));
+  });
+}
+
 // An extra bucket on one rank (an unused gradient there) paired its layout
 // check with the other rank's next round, and the ranks, a round apart,
 // then averaged across rounds with no error (a review). Each position's

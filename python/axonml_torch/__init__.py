@@ -8,6 +8,7 @@ env:// or tcp:// rendezvous); every process group makes its own shared memory
 through the store torch.distributed passes in.
 """
 import atexit
+import os
 import sys
 import warnings
 import weakref
@@ -171,6 +172,20 @@ class Options:
         return f"axonml_torch.Options(shared_mb={self.shared_mb!r})"
 
 
+def _processes_on_this_machine():
+    """The job's processes that share this machine's cores, for a subgroup's
+    waits: the whole job when its default group is axon (one machine only),
+    else LOCAL_WORLD_SIZE where the launcher set it (axon-launch, torchrun),
+    else the whole job (a Gloo job across machines that sets neither should
+    set AXON_OVERSUBSCRIBED: counting other machines' processes, its
+    subgroups would yield rather than spin; a review)."""
+    world = torch.distributed.get_world_size()
+    if torch.distributed.get_backend() == "axon":
+        return world
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return int(local) if local.isdigit() and 0 < int(local) <= world else world
+
+
 def _create_from_options(options, pg_options=None):
     """The creator torch.distributed calls (register_backend's extended_api):
     besides the store, rank, size and timeout it gives the group's members as
@@ -181,10 +196,10 @@ def _create_from_options(options, pg_options=None):
                         f"{type(pg_options).__name__}")
     shared_mb = pg_options.shared_mb if pg_options is not None else None
     # A subgroup's arena holds its members alone, but the job's every process
-    # competes for the cores: new_group([0, 1]) of eight processes on two
-    # cores must not spin in its waits (a review found it did, without
-    # axon-launch, which sets AXON_OVERSUBSCRIBED).
-    job_size = torch.distributed.get_world_size() if options.global_ranks_in_group else options.group_size
+    # on this machine competes for its cores: new_group([0, 1]) of eight
+    # processes on two cores must not spin in its waits (a review found it
+    # did, without axon-launch, which sets AXON_OVERSUBSCRIBED).
+    job_size = _processes_on_this_machine() if options.global_ranks_in_group else options.group_size
     group = create_process_group(options.store, options.group_rank, options.group_size, options.timeout,
                                  list(options.global_ranks_in_group), shared_mb, job_size)
     if not options.global_ranks_in_group:

@@ -348,10 +348,17 @@ void GradientSynchronizer::reduce(Bucket& bucket, const ProcessGroup& pg) {
   } catch (const CollectiveMismatch& e) {
     // A rank whose layout changed after the ranks had agreed compares it
     // again while the others reduce data: the runtime's mismatch then named
-    // only an all_reduce of i64 the user never called (a review).
+    // only an all_reduce of i64 the user never called (a review). Only that
+    // pairing, the check against this bucket's own data all-reduce, is
+    // named so: a peer in another call altogether, or with a bucket more,
+    // is another mistake, and keeps the runtime's words (a review of the
+    // change saw both called a changed layout).
     const std::string check = "all_reduce(i64, " + std::to_string(2 + bucket.position) + ", min)";
+    const std::string data = std::string("all_reduce(") +
+                             (compression_ == GradientCompression::BF16 ? "bf16" : "f32") + ", " +
+                             std::to_string(bucket.size) + ", average)";
     const std::string text = e.what();
-    if (text.find(check) == std::string::npos || text.find("laid out a bucket differently") != std::string::npos) throw;
+    if (text.find(check) == std::string::npos || text.find(data) == std::string::npos) throw;
     throw CollectiveMismatch("GradientSynchronizer on rank " + std::to_string(pg.rank()) +
                              ": the ranks laid out a bucket differently in this round (bucket " +
                              std::to_string(bucket.position) + "; " + check + " is the layout check of a rank " +

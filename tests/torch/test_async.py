@@ -208,7 +208,10 @@ def returns_while_peer_is_late(rank, n):
     spends under 5 ms of CPU in each of ten calls' median (about 0.1 ms here;
     30 ms when the look spun in full). CPU time, not the time to return: on
     a loaded machine (ctest -j2 beside a build) the call's wall time took
-    4-12 ms in 6 calls of 10 while the thread was off the CPU, fixed or not."""
+    4-12 ms in 6 calls of 10 while the thread was off the CPU, fixed or not.
+    The wall time is bounded loosely too, under half the peer's lateness: a
+    call that blocked (not spun) until the peer came would take 100 ms of it
+    with almost no CPU (a review; up to 8 ms seen under load)."""
     os.environ["AXON_SPIN_POLLS"] = str(1 << 20)  # read as the group is made
     dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60))
     t = torch.ones(1)
@@ -225,9 +228,10 @@ def returns_while_peer_is_late(rank, n):
     dist.destroy_process_group()
     if rank == 0:
         median = sorted(cpu_ms)[len(cpu_ms) // 2]
-        assert median < 5.0, (f"async all_reduce spent {median:.1f} ms of the caller's CPU (median of "
-                              f"{[round(x, 2) for x in sorted(cpu_ms)]}; returned after "
-                              f"{[round(x, 2) for x in sorted(returned_ms)]} ms)")
+        wall = sorted(returned_ms)[len(returned_ms) // 2]
+        assert median < 5.0 and wall < 50.0, (
+            f"async all_reduce spent {median:.1f} ms of the caller's CPU and returned after {wall:.1f} ms (medians "
+            f"of {[round(x, 2) for x in sorted(cpu_ms)]} and {[round(x, 2) for x in sorted(returned_ms)]} ms)")
     return "ok"
 
 

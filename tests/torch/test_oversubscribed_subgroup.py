@@ -13,6 +13,10 @@ logs at debug level to a file of its own, makes the default group and
 new_group([0, 1]), and checks the line each group's waits logged as they were
 made: both oversubscribed, with no polls before the first yield.
 
+Then the same with a Gloo default group, whose processes may span machines:
+there the subgroup counts LOCAL_WORLD_SIZE where the launcher set it (here 2,
+as if the third process ran elsewhere: a core per rank), else the whole job.
+
     test_oversubscribed_subgroup.py
 """
 import os
@@ -27,17 +31,20 @@ from harness import run_ranks
 N = 3
 
 
-def body(rank, n, log_directory):
+def body(rank, n, log_directory, default_backend="axon", local_world_size=None):
     os.environ.pop("AXON_OVERSUBSCRIBED", None)
     os.environ.pop("AXON_SPIN_POLLS", None)
+    os.environ.pop("LOCAL_WORLD_SIZE", None)
+    if local_world_size is not None:
+        os.environ["LOCAL_WORLD_SIZE"] = str(local_world_size)
     os.environ["AXON_LOG_LEVEL"] = "debug"
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
     log_path = os.path.join(log_directory, f"rank{rank}.log")
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log, 2)  # the runtime writes its lines to fd 2
     os.close(log)
-    dist.init_process_group("axon")
-    pair = dist.new_group([0, 1])
+    dist.init_process_group(default_backend)
+    pair = dist.new_group([0, 1], backend="axon")
     if rank < 2:
         t = torch.full((4,), float(rank + 1))
         dist.all_reduce(t, group=pair)
@@ -66,6 +73,18 @@ def main():
         else:
             assert not in_pair, f"rank {rank} is no member of new_group([0, 1]), yet logged {in_pair}"
     print(f"the default group and new_group([0, 1]) of a {N}-process job on 2 CPUs both wait oversubscribed")
+
+    cpus = "CPUs this process may use"
+    for local, expected in ((None, f"waits of a world of 2 ranks in a job of {N}: oversubscribed ({N} ranks, 2 {cpus}): "
+                                   "0 polls, "),
+                            (2, f"waits of a world of 2 ranks: a core per rank (2 ranks, 2 {cpus}): 64 polls, ")):
+        with tempfile.TemporaryDirectory(prefix="axon-oversubscribed-") as directory:
+            results = run_ranks(N, body, directory, "gloo", local, timeout=240)
+        for rank, lines in enumerate(results[:2]):
+            assert len(lines) == 1 and expected in lines[0], (
+                f"gloo default, LOCAL_WORLD_SIZE={local}: rank {rank}: expected {expected!r}, got {lines}")
+        assert not results[2], f"rank 2 is no member of new_group([0, 1]), yet logged {results[2]}"
+        print(f"gloo default group, LOCAL_WORLD_SIZE={local}: new_group([0, 1]) logged {expected!r}")
     return 0
 
 

@@ -85,8 +85,8 @@ struct StoreOptions {
   // own) its members' ranks in the job, so that an error names the process
   // the user knows. Otherwise one entry per rank.
   std::vector<int> rank_names;
-  // How many processes the whole job runs, when this world is only part of
-  // it (a PyTorch subgroup, whose arena holds its members alone): whether
+  // How many processes the job runs on this machine, when this world is only
+  // part of them (a PyTorch subgroup, whose arena holds its members alone): whether
   // ranks outnumber cores (and so whether waits spin before they yield, and
   // how the barrier runs) is judged by it, not by the world's size. 0, or
   // less than the world: the world is the job. AXON_OVERSUBSCRIBED, where set

@@ -71,10 +71,12 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // (nullopt: AXON_TORCH_SHARED_MB, default 0); every rank's placed tensors
   // share it, and it is taken from memory when the group is made.
   //
-  // `job_size`: the processes of the whole job (torch.distributed's world
-  // size), which a subgroup needs to tell whether its ranks' waits may spin:
-  // new_group([0, 1]) of eight processes on two cores must yield at once,
-  // as the default group's do (ad::StoreOptions::job_size). 0: `size`.
+  // `job_size`: the job's processes on this machine (the Python module
+  // passes torch.distributed's world size under an axon default group, else
+  // LOCAL_WORLD_SIZE where set, else the world size), which a subgroup needs
+  // to tell whether its ranks' waits may spin: new_group([0, 1]) of eight
+  // processes on two cores must yield at once, as the default group's do
+  // (ad::StoreOptions::job_size). 0: `size`.
   ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    std::chrono::milliseconds timeout, std::vector<int> global_ranks = {},
                    std::optional<std::size_t> shared_bytes = std::nullopt, int job_size = 0);
