@@ -79,7 +79,9 @@ int cores_this_process_may_use() {
 // What ranks_outnumber_cores(ranks) went by, for the debug line of a new
 // WaitContext: "AXON_OVERSUBSCRIBED=1", or "8 ranks, 2 CPUs this process may use".
 std::string why_oversubscribed_or_not(int ranks) {
-  if (const auto told = env::flag("AXON_OVERSUBSCRIBED")) return std::string("AXON_OVERSUBSCRIBED=") + (*told ? "1" : "0");
+  if (const auto told = env::flag("AXON_OVERSUBSCRIBED")) {
+    return std::string("AXON_OVERSUBSCRIBED=") + (*told ? "1" : "0");
+  }
   return std::to_string(ranks) + " ranks, " + std::to_string(cores_this_process_may_use()) +
          " CPUs this process may use";
 }

@@ -150,7 +150,8 @@ void send_then_collective(World& world, int rounds) {
       if (world.rank() == 1) {
         std::vector<float> got(count);
         world.backend().recv<float>(got, 0, round);
-        check(got == pattern(count, salt + 0.5f), "round " + std::to_string(round) + ": the world's message arrived changed");
+        check(got == pattern(count, salt + 0.5f),
+              "round " + std::to_string(round) + ": the world's message arrived changed");
       }
     }
     check(all == std::vector<float>(4, static_cast<float>(world.world_size())), "round " + std::to_string(round) +
