@@ -146,9 +146,10 @@ WaitContext::WaitContext(ArenaHeader& header, int rank, std::chrono::millisecond
     const int world = static_cast<int>(header.world_size);
     const int counted = std::max(world, job_size);
     log::debug(names_.job_rank(rank_), "waits of a world of {} ranks{}: {} ({}): {} polls, then sched_yield for {} us, "
-               "then sleeps of {} ms", world, job_size > world ? " in a job of " + std::to_string(job_size) : "",
+               "then sleeps of {} ms; {} barrier (the arena's maker chose)", world,
+               job_size > world ? " in a job of " + std::to_string(job_size) : "",
                oversubscribed_ ? "oversubscribed" : "a core per rank", why_oversubscribed_or_not(counted), spin_polls_,
-               yield_phase_.count(), sleep_slice_.count());
+               yield_phase_.count(), sleep_slice_.count(), header.flat_barrier != 0 ? "flat" : "dissemination");
   }
 }
 

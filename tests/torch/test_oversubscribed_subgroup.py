@@ -64,25 +64,29 @@ def main():
         results = run_ranks(N, body, directory, timeout=240)
     world = f"waits of a world of {N} ranks: oversubscribed ({N} ranks, 2 CPUs this process may use): 0 polls, "
     pair = f"waits of a world of 2 ranks in a job of {N}: oversubscribed ({N} ranks, 2 CPUs this process may use): 0 polls, "
+    # The arena's barrier follows the same count (rank 0 chose it for all).
+    flat = "flat barrier"
     for rank, lines in enumerate(results):
         print(f"rank {rank}:", *lines, sep="\n  ")
         assert any(world in line for line in lines), f"rank {rank}: no line with {world!r} in {lines}"
         in_pair = [line for line in lines if "waits of a world of 2 ranks" in line]
         if rank < 2:
-            assert len(in_pair) == 1 and pair in in_pair[0], f"rank {rank}: expected {pair!r}, got {in_pair}"
+            assert len(in_pair) == 1 and pair in in_pair[0] and flat in in_pair[0], (
+                f"rank {rank}: expected {pair!r} and {flat!r}, got {in_pair}")
         else:
             assert not in_pair, f"rank {rank} is no member of new_group([0, 1]), yet logged {in_pair}"
     print(f"the default group and new_group([0, 1]) of a {N}-process job on 2 CPUs both wait oversubscribed")
 
     cpus = "CPUs this process may use"
-    for local, expected in ((None, f"waits of a world of 2 ranks in a job of {N}: oversubscribed ({N} ranks, 2 {cpus}): "
-                                   "0 polls, "),
-                            (2, f"waits of a world of 2 ranks: a core per rank (2 ranks, 2 {cpus}): 64 polls, ")):
+    for local, expected, barrier in (
+            (None, f"waits of a world of 2 ranks in a job of {N}: oversubscribed ({N} ranks, 2 {cpus}): 0 polls, ",
+             "flat barrier"),
+            (2, f"waits of a world of 2 ranks: a core per rank (2 ranks, 2 {cpus}): 64 polls, ", "dissemination barrier")):
         with tempfile.TemporaryDirectory(prefix="axon-oversubscribed-") as directory:
             results = run_ranks(N, body, directory, "gloo", local, timeout=240)
         for rank, lines in enumerate(results[:2]):
-            assert len(lines) == 1 and expected in lines[0], (
-                f"gloo default, LOCAL_WORLD_SIZE={local}: rank {rank}: expected {expected!r}, got {lines}")
+            assert len(lines) == 1 and expected in lines[0] and barrier in lines[0], (
+                f"gloo default, LOCAL_WORLD_SIZE={local}: rank {rank}: expected {expected!r} and {barrier!r}, got {lines}")
         assert not results[2], f"rank 2 is no member of new_group([0, 1]), yet logged {results[2]}"
         print(f"gloo default group, LOCAL_WORLD_SIZE={local}: new_group([0, 1]) logged {expected!r}")
     return 0
