@@ -118,6 +118,16 @@ if(TARGET torch_allreduce)
     PASS_REGULAR_EXPRESSION "rank 1 of 2: allreduce sum of 1048576 floats, 0 wrong.*every rank's result checked: 0 wrong|every rank's result checked: 0 wrong.*rank 1 of 2: allreduce sum of 1048576 floats, 0 wrong")
 endif()
 
+# The concrete group type, its collectives called with their options left
+# out as with ProcessGroupGloo (the overrides once dropped the defaults).
+add_executable(torch_concrete_calls programs/torch_concrete_calls.cpp)
+target_link_libraries(torch_concrete_calls PRIVATE axonml::torch axon_warnings)
+set(name "torch: ProcessGroupAxon held as itself takes every collective with its options left out, as ProcessGroupGloo")
+add_test(NAME "${name}" COMMAND axon-launch -n 2 $<TARGET_FILE:torch_concrete_calls>)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "rank 0: 0 of 14 calls with default options gave a wrong result"
+  FAIL_REGULAR_EXPRESSION "[1-9][0-9]* of 14 calls|exited with code|signal")
+
 # A libtorch program holding its group in a global: destroyed after main
 # returns, among the static destructors, it corrupted the heap (a review).
 add_executable(torch_global_group programs/torch_global_group.cpp)
