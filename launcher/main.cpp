@@ -62,6 +62,21 @@ void check_inherited_timeout(const LaunchOptions& options) {
   }
 }
 
+// MASTER_PORT, which the ranks keep when the user set it: PyTorch's env://
+// reads it with int() (a message that names no variable) and the C++
+// example with stoi, and 70000 or -5 became another port silently, where
+// the README promises a refusal naming the variable (a review). Empty counts
+// as unset; an outer axon-launch's port is replaced anyway.
+void check_inherited_master_port() {
+  try {
+    (void)axonml::distributed::env::integer("MASTER_PORT", 1, 65535);
+  } catch (const axonml::distributed::InvalidArgument& e) {
+    std::cerr << "axon-launch: " << e.what() << " (the ranks would keep it for PyTorch's env:// rendezvous; "
+              << "unset it to let axon-launch choose a free port)\n";
+    std::exit(kExitBadArguments);
+  }
+}
+
 // Whether a SIGINT/SIGTERM/SIGHUP waits in the signalfd (it arrived after
 // the last attempt's supervisor stopped reading). SIGCHLDs are dropped; a
 // Ctrl-Z (SIGTSTP not followed by a SIGCONT) stops the launcher here, where
@@ -149,6 +164,7 @@ int launch(const LaunchOptions& options) {
                                       ? options.arena_mb << 20
                                       : axonml::distributed::shm::default_arena_bytes(options.world_size, slot_bytes);
   check_inherited_timeout(options);
+  check_inherited_master_port();
 
   // Signals arrive through a signalfd read by the supervisor's poll loop;
   // the ranks start with the mask we had.

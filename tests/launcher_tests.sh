@@ -350,6 +350,16 @@ print(" ".join(left) or "none")
       grep -q 'innermost=,$' "$work/out" ||
         fail "a launcher with no port of its own passed the outer job's on: $(cat "$work/out") $(cat "$work/err")"
     fi
+    # A port that does not parse is refused, naming the variable (README),
+    # before any rank starts: PyTorch's int() named nothing, and 70000 or -5
+    # became another port silently (a review).
+    for port in abc 70000 -5 0 ' 5'; do
+      MASTER_PORT="$port" "$launch" -n 2 sh -c 'echo started' >"$work/out" 2>"$work/err"
+      status=$?
+      [ "$status" -eq 2 ] && ! grep -q started "$work/out" &&
+        grep -qF "axon-launch: MASTER_PORT=$port is not a whole number in 1..65535" "$work/err" ||
+        fail "MASTER_PORT='$port' was not refused (status $status): $(cat "$work/out") $(cat "$work/err")"
+    done
     # An empty variable counts as unset (README): MASTER_PORT= and
     # MASTER_ADDR= reached the ranks empty (a review).
     MASTER_PORT= MASTER_ADDR= OMP_NUM_THREADS= "$launch" -n 2 sh -c 'echo "port=$MASTER_PORT addr=$MASTER_ADDR omp=$OMP_NUM_THREADS"' \
@@ -964,6 +974,16 @@ RANK
     grep -q "^\[rank 0\] probe rank 0 caught .*World::init() (ShmBackend::from_environment) was already called in this process" "$work/err" ||
       fail "rank 0 got no clear error: $err"
     [[ "$err" == *"axon-launch: rank 0 exited with code 1"* ]] || fail "the summary does not blame rank 0: $err"
+    ;;
+  child-joins)
+    # A program a rank starts inherits RANK and AXON_ARENA_FD but not the
+    # arena: its World::init() says so, not only "a wrapper closed it" (a
+    # review), and the rank goes on.
+    run -n 1 --timeout 120 "$probe" child-joins
+    expect_status 0
+    [[ "$err" == *"a program that a rank starts (system(), subprocess) inherits the rank's RANK and AXON_* variables but not the arena"* ]] ||
+      fail "the child's error does not say why: $err"
+    [[ "$out" == *"child exited with 1"* ]] || fail "the child did not fail: $out $err"
     ;;
   no-leak)
     # kill -9 of the launcher at any moment of start-up leaves nothing: no

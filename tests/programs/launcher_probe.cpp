@@ -73,6 +73,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <sys/wait.h>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -212,6 +213,13 @@ int main(int argc, char** argv) {
       world.barrier();
     }
     if (args[0] == "ok") return 0;
+    if (args[0] == "child-joins") {  // a program the rank starts tries to join too
+      char self[4096] = {};
+      if (::readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 3;
+      const int status = std::system((std::string(self) + " ok").c_str());  // this binary, as the rank's child
+      std::printf("child exited with %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+      return 0;
+    }
     if (args[0] == "wait") return blocked_forever(world);
     if ((args[0] == "exit" || args[0] == "raise") && args.size() == 3) {
       if (rank == std::atoi(args[1].c_str())) {
