@@ -145,11 +145,16 @@ WaitContext::WaitContext(ArenaHeader& header, int rank, std::chrono::millisecond
   if (log::enabled(log::Level::Debug)) {
     const int world = static_cast<int>(header.world_size);
     const int counted = std::max(world, job_size);
-    log::debug(names_.job_rank(rank_), "waits of a world of {} ranks{}: {} ({}): {} polls, then sched_yield for {} us, "
+    log::debug(names_.job_rank(rank_), "waits of a world of {} ranks{}: {} ({}): {} polls, then sched_yield for {} us{}, "
                "then sleeps of {} ms; {} barrier (the arena's maker chose)", world,
                job_size > world ? " in a job of " + std::to_string(job_size) : "",
                oversubscribed_ ? "oversubscribed" : "a core per rank", why_oversubscribed_or_not(counted), spin_polls_,
-               yield_phase_.count(), sleep_slice_.count(), header.flat_barrier != 0 ? "flat" : "dissemination");
+               yield_phase_.count(),
+               oversubscribed_ ? std::string()
+                               : fmt::format(" (polls for {} us instead for {} ms after a yield lost the core "
+                                             "to another thread)",
+                                             detail::kCostlyYield.count(), detail::kCostlyYieldMemory.count()),
+               sleep_slice_.count(), header.flat_barrier != 0 ? "flat" : "dissemination");
   }
 }
 
@@ -402,7 +407,29 @@ void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point 
   }
 }
 
-void yield_cpu() { sched_yield(); }
+namespace {
+std::atomic<std::uint64_t> g_yield_calls{0};
+}  // namespace
+
+void yield_cpu() {
+  g_yield_calls.fetch_add(1, std::memory_order_relaxed);
+  sched_yield();
+}
+
+std::uint64_t yield_calls() { return g_yield_calls.load(std::memory_order_relaxed); }
+
+namespace {
+// Per thread: each thread of a rank has its own core's situation (the
+// communication thread may share its core with the compute thread while the
+// caller's core is free).
+thread_local std::chrono::steady_clock::time_point last_costly_yield{};
+}  // namespace
+
+bool yields_lose_the_core(std::chrono::steady_clock::time_point now) {
+  return last_costly_yield != std::chrono::steady_clock::time_point{} && now - last_costly_yield < kCostlyYieldMemory;
+}
+
+void remember_costly_yield(std::chrono::steady_clock::time_point when) { last_costly_yield = when; }
 
 }  // namespace detail
 }  // namespace axonml::distributed::shm
