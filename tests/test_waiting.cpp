@@ -256,15 +256,13 @@ TEST_CASE("a world that is part of a larger job counts the job's processes when 
   CHECK_FALSE(told.oversubscribed());
 }
 
-TEST_CASE("a rank whose yields lose its core to a busy thread sleeps through its next waits instead of yielding",
-          "[shm][waiting][contention]") {
-  // Rank 0 shares its CPU with a thread that never waits (another program, a
-  // DataLoader worker, the rank's own compute); rank 1 comes 2 ms late to
-  // each all_reduce. A yield hands the busy thread the rest of its slice,
-  // milliseconds, each round: a 64 MiB all_reduce at n=2 beside two busy
-  // processes took 0.8-1.2 s instead of 25 ms. After one such yield the
-  // rank's waits sleep on the futex instead, for the next 100 ms, and the
-  // peer's ring brings them back at once.
+namespace {
+
+// Rank 0's sched_yield calls over `rounds` all_reduces at n=2 (threads of
+// this process), its thread pinned to one CPU beside a thread that never
+// waits (another program, a DataLoader worker, the rank's own compute), and
+// rank 1 2 ms late to each. `oversubscribed`: the world's AXON_OVERSUBSCRIBED.
+std::uint64_t yields_beside_a_busy_thread(int rounds, bool oversubscribed) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
@@ -276,7 +274,7 @@ TEST_CASE("a rank whose yields lose its core to a busy thread sleeps through its
     CPU_SET(cpu, &one);
     REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);  // this thread only
   };
-  setenv("AXON_OVERSUBSCRIBED", "0", 1);  // a core per rank: yield 2 ms before sleeping
+  setenv("AXON_OVERSUBSCRIBED", oversubscribed ? "1" : "0", 1);
   auto world = MockBackend::create_world(2);
   unsetenv("AXON_OVERSUBSCRIBED");
   std::atomic<bool> stop{false};
@@ -284,22 +282,21 @@ TEST_CASE("a rank whose yields lose its core to a busy thread sleeps through its
     pin_here();
     while (!stop.load(std::memory_order_relaxed)) shm::detail::pause_cpu();
   });
-  constexpr int kRounds = 30;
   std::uint64_t yields = 0;
   std::vector<float> results;
   std::thread rank0([&] {
     pin_here();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the busy thread runs
-    const std::uint64_t before = shm::detail::yield_calls();
-    for (int i = 0; i < kRounds; ++i) {
+    const std::uint64_t before = shm::detail::yield_calls();  // this thread's own
+    for (int i = 0; i < rounds; ++i) {
       std::vector<float> v{1.0f};
       world[0]->all_reduce(std::span<float>(v), ReduceOp::Sum);
       results.push_back(v[0]);
     }
-    yields = shm::detail::yield_calls() - before;  // rank 1 sleeps; it yields rarely
+    yields = shm::detail::yield_calls() - before;
   });
   std::thread rank1([&] {
-    for (int i = 0; i < kRounds; ++i) {
+    for (int i = 0; i < rounds; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       std::vector<float> v{2.0f};
       world[1]->all_reduce(std::span<float>(v), ReduceOp::Sum);
@@ -309,10 +306,57 @@ TEST_CASE("a rank whose yields lose its core to a busy thread sleeps through its
   rank1.join();
   stop = true;
   busy.join();
-  // Every round yields at least once without the rule (each wait outlasts
-  // the spin); with it, one yield per 100 ms of the loop (about 60 ms, more
-  // under load) tells the rank its core is taken.
-  INFO("sched_yield calls in " << kRounds << " waits: " << yields);
-  CHECK(yields < kRounds / 2);
   CHECK(std::all_of(results.begin(), results.end(), [](float x) { return x == 3.0f; }));
+  return yields;
+}
+
+}  // namespace
+
+TEST_CASE("a rank whose yields lose its core to a busy thread sleeps through its next waits instead of yielding",
+          "[shm][waiting][contention]") {
+  // A yield hands the busy thread the rest of its slice, milliseconds, each
+  // round: a 64 MiB all_reduce at n=2 beside two busy processes took 0.3-1.3
+  // s instead of 25-54 ms. After two such yields the rank's waits poll 50 us
+  // and then sleep on the futex instead, for the next 100 ms, and the
+  // peer's ring brings them back at once. Every round yields at least once
+  // without the rule (each wait outlasts the spin: 55 yields in 30 rounds);
+  // with it, two per 100 ms of the loop (about 80 ms, more under load).
+  constexpr int kRounds = 40;
+  const std::uint64_t yields = yields_beside_a_busy_thread(kRounds, false);
+  INFO("rank 0's sched_yield calls in " << kRounds << " waits: " << yields);
+  CHECK(yields < kRounds / 2);
+}
+
+TEST_CASE("oversubscribed ranks keep yielding beside a busy thread: there a long yield is a peer rank's turn",
+          "[shm][waiting][contention]") {
+  // Sleeping instead made 8 ranks on 2 cores 50x slower per collective (700
+  // us, not 13). Each wait here yields at least once (no spin): the rank is
+  // running when it enters each round, and its peer comes 2 ms later.
+  constexpr int kRounds = 30;
+  const std::uint64_t yields = yields_beside_a_busy_thread(kRounds, true);
+  INFO("rank 0's sched_yield calls in " << kRounds << " waits: " << yields);
+  CHECK(yields >= kRounds / 2);
+}
+
+TEST_CASE("a thread's yields count as losing the core for 100 ms after two lost it within 20 ms, then are tried again",
+          "[shm][waiting][contention]") {
+  std::thread fresh([] {  // the state is per thread: a new thread has none
+    using namespace std::chrono_literals;
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_FALSE(shm::detail::yields_lose_the_core(start));
+    // One costly yield alone is an interruption, not a busy thread; two
+    // more than 20 ms apart too.
+    shm::detail::remember_costly_yield(start);
+    CHECK_FALSE(shm::detail::yields_lose_the_core(start + 1ms));
+    shm::detail::remember_costly_yield(start + 30ms);
+    CHECK_FALSE(shm::detail::yields_lose_the_core(start + 31ms));
+    const auto t0 = start + 40ms;  // a second one within 20 ms of the last
+    shm::detail::remember_costly_yield(t0);
+    CHECK(shm::detail::yields_lose_the_core(t0 + 1ms));
+    CHECK(shm::detail::yields_lose_the_core(t0 + 99ms));
+    CHECK_FALSE(shm::detail::yields_lose_the_core(t0 + 101ms));
+    CHECK(shm::detail::kLostCoreMemory == 100ms);
+    CHECK(shm::detail::kLostCoreConfirmation == 20ms);
+  });
+  fresh.join();
 }

@@ -303,28 +303,41 @@ inline void pause_cpu() {
 #endif
 }
 void yield_cpu();
-// sched_yield calls this process has made in waits (all threads), for tests.
+// sched_yield calls this thread has made in waits, for tests.
 std::uint64_t yield_calls();
 
-// A yield that returns after kCostlyYield ran another thread on this core,
-// one with work of its own (another program, a DataLoader worker, the
-// rank's own compute thread beside its communication thread): CFS gave it
-// the rest of its slice, milliseconds. Waking from the futex costs less
-// than that, and comes back at once when the peer rings (a woken sleeper
-// preempts a thread that has been running), where a yielder waits for the
-// other thread's slice to end. Yielding through every round of a
-// collective under such load made a 64 MiB all-reduce at n=2 take 0.8-1.2 s
-// instead of 25 ms, 7-15x Gloo's time beside the same two busy processes.
+// A yield that returns after kLostCoreYield ran another thread on this
+// core, one with work of its own (another program, a DataLoader worker, the
+// rank's own compute thread beside its communication thread): the scheduler
+// gave it the rest of its slice, up to a 4 ms tick here. Waking from the
+// futex costs less than that, and comes back at once when the peer rings (a
+// woken sleeper preempts a thread that has been running), where a yielder
+// waits for the other thread's slice to end. Yielding through every round
+// of a collective beside two busy processes on this 2-core machine made
+// small collectives at n=2 take 4 ms and a 64 MiB all-reduce 0.3-1.3 s
+// (25-54 ms without the yields), slower than Gloo beside the same load.
 // So once a yield of this thread has lost the core, its waits replace the
-// yield phase for kCostlyYieldMemory by polling for kCostlyYield, about what
-// a sleep and a wake cost here (a peer running on another core answers
+// yield phase for kLostCoreMemory by polling for kPollInsteadOfYield, about
+// what a sleep and a wake cost here (a peer running on another core answers
 // within it; sleeping at once cost 30-50 us a round where the peer was
 // there, with one busy process beside two ranks), then sleep. That pays one
 // lost slice per period while the load lasts; after it, yields are tried again.
-inline constexpr std::chrono::microseconds kCostlyYield{50};
-inline constexpr std::chrono::milliseconds kCostlyYieldMemory{100};
-// Whether a yield of this thread lost the core within kCostlyYieldMemory of `now`.
+// Only two such yields within kLostCoreConfirmation count, and only over
+// 1 ms: yields on this virtual machine return late now and then without a
+// busy thread (quiet, per second 11-28 times after over 50 us, 0.1-0.4 after
+// over 500 us; beside a rank that computes, about once a second after over
+// 1 ms), while a yield to a busy thread returned after over 2 ms every time,
+// and every round of a wait meets it again. Each false alarm turned the
+// yields off for 100 ms, and a peer 0.1-1 ms late then cost a sleep and a
+// wake (4 B all_reduce 2-10 us beyond the skew, not 0.6-2; a review).
+inline constexpr std::chrono::microseconds kLostCoreYield{1000};
+inline constexpr std::chrono::milliseconds kLostCoreConfirmation{20};
+inline constexpr std::chrono::microseconds kPollInsteadOfYield{50};
+inline constexpr std::chrono::milliseconds kLostCoreMemory{100};
+// Whether this thread's yields lost the core (a second costly yield within
+// kLostCoreConfirmation of the one before) within kLostCoreMemory before `now`.
 bool yields_lose_the_core(std::chrono::steady_clock::time_point now);
+// Notes a yield that lost the core at `when`.
 void remember_costly_yield(std::chrono::steady_clock::time_point when);
 }  // namespace detail
 
@@ -358,12 +371,12 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitContext& waits, Describ
   if (!core_of_its_own || !detail::yields_lose_the_core(started)) {
     for (auto before = started; before - started < waits.yield_phase();) {
       detail::yield_cpu();
-      const auto after = std::chrono::steady_clock::now();
-      const bool lost_the_core = core_of_its_own && after - before > detail::kCostlyYield;
+      const auto after = std::chrono::steady_clock::now();  // the yield alone, not ready()'s work
+      const bool lost_the_core = core_of_its_own && after - before > detail::kLostCoreYield;
       if (lost_the_core) detail::remember_costly_yield(after);
       if (ready()) return;
       if (lost_the_core) break;
-      before = after;
+      before = std::chrono::steady_clock::now();
     }
   } else {
     // Instead of the yields: poll for about what a sleep and a wake cost,
@@ -371,7 +384,7 @@ void wait_until(Ready&& ready, Doorbell& bell, const WaitContext& waits, Describ
     for (int i = 1;; ++i) {
       detail::pause_cpu();
       if (ready()) return;
-      if (i % 16 == 0 && std::chrono::steady_clock::now() - started > detail::kCostlyYield) break;
+      if (i % 16 == 0 && std::chrono::steady_clock::now() - started > detail::kPollInsteadOfYield) break;
     }
   }
   const std::function<std::string()> describe_fn = std::forward<Describe>(describe);
