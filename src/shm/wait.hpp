@@ -316,12 +316,14 @@ std::uint64_t yield_calls();
 // of a collective beside two busy processes on this 2-core machine made
 // small collectives at n=2 take 4 ms and a 64 MiB all-reduce 0.3-1.3 s
 // (25-54 ms without the yields), slower than Gloo beside the same load.
-// So once a yield of this thread has lost the core, its waits replace the
-// yield phase for kLostCoreMemory by polling for kPollInsteadOfYield, about
-// what a sleep and a wake cost here (a peer running on another core answers
-// within it; sleeping at once cost 30-50 us a round where the peer was
-// there, with one busy process beside two ranks), then sleep. That pays one
-// lost slice per period while the load lasts; after it, yields are tried again.
+// So once this thread's yields have lost the core (two of them, below), its
+// waits replace the yield phase for kLostCoreMemory by polling for
+// kPollInsteadOfYield, about what a sleep and a wake cost here (a peer
+// running on another core answers within it; sleeping at once cost 30-50 us
+// a round where the peer was there, with one busy process beside two
+// ranks), then sleep. That pays two
+// lost slices per period while the load lasts; after it, yields are tried again.
+// A wait whose yield lost the core sleeps at once, whether or not it counts.
 // Only two such yields within kLostCoreConfirmation count, and only over
 // 1 ms: yields on this virtual machine return late now and then without a
 // busy thread (quiet, per second 11-28 times after over 50 us, 0.1-0.4 after
