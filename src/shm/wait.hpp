@@ -321,9 +321,9 @@ std::uint64_t yield_calls();
 // kPollInsteadOfYield, about what a sleep and a wake cost here (a peer
 // running on another core answers within it; sleeping at once cost 30-50 us
 // a round where the peer was there, with one busy process beside two
-// ranks), then sleep. That pays two
-// lost slices per period while the load lasts; after it, yields are tried again.
-// A wait whose yield lost the core sleeps at once, whether or not it counts.
+// ranks), then sleep. That pays two lost slices per period while the load
+// lasts; after it, yields are tried again. A wait whose yield lost the core
+// sleeps at once, whether or not it counts.
 // Only two such yields within kLostCoreConfirmation count, and only over
 // 1 ms: yields on this virtual machine return late now and then without a
 // busy thread (quiet, per second 11-28 times after over 50 us, 0.1-0.4 after

@@ -211,10 +211,14 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // runtime has no kernel for, is never moved.
   c10::intrusive_ptr<Work> allreduce_in_arena(at::Tensor& tensor, const c10d::AllreduceOptions& opts = {});
 
-  c10::intrusive_ptr<Work> broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
-  c10::intrusive_ptr<Work> allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
-  c10::intrusive_ptr<Work> allreduce_coalesced(Tensors& tensors,
-                                               const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
+  // The options default as ProcessGroupGloo's do, so that code holding this
+  // type (not c10d::ProcessGroup) can call pg->allreduce(tensors).
+  c10::intrusive_ptr<Work> broadcast(Tensors& tensors,
+                                     const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<Work> allreduce(Tensors& tensors,
+                                     const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<Work> allreduce_coalesced(
+      Tensors& tensors, const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
   c10::intrusive_ptr<Work> reduce(Tensors& tensors, const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
   c10::intrusive_ptr<Work> allgather(std::vector<Tensors>& outputs, Tensors& inputs,
                                      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
@@ -226,10 +230,12 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
                                   const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
   c10::intrusive_ptr<Work> scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                                    const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
-  c10::intrusive_ptr<Work> reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
-                                          const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
-  c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                                const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<Work> reduce_scatter(
+      Tensors& outputs, std::vector<Tensors>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                          std::vector<int64_t>& output_splits,
                                          std::vector<int64_t>& input_splits,
