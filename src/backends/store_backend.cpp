@@ -125,21 +125,33 @@ constexpr const char* kFailedKey = "axon/failed";
 // found by a review).
 constexpr const char* kFailureSeenPrefix = "axon/failure_seen/";
 constexpr auto kFailureSeenWait = std::chrono::seconds(2);
+// Set before kFailedKey by a rank whose failure is its own (a bad argument
+// or variable, no memory for the arena): its peers may all still be on
+// their way, so each rank that reads the reason also waits for those that
+// have not published their host entry. Under env:// a PyTorch rank connects
+// to the store a second time after rank 0's rendezvous has counted it: a
+// rank 0 that left at once had that rank time out connecting after 60 s,
+// naming nothing (a fresh-clone run). Not set for a timeout, a peer that
+// exited, or an interrupt: the ranks not yet here are not coming (a
+// timeout's error came 2 s after the timeout it named; a review), or the
+// user wants out.
+constexpr const char* kWaitForEveryRankKey = "axon/failed_before_every_rank_came";
 
 // Marks the failure under kFailedKey read by `rank`, then waits, at most
 // kFailureSeenWait, until every rank has: the rank that left it and every
 // reader, the store's host included, stays until the slowest has read it.
 // A peer already past the store (waiting in the arena, which abort_job
 // ended) marks it as it leaves (leave_reason); kept short for one that died
-// and never does. Nor is a peer waited for that never
-// published its host entry (it never came; a timeout waiting for it took 2 s
-// longer than the timeout it named, a review). Throws what the store throws.
+// and never does. A peer that has not published its host entry is waited
+// for only where the failure says every rank may still come
+// (kWaitForEveryRankKey). Throws what the store throws.
 void mark_failure_read(KeyValueStore& store, int rank, int world_size) {
   store.set(kFailureSeenPrefix + std::to_string(rank), "1");
+  const bool wait_for_unpublished = store.has(kWaitForEveryRankKey).value_or(false);
   const auto until = std::chrono::steady_clock::now() + kFailureSeenWait;
   for (int peer = 0; peer < world_size; ++peer) {
     const std::string host_key = "axon/host/" + std::to_string(peer);
-    if (!store.has(host_key).value_or(true)) continue;
+    if (!wait_for_unpublished && !store.has(host_key).value_or(true)) continue;
     // Nor a peer whose process has exited (killed, most often: what failed
     // the set-up): it never reads, and every rank's error came 2 s after the
     // kill (a review).
@@ -175,12 +187,14 @@ std::string named_by(const std::string& who, const std::string& reason) {
 // ended) and, as the store's host, have taken the reason with it when its
 // program ended (a peer still polling the store got "Broken pipe", 1 run in
 // 10). A rank that read the reason in the store has waited for the others
-// then. Never throws.
-void leave_reason(KeyValueStore& store, int rank, int world_size, const std::string& reason) {
+// then. `own_failure`: the reason is this rank's own (kWaitForEveryRankKey).
+// Never throws.
+void leave_reason(KeyValueStore& store, int rank, int world_size, const std::string& reason, bool own_failure) {
   try {
     const std::optional<bool> failed = store.has(kFailedKey);
     if (!failed.has_value()) return;  // a store that cannot check: no reasons
     if (!*failed) {
+      if (own_failure) store.set(kWaitForEveryRankKey, "1");
       store.set(kFailedKey, reason);
     } else if (store.has(kFailureSeenPrefix + std::to_string(rank)).value_or(true)) {
       return;
@@ -286,7 +300,7 @@ class SetupWait {
         // sees it exit (a review saw bare "Connection reset by peer").
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
         for (;;) {
-          if (options_.while_waiting) options_.while_waiting();
+          call_while_waiting();
           throw_if_a_watched_peer_exited(waiting_for);
           if (std::chrono::steady_clock::now() >= until) break;
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -296,7 +310,7 @@ class SetupWait {
       // The caller's check first: under PyTorch it names a process that
       // died first, where a peer of this set-up may have exited only
       // because that death failed it.
-      if (options_.while_waiting) options_.while_waiting();
+      call_while_waiting();
       throw_if_a_watched_peer_exited(waiting_for);
       if (shm::waited_since(started_) >= timeout_) {  // not a pause (Ctrl-Z): a review
         throw Timeout(who_ + "timed out after " + format_seconds(std::chrono::duration<double>(timeout_).count()) +
@@ -308,7 +322,21 @@ class SetupWait {
     }
   }
 
+  // Whether StoreOptions::while_waiting threw: the caller gave up (a
+  // process of the job exited, an interrupt), for no failure of this rank's own.
+  bool caller_gave_up() const { return caller_gave_up_; }
+
  private:
+  void call_while_waiting() {
+    if (!options_.while_waiting) return;
+    try {
+      options_.while_waiting();
+    } catch (...) {
+      caller_gave_up_ = true;
+      throw;
+    }
+  }
+
   int rank_;
   int world_size_;
   KeyValueStore& store_;
@@ -320,6 +348,7 @@ class SetupWait {
   std::chrono::steady_clock::time_point started_;
   std::vector<ProcessWatch> peers_;
   bool can_check_;
+  bool caller_gave_up_ = false;
 };
 
 // The worlds this process set up through a store and still holds, by the
@@ -708,7 +737,10 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
   try {
     return set_up();
   } catch (const std::exception& e) {
-    leave_reason(store, rank, world_size, named_by(who, e.what()));
+    // A timeout or a peer's exit is no failure of this rank's own; nor is
+    // what the caller's while_waiting threw.
+    const bool own_failure = dynamic_cast<const PeerFailure*>(&e) == nullptr && !setup.caller_gave_up();
+    leave_reason(store, rank, world_size, named_by(who, e.what()), own_failure);
     throw;
   }
 }
@@ -717,7 +749,7 @@ void StoreBackend::give_up(KeyValueStore& store, int rank, int world_size, const
                            const std::string& reason) {
   // Names that do not fit the world (a caller's own bad input) give way to its numbers.
   const RankNames names(rank_names.size() == static_cast<std::size_t>(world_size) ? rank_names : std::vector<int>{});
-  leave_reason(store, rank, world_size, names.rank(rank) + ": " + reason);
+  leave_reason(store, rank, world_size, names.rank(rank) + ": " + reason, /*own_failure=*/true);
 }
 
 }  // namespace axonml::distributed

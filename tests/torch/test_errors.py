@@ -1032,12 +1032,9 @@ def one_rank_bad_environment(rank, n, name, imported):
     Both found by reviews.
 
     Every rank first waits at `imported` (a barrier of the spawned processes)
-    until all have imported torch: rank 0, which hosts the store, raises as
-    soon as the bad rank's reason is in, gives the others a moment to read it,
-    then ends, and the store with it; a rank still importing torch seconds
-    later (a loaded CI machine) found no store and timed out connecting after
-    60 s. A job whose store host ends before a rank arrives fails that way
-    under any backend."""
+    until all have imported torch, so that the 20 s bound below measures the
+    set-up and not a loaded machine's imports. (Rank 0, which hosts the store,
+    stays until every peer has read the reason, or 2 s: late_past_the_store.)"""
     imported.wait(timeout=300)
     if rank == n - 1:
         os.environ[name] = "lots"
@@ -1049,6 +1046,33 @@ def one_rank_bad_environment(rank, n, name, imported):
         assert f"rank {n - 1}: {name}=lots" in text, text
     assert waited < 20, f"rank {rank} learned of rank {n - 1}'s bad value only after {waited:.1f} s: {text}"
     return text
+
+
+def late_past_the_store(rank, n):
+    """Rank 2 fails before the rendezvous; rank 1 has joined PyTorch's store
+    (a TCPStore client) but comes to the backend only after rank 0 has read
+    rank 2's reason. Rank 0, whose program hosts the store, waits for rank 1
+    too (up to 2 s), so rank 1 still reads the reason. Before, rank 0 waited
+    only for ranks that had published their host entry and ended at once:
+    under env:// a rank's TCPStore connects a second time after rank 0's
+    rendezvous has counted it, and that rank timed out connecting after 60 s
+    naming nothing (a fresh-clone run); here rank 1 found no store."""
+    if rank == n - 1:
+        os.environ["AXON_TORCH_INLINE_BYTES"] = "lots"
+    if rank != 1:
+        return raises(lambda: dist.init_process_group("axon", timeout=datetime.timedelta(seconds=60)),
+                      "AXON_TORCH_INLINE_BYTES=lots")
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), n, False,
+                           datetime.timedelta(seconds=60))
+    store = dist.PrefixStore("default_pg", client)
+    # The key rank 0 sets once it has read the reason, under the group's
+    # prefix (PyTorch names the first group "0").
+    group_store = dist.PrefixStore("0", store)
+    group_store.wait(["axon/failure_seen/0"], datetime.timedelta(seconds=60))
+    time.sleep(0.5)  # rank 0's program would have ended by now, and its store with it
+    return raises(lambda: dist.init_process_group("axon", store=store, rank=rank, world_size=n,
+                                                  timeout=datetime.timedelta(seconds=60)),
+                  f"rank {n - 1}: AXON_TORCH_INLINE_BYTES=lots")
 
 
 def bad_environment():
@@ -1127,6 +1151,9 @@ if __name__ == "__main__":
     for name in ("AXON_TORCH_INLINE_BYTES", "AXON_SPIN_POLLS", "AXON_SPIN_POLLS", "AXON_SPIN_POLLS"):
         texts = run_ranks(3, one_rank_bad_environment, name, mp.get_context("spawn").Barrier(3))
         print(f"test_errors: a bad value on rank 2 only reached its peers at once: {texts[0].splitlines()[0][:160]}")
+    texts = run_ranks(3, late_past_the_store)
+    print(f"test_errors: a rank that came to the backend after rank 0 (the store's host) had read a peer's failure "
+          f"still read it: {texts[1].splitlines()[0][:160]}")
     texts = run_ranks(3, rank0_set_up_failed)
     print(f"test_errors: rank 0's set-up failure reached the peers though its program ended at once: {texts[1].splitlines()[0][:160]}")
     texts = run_ranks(2, late_peer)

@@ -112,8 +112,9 @@ class StoreBackend final : public ArenaBackend {
   // fails at once with `reason`, prefixed with this rank's name (from
   // `rank_names`, as StoreOptions::rank_names; its number when they do not
   // give one per rank), rather than waiting out its
-  // timeout for this rank's entry. Waits up to 2 s for them to read it;
-  // never throws.
+  // timeout for this rank's entry. Waits up to 2 s for them to read it,
+  // those that have not come yet too (a peer of a PyTorch job may still be
+  // connecting to the store that rank 0's process hosts); never throws.
   static void give_up(KeyValueStore& store, int rank, int world_size, const std::vector<int>& rank_names,
                       const std::string& reason);
 
