@@ -13,6 +13,10 @@ add_executable(mpi_rank_checks support/mpi_rank_checks.cpp)
 target_include_directories(mpi_rank_checks PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(mpi_rank_checks PRIVATE axonml::distributed axon_warnings)
 
+add_executable(mpi_busy_core support/mpi_busy_core.cpp)
+target_include_directories(mpi_busy_core PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(mpi_busy_core PRIVATE axonml::distributed axon_warnings)
+
 # Open MPI's own allocations outlive MPI_Finalize, which LeakSanitizer would
 # report as our leaks in the asan preset; the ranks inherit mpirun's
 # environment.
@@ -298,3 +302,23 @@ add_test(NAME "${name}"
   COMMAND ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 3 -x AXON_TIMEOUT=60 $<TARGET_FILE:launcher_probe> exit 1 3)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 30 ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}"
   PASS_REGULAR_EXPRESSION "probe rank [02] caught PeerFailure: .*job aborted: rank 1 exited with status 3")
+
+# MPI's waits, as the shared-memory ones: a rank with a core of its own stops
+# yielding once its yields lose the core to a busy thread; an oversubscribed
+# one keeps yielding. RUN_SERIAL: the counts are of this job's own contention.
+# The third case leaves the verdict to mpirun's OMPI_MCA_mpi_oversubscribe
+# (which is 0 for 2 ranks on 2 cores or more, --oversubscribe or not).
+foreach(case "-x AXON_OVERSUBSCRIBED=0|a rank with a core of its own stops yielding to a busy thread on its core after two yields lost it"
+             "-x AXON_OVERSUBSCRIBED=1|oversubscribed ranks keep yielding beside a busy thread (a long yield is a peer rank's turn)"
+             "|mpirun's own verdict on oversubscription decides whether a rank's waits keep yielding beside a busy thread")
+  string(REPLACE "|" ";" fields "${case}")
+  list(GET fields 0 told)
+  list(GET fields 1 what)
+  separate_arguments(told UNIX_COMMAND "${told}")
+  set(name "mpi: ${what} (mpirun -np 2, flat)")
+  add_test(NAME "${name}"
+    COMMAND ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 2 -x AXON_HIERARCHICAL=0 ${told}
+            -x AXON_TIMEOUT=60 $<TARGET_FILE:mpi_busy_core>)
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE PASS_REGULAR_EXPRESSION ", 0 wrong: ok"
+                       ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
+endforeach()

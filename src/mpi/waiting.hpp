@@ -2,7 +2,8 @@
 //
 // Every MPI operation MpiBackend starts is nonblocking; wait() tests its
 // requests with a backoff that suits 4 ranks on 2 cores as well as a
-// dedicated core (test, then sched_yield, then short sleeps), and gives up
+// dedicated core (test, then sched_yield, then short sleeps; polling instead
+// of the yields while they lose the core to a busy program), and gives up
 // with a Timeout after AXON_TIMEOUT seconds (default 300), or with a
 // PeerFailure when the endpoint was aborted. Each test also drives MPI's
 // progress engine, which is what lets a buffered send() finish while its
@@ -32,6 +33,11 @@ struct WaitContext {
   // to look for news the wait should end on (a peer's notice that it gave
   // up the call); it ends the wait by throwing.
   std::function<void()> watch;
+  // Whether this node's ranks outnumber its cores (shm::ranks_outnumber_cores):
+  // then a yield that takes long was a peer rank's turn, and waits keep
+  // yielding; else one that lost the core to a busy program stops them
+  // (shm::detail::yields_lose_the_core, as the shared-memory waits).
+  bool oversubscribed = true;
 };
 
 // Returns once every request has completed (each becomes MPI_REQUEST_NULL):
