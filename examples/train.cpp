@@ -16,7 +16,10 @@
 // the number of finished epochs after every epoch (to a new file PATH.XXXXXX, then renamed
 // over PATH, so a kill never leaves half a checkpoint), and every rank resumes
 // from PATH when it exists: under `axon-launch --max-restarts K` a job whose
-// rank died ends with the parameters of an undisturbed run.
+// rank died ends with the parameters of an undisturbed run. --die-in-epoch E
+// makes rank --die-rank kill itself halfway through epoch E on the first
+// attempt, to try that (a kill from outside lands wherever the scheduler lets
+// it: a test's watcher, starved on a loaded machine, missed epoch 2).
 //
 // The matrix products use oneTBB; each rank limits it to its share of the
 // cores (--threads, default: AXON_THREADS_PER_RANK from axon-launch, else
@@ -29,9 +32,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +66,8 @@ struct Config {
   std::size_t threads = 0;  // 0: this rank's fair share of the cores
   std::string checksum_file;
   std::string checkpoint;
+  int die_in_epoch = 0;  // 0: never
+  int die_rank = 1;
 };
 
 constexpr std::size_t kFeatures = 64;
@@ -91,6 +98,12 @@ Dataset make_dataset(std::size_t samples, std::uint64_t seed) {
     for (std::size_t f = 0; f < kFeatures; ++f) d.x[i * kFeatures + f] = centers[label * kFeatures + f] + kNoise * normal(rng);
   }
   return d;
+}
+
+// Whether this is axon-launch's first attempt (AXON_RESTART_COUNT unset or 0).
+bool first_attempt() {
+  const char* count = std::getenv("AXON_RESTART_COUNT");
+  return count == nullptr || std::string(count) == "0";
 }
 
 std::vector<std::size_t> permutation(std::size_t n, std::uint64_t seed) {
@@ -308,6 +321,10 @@ int run(const Config& cfg, const dist::World& world) {
   const auto n = static_cast<std::size_t>(world.world_size());
   const auto rank = static_cast<std::size_t>(world.rank());
   // Messages leave out the "train: " prefix; main() adds it.
+  if (cfg.die_in_epoch > 0 && static_cast<std::size_t>(cfg.die_rank) >= n) {
+    throw dist::InvalidArgument("--die-rank " + std::to_string(cfg.die_rank) + " is not a rank of this world of " +
+                                std::to_string(n) + " (0.." + std::to_string(n - 1) + ")");
+  }
   if (cfg.global_batch > cfg.samples) {
     // The batch suggested must also split evenly over the ranks (the check
     // below), or following the advice only leads to the next error.
@@ -380,6 +397,12 @@ int run(const Config& cfg, const dist::World& world) {
       ddp.sync_gradients();
       sgd.step();
       if (main) bar.show(epoch, step + 1, steps);
+      // Halfway through the epoch, so that every rank is past the checkpoint
+      // of the epoch before (rank 0 wrote it before this epoch's first step).
+      if (epoch == cfg.die_in_epoch && static_cast<int>(rank) == cfg.die_rank && step == steps / 2 &&
+          first_attempt()) {
+        std::raise(SIGKILL);
+      }
     }
     // Loss and accuracy over the whole epoch and every rank, in one all-reduce.
     std::vector<float> totals{static_cast<float>(loss_sum / static_cast<double>(steps)), static_cast<float>(correct)};
@@ -451,6 +474,12 @@ int main(int argc, char** argv) {
   app.add_option("--checksum-file", cfg.checksum_file, "Write every final parameter, one per line, to PATH (rank 0)");
   app.add_option("--checkpoint", cfg.checkpoint,
                  "Save to PATH after every epoch (rank 0, atomically) and resume from PATH when it exists");
+  app.add_option("--die-in-epoch", cfg.die_in_epoch,
+                 "To try axon-launch --max-restarts: on the first attempt, rank --die-rank kills itself (SIGKILL) "
+                 "halfway through this epoch (0: never)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--die-rank", cfg.die_rank, "The rank --die-in-epoch kills")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     const nn::ComputeThreads threads(cfg.threads ? cfg.threads : nn::ComputeThreads::fair_share());
