@@ -19,7 +19,7 @@ args=(--epochs 3 --samples 16384 --sync sync)
 # Rank 1 of the first attempt kills itself (SIGKILL) halfway through epoch 2,
 # after rank 0's checkpoint of epoch 1. (A watcher that killed it once the
 # checkpoint appeared was starved on a loaded machine until epoch 2 had
-# ended: the run resumed after epoch 2, 1 full-suite run in 3.)
+# ended: the run resumed after epoch 2 in a full-suite run beside load.)
 # A link where the checkpoint's temporary file used to go (PATH.tmp): the
 # write must never follow it into another file (found by a review).
 echo "precious" >"$work/precious"
