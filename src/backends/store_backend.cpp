@@ -127,14 +127,16 @@ constexpr const char* kFailureSeenPrefix = "axon/failure_seen/";
 constexpr auto kFailureSeenWait = std::chrono::seconds(2);
 // Set before kFailedKey by a rank whose failure is its own (a bad argument
 // or variable, no memory for the arena): its peers may all still be on
-// their way, so each rank that reads the reason also waits for those that
-// have not published their host entry. Under env:// a PyTorch rank connects
-// to the store a second time after rank 0's rendezvous has counted it: a
-// rank 0 that left at once had that rank time out connecting after 60 s,
-// naming nothing (a fresh-clone run). Not set for a timeout, a peer that
-// exited, or an interrupt: the ranks not yet here are not coming (a
-// timeout's error came 2 s after the timeout it named; a review), or the
-// user wants out.
+// their way, so the rank in whose process the store lives
+// (StoreOptions::store_lives_here) also waits for those that have not
+// published their host entry. Under env:// a PyTorch rank connects to the
+// store a second time after rank 0's rendezvous has counted it: a rank 0
+// that left at once had that rank time out connecting after 60 s, naming
+// nothing (a fresh-clone run). The other ranks gain nothing by waiting for
+// them (a review: a lone rank's bad value took 2 s). Not set for a timeout,
+// a peer that exited, an interrupt or a failing store: the ranks not yet
+// here are not coming (a timeout's error came 2 s after the timeout it
+// named; a review), or the user wants out.
 constexpr const char* kWaitForEveryRankKey = "axon/failed_before_every_rank_came";
 
 // Marks the failure under kFailedKey read by `rank`, then waits, at most
@@ -143,11 +145,12 @@ constexpr const char* kWaitForEveryRankKey = "axon/failed_before_every_rank_came
 // A peer already past the store (waiting in the arena, which abort_job
 // ended) marks it as it leaves (leave_reason); kept short for one that died
 // and never does. A peer that has not published its host entry is waited
-// for only where the failure says every rank may still come
-// (kWaitForEveryRankKey). Throws what the store throws.
-void mark_failure_read(KeyValueStore& store, int rank, int world_size) {
+// for only by the store's own process, and only where the failure says
+// every rank may still come (kWaitForEveryRankKey). Throws what the store
+// throws.
+void mark_failure_read(KeyValueStore& store, int rank, int world_size, bool store_lives_here) {
   store.set(kFailureSeenPrefix + std::to_string(rank), "1");
-  const bool wait_for_unpublished = store.has(kWaitForEveryRankKey).value_or(false);
+  const bool wait_for_unpublished = store_lives_here && store.has(kWaitForEveryRankKey).value_or(false);
   const auto until = std::chrono::steady_clock::now() + kFailureSeenWait;
   for (int peer = 0; peer < world_size; ++peer) {
     const std::string host_key = "axon/host/" + std::to_string(peer);
@@ -189,7 +192,8 @@ std::string named_by(const std::string& who, const std::string& reason) {
 // 10). A rank that read the reason in the store has waited for the others
 // then. `own_failure`: the reason is this rank's own (kWaitForEveryRankKey).
 // Never throws.
-void leave_reason(KeyValueStore& store, int rank, int world_size, const std::string& reason, bool own_failure) {
+void leave_reason(KeyValueStore& store, int rank, int world_size, const std::string& reason, bool own_failure,
+                  bool store_lives_here) {
   try {
     const std::optional<bool> failed = store.has(kFailedKey);
     if (!failed.has_value()) return;  // a store that cannot check: no reasons
@@ -199,7 +203,7 @@ void leave_reason(KeyValueStore& store, int rank, int world_size, const std::str
     } else if (store.has(kFailureSeenPrefix + std::to_string(rank)).value_or(true)) {
       return;
     }
-    mark_failure_read(store, rank, world_size);
+    mark_failure_read(store, rank, world_size, store_lives_here);
   } catch (...) {  // the store failing too: the peers' own checks remain
   }
 }
@@ -240,7 +244,7 @@ class SetupWait {
     if (store_.has(kFailedKey).value_or(false)) {
       const std::string reason = store_.get(kFailedKey);
       try {
-        mark_failure_read(store_, rank_, world_size_);
+        mark_failure_read(store_, rank_, world_size_, options_.store_lives_here);
       } catch (...) {  // the store going down: the reason is read, which is what counts
       }
       throw PeerFailure(who_ + "gave up setting up the shared memory while it waited for " + waiting_for() + ": " +
@@ -251,7 +255,8 @@ class SetupWait {
   // Throws Error for a store that failed (`what`) under a wait, saying what
   // this rank waited for.
   template <class WaitingFor>
-  [[noreturn]] void throw_store_failed(const std::string& what, WaitingFor&& waiting_for) const {
+  [[noreturn]] void throw_store_failed(const std::string& what, WaitingFor&& waiting_for) {
+    store_failed_ = true;
     throw Error(who_ + "the store failed (" + what + ") while this rank waited in it for " + waiting_for() +
                 " to set up the shared memory; under env:// or tcp:// the store lives in global rank 0's "
                 "process, so that process may have failed or exited: see its error");
@@ -322,9 +327,10 @@ class SetupWait {
     }
   }
 
-  // Whether StoreOptions::while_waiting threw: the caller gave up (a
-  // process of the job exited, an interrupt), for no failure of this rank's own.
-  bool caller_gave_up() const { return caller_gave_up_; }
+  // Whether StoreOptions::while_waiting threw (the caller gave up: a process
+  // of the job exited, an interrupt) or the store failed under a wait: no
+  // failure of this rank's own.
+  bool gave_up_for_another_reason() const { return caller_gave_up_ || store_failed_; }
 
  private:
   void call_while_waiting() {
@@ -349,6 +355,7 @@ class SetupWait {
   std::vector<ProcessWatch> peers_;
   bool can_check_;
   bool caller_gave_up_ = false;
+  bool store_failed_ = false;
 };
 
 // The worlds this process set up through a store and still holds, by the
@@ -738,18 +745,19 @@ std::shared_ptr<StoreBackend> StoreBackend::create(KeyValueStore& store, int ran
     return set_up();
   } catch (const std::exception& e) {
     // A timeout or a peer's exit is no failure of this rank's own; nor is
-    // what the caller's while_waiting threw.
-    const bool own_failure = dynamic_cast<const PeerFailure*>(&e) == nullptr && !setup.caller_gave_up();
-    leave_reason(store, rank, world_size, named_by(who, e.what()), own_failure);
+    // what the caller's while_waiting threw, or a store that failed.
+    const bool own_failure = dynamic_cast<const Error*>(&e) != nullptr &&
+                             dynamic_cast<const PeerFailure*>(&e) == nullptr && !setup.gave_up_for_another_reason();
+    leave_reason(store, rank, world_size, named_by(who, e.what()), own_failure, options.store_lives_here);
     throw;
   }
 }
 
 void StoreBackend::give_up(KeyValueStore& store, int rank, int world_size, const std::vector<int>& rank_names,
-                           const std::string& reason) {
+                           const std::string& reason, bool store_lives_here) {
   // Names that do not fit the world (a caller's own bad input) give way to its numbers.
   const RankNames names(rank_names.size() == static_cast<std::size_t>(world_size) ? rank_names : std::vector<int>{});
-  leave_reason(store, rank, world_size, names.rank(rank) + ": " + reason, /*own_failure=*/true);
+  leave_reason(store, rank, world_size, names.rank(rank) + ": " + reason, /*own_failure=*/true, store_lives_here);
 }
 
 }  // namespace axonml::distributed

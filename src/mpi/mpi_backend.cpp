@@ -95,19 +95,12 @@ struct PendingSend {
   std::string what;
 };
 
-// Whether this node's ranks of the job outnumber its cores: AXON_OVERSUBSCRIBED
-// where set; else what mpirun decided (OMPI_MCA_mpi_oversubscribe, 1 only
-// where it placed more ranks than cores, --oversubscribe or not); else the
-// ranks Open MPI started here (OMPI_COMM_WORLD_LOCAL_SIZE), or the whole
-// world, against the cores this process may use, which at worst keeps the
-// waits yielding (a rank mpirun bound to one core counts one). Read once.
+// Whether this node's ranks of the job outnumber its cores
+// (shm::ranks_outnumber_cores), counting the ranks Open MPI started here
+// (OMPI_COMM_WORLD_LOCAL_SIZE), or else the whole world, which at worst
+// keeps the waits yielding. Read once.
 bool node_oversubscribed() {
   static const bool oversubscribed = [] {
-    if (const auto told = env::flag("AXON_OVERSUBSCRIBED")) return *told;
-    if (const char* placed = std::getenv("OMPI_MCA_mpi_oversubscribe"); placed && (placed == std::string_view("0") ||
-                                                                               placed == std::string_view("1"))) {
-      return placed[0] == '1';
-    }
     int ranks_here = 0;
     if (const auto local = env::integer("OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1'000'000)) {
       ranks_here = static_cast<int>(*local);

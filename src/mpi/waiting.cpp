@@ -40,11 +40,13 @@ bool finishes_within(Test& test, std::chrono::milliseconds grace) {
 //
 // A rank with a core of its own whose yields lose the core to a busy
 // program (the shared-memory waits' rule: shm::detail::kLostCoreYield)
-// tests without yielding for shm::detail::kPollInsteadOfYield instead, then
-// sleeps: each yield handed that program the rest of its slice, and every
-// wait met it again (flat MPI all_reduce at n=2 beside two busy processes
-// on this 2-core machine: 4 ms at 4 B, 12 ms from 16 KiB, against 1.3 us
-// and 15 us quiet).
+// tests without yielding through the yield phase instead, then sleeps: each
+// yield handed that program the rest of its slice, and every wait met it
+// again (flat MPI all_reduce at n=2 beside two busy processes on this 2-core
+// machine: 4 ms at 4 B, 12 ms from 16 KiB, against 1.3 us and 15 us quiet).
+// Not the shared-memory waits' 50 us of polling: they sleep on a futex the
+// peer rings, where these sleep 50 us at a time, which take 120-135 us here,
+// and small ops took 0.4-0.7 ms after 50 us of polling (a review).
 template <typename Test, typename Describe>
 void poll(Test&& test, const WaitContext& context, Describe&& describe) {
   constexpr auto kYieldPhase = std::chrono::milliseconds(1);
@@ -103,7 +105,7 @@ void poll(Test&& test, const WaitContext& context, Describe&& describe) {
         distributed::shm::detail::remember_costly_yield(after);
         yielding = false;  // and sleeps from now on: waited is past the polling below
       }
-    } else if (!yielding && waited < distributed::shm::detail::kPollInsteadOfYield) {
+    } else if (!yielding && waited < kYieldPhase) {
       distributed::shm::detail::pause_cpu();
     } else {
       std::this_thread::sleep_for(kSleep);

@@ -70,10 +70,26 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) {
 
 namespace {
 
-int cores_this_process_may_use() {
+int cpus_of(pid_t pid) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
-  return sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return sched_getaffinity(pid, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+}
+
+// The CPUs this process may use; under mpirun (OMPI_COMM_WORLD_LOCAL_SIZE
+// set) those its parent may use where that is more: mpirun binds each rank
+// to a core of its own by default (not when it oversubscribes), and not its
+// daemon. A process that pinned itself beside a peer stays counted as it is.
+int cores_this_process_may_use() {
+  const int own = cpus_of(0);
+  return std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") != nullptr ? std::max(own, cpus_of(::getppid())) : own;
+}
+
+// mpirun's own verdict, where it gave one: only its "1" is trusted, as its
+// "0" counts slots (a hostfile's slots=4 on 2 cores says 0).
+bool mpirun_says_oversubscribed() {
+  const char* placed = std::getenv("OMPI_MCA_mpi_oversubscribe");
+  return placed != nullptr && std::string_view(placed) == "1";
 }
 
 // What ranks_outnumber_cores(ranks) went by, for the debug line of a new
@@ -82,14 +98,16 @@ std::string why_oversubscribed_or_not(int ranks) {
   if (const auto told = env::flag("AXON_OVERSUBSCRIBED")) {
     return std::string("AXON_OVERSUBSCRIBED=") + (*told ? "1" : "0");
   }
+  if (mpirun_says_oversubscribed()) return "OMPI_MCA_mpi_oversubscribe=1";
   return std::to_string(ranks) + " ranks, " + std::to_string(cores_this_process_may_use()) +
-         " CPUs this process may use";
+         " CPUs this process may use (under mpirun: or its parent)";
 }
 
 }  // namespace
 
 bool ranks_outnumber_cores(int ranks) {
   if (const auto told = env::flag("AXON_OVERSUBSCRIBED")) return *told;
+  if (mpirun_says_oversubscribed()) return true;
   return ranks > cores_this_process_may_use();
 }
 

@@ -235,8 +235,11 @@ class WaitContext {
 // Whether `ranks` ranks outnumber the cores they run on: AXON_OVERSUBSCRIBED
 // when set (axon-launch sets it, knowing how it bound the ranks: with --bind
 // core each rank's affinity is its own core, so counting our own CPUs would
-// say "oversubscribed" for every bound job), else more ranks than CPUs this
-// process may use.
+// say "oversubscribed" for every bound job); else yes where mpirun says so
+// (OMPI_MCA_mpi_oversubscribe=1; its 0 counts slots, which a hostfile may
+// give more of than there are cores); else more ranks than CPUs this process
+// may use, or under mpirun its parent (mpirun binds each rank to a core of
+// its own by default, but not its daemon).
 bool ranks_outnumber_cores(int ranks);
 
 // Marks the job aborted (the first caller wins; later reasons are dropped),

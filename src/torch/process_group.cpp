@@ -55,6 +55,20 @@ using c10d::OpType;
 
 namespace {
 
+// Whether `store` (under any PrefixStores) is a TCPStore, whose server runs
+// in rank 0 under env:// and tcp:// (a client's connection breaks when rank
+// 0 drops it). 1.13's TCPStore does not say whether it is the server.
+c10d::TCPStore* tcp_store(c10::intrusive_ptr<c10d::Store> store) {
+  while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get())) store = prefixed->getUnderlyingStore();
+  return dynamic_cast<c10d::TCPStore*>(store.get());
+}
+
+// Whether `store` lives in this process, which is global rank `global_rank`:
+// under env:// and tcp:// the TCPStore's server runs in global rank 0's.
+bool store_lives_in_process_of(const c10::intrusive_ptr<c10d::Store>& store, int global_rank) {
+  return global_rank == 0 && tcp_store(store) != nullptr;
+}
+
 // The c10d store PyTorch passes, as the runtime's KeyValueStore.
 class C10dStore final : public ad::KeyValueStore {
  public:
@@ -550,6 +564,9 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   // (they waited out the group's timeout, naming nothing; found by a review).
   std::string timeout_name = "the group's timeout";
   const std::chrono::milliseconds group_timeout = timeout;  // the set-up's, below
+  const bool store_lives_here = store_lives_in_process_of(
+      store, rank >= 0 && rank < static_cast<int>(global_ranks_.size()) ? global_ranks_[static_cast<std::size_t>(rank)]
+                                                                         : -1);
   std::size_t room = 0;
   try {
     if (timeout.count() < 0) {
@@ -603,7 +620,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   } catch (const std::exception& e) {
     try {
       C10dStore kv(store);
-      ad::StoreBackend::give_up(kv, rank, size, global_ranks_, e.what());
+      ad::StoreBackend::give_up(kv, rank, size, global_ranks_, e.what(), store_lives_here);
     } catch (...) {  // the store failing too: this rank's own error is the one to raise
     }
     throw;
@@ -625,6 +642,7 @@ ProcessGroupAxon::ProcessGroupAxon(const c10::intrusive_ptr<c10d::Store>& store,
   // PyTorch's own rendezvous does, as a C++ rank's --timeout does not count
   // start-up. A peer that exits or fails its set-up is still reported at once.
   options.setup_timeout = group_timeout;
+  options.store_lives_here = store_lives_here;
   options.setup_timeout_name = "the group's timeout";
   options.group = "global ranks " + describe_global_ranks();
   // The default group is the job: its ranks are named by themselves, and
@@ -960,14 +978,6 @@ void ProcessGroupAxon::release_ranks_left_waiting() noexcept {
 }
 
 namespace {
-
-// Whether `store` (under any PrefixStores) is a TCPStore, whose server runs
-// in rank 0 under env:// and tcp:// (a client's connection breaks when rank
-// 0 drops it). 1.13's TCPStore does not say whether it is the server.
-c10d::TCPStore* tcp_store(c10::intrusive_ptr<c10d::Store> store) {
-  while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get())) store = prefixed->getUnderlyingStore();
-  return dynamic_cast<c10d::TCPStore*>(store.get());
-}
 
 // Whether nothing listens at host:port any more (a connection is refused).
 // Rank 0's store closes its clients' connections a moment before its

@@ -1092,7 +1092,10 @@ def bad_environment():
             raises(lambda: axonml_torch.create_process_group(dist.HashStore(), 0, 2, datetime.timedelta(seconds=60)),
                    f"{name}={value}", *words)
             waited = time.monotonic() - start
-            assert waited < 5, f"the bad {name} was reported only after {waited:.1f} s"
+            # Under 2 s too: a rank whose process does not hold the store
+            # (a HashStore, here) does not stay for peers that never came
+            # (it took 2 s; a review).
+            assert waited < 1.5, f"the bad {name} was reported only after {waited:.1f} s"
         finally:
             del os.environ[name]
     # A negative timeout (possible through store=) is refused, as Gloo does;

@@ -97,6 +97,13 @@ struct StoreOptions {
   // PyTorch backend gives up when a process of the job has exited, as seen
   // by another group of this process.
   std::function<void()> while_waiting;
+  // Whether the store lives in this process (PyTorch's TCPStore, in global
+  // rank 0's under env:// and tcp://). After a rank's own failure (a bad
+  // value, no memory) this rank then stays, up to 2 s, until every rank has
+  // read the reason, also those that have not come yet: a PyTorch rank
+  // connects to that store a second time after the rendezvous counted it,
+  // and timed out connecting after 60 s where this process had ended.
+  bool store_lives_here = false;
 };
 
 class StoreBackend final : public ArenaBackend {
@@ -113,10 +120,10 @@ class StoreBackend final : public ArenaBackend {
   // `rank_names`, as StoreOptions::rank_names; its number when they do not
   // give one per rank), rather than waiting out its
   // timeout for this rank's entry. Waits up to 2 s for them to read it,
-  // those that have not come yet too (a peer of a PyTorch job may still be
-  // connecting to the store that rank 0's process hosts); never throws.
+  // where `store_lives_here` (StoreOptions) those that have not come yet
+  // too; never throws.
   static void give_up(KeyValueStore& store, int rank, int world_size, const std::vector<int>& rank_names,
-                      const std::string& reason);
+                      const std::string& reason, bool store_lives_here = false);
 
  private:
   using ArenaBackend::ArenaBackend;
