@@ -322,3 +322,11 @@ foreach(case "-x AXON_OVERSUBSCRIBED=0|a rank with a core of its own stops yield
   set_tests_properties("${name}" PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE PASS_REGULAR_EXPRESSION ", 0 wrong: ok"
                        ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
 endforeach()
+# 64 KiB through the node's arena (hierarchical, mpirun binding each rank to
+# a core): its waits counted the bound ranks as oversubscribed and kept
+# yielding (a review).
+set(name "mpi: the node arena's waits of ranks mpirun bound to a core each stop yielding to a busy thread (mpirun -np 2, hierarchical, 64 KiB)")
+add_test(NAME "${name}"
+  COMMAND ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 2 -x AXON_TIMEOUT=60 $<TARGET_FILE:mpi_busy_core> 16384)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE PASS_REGULAR_EXPRESSION ", 0 wrong: ok"
+                     ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")

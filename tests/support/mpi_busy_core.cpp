@@ -11,8 +11,13 @@
 // processes took 4 ms at 4 B) stop after two: expect fewer than half the
 // rounds. Oversubscribed, a long yield is a peer rank's turn: every round
 // yields at least once.
+//
+// `mpi_busy_core FLOATS` all-reduces FLOATS floats (default 1); above 4 KiB
+// a hierarchical world (the default) takes them through the node's arena,
+// whose waits are the shared-memory ones.
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -40,8 +45,9 @@ void pin_to(int cpu) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   constexpr int kRounds = 40;
+  const std::size_t floats = argc > 1 ? std::stoul(argv[1]) : 1;
   World world = World::init();
   // AXON_OVERSUBSCRIBED where the test sets it, else what mpirun decided.
   const char* told = std::getenv("AXON_OVERSUBSCRIBED");
@@ -67,9 +73,9 @@ int main() {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the busy thread runs
     const std::uint64_t before = shm::detail::yield_calls();   // this thread's own
     for (int i = 0; i < kRounds; ++i) {
-      std::vector<float> v{1.0f};
+      std::vector<float> v(floats, 1.0f);
       world.backend().all_reduce(std::span<float>(v), ReduceOp::Sum);
-      wrong += v[0] != 3.0f;
+      wrong += static_cast<int>(std::count_if(v.begin(), v.end(), [](float x) { return x != 3.0f; }));
     }
     const std::uint64_t yields = shm::detail::yield_calls() - before;
     stop = true;
@@ -85,9 +91,9 @@ int main() {
   }
   for (int i = 0; i < kRounds; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    std::vector<float> v{2.0f};
+    std::vector<float> v(floats, 2.0f);
     world.backend().all_reduce(std::span<float>(v), ReduceOp::Sum);
-    wrong += v[0] != 3.0f;
+    wrong += static_cast<int>(std::count_if(v.begin(), v.end(), [](float x) { return x != 3.0f; }));
   }
   world.backend().barrier();
   return wrong == 0 ? 0 : 1;
