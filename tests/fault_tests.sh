@@ -32,10 +32,15 @@ fail() { echo "FAIL [kill $i]: $*" >&2; exit 1; }
 now_ns() { local t=${EPOCHREALTIME/./}; echo $((10#$t * 1000)); }
 ready_count() { local c; c=$(grep -c 'ready rank=' "$work/out" 2>/dev/null); echo "${c:-0}"; }
 rank_pid() { sed -n "s/.*ready rank=$1 pid=\([0-9]*\).*/\1/p" "$work/out"; }
+# A process that can still be signalled is gone only as a zombie: a read of
+# its stat that came back empty took a live launcher for gone (the loop below
+# gave up waiting for ready ranks after 10 ms, once in a fresh-clone run on
+# a loaded machine).
 process_gone() {  # gone, or a zombie nobody reaped yet
   local state=
+  kill -0 "$1" 2>/dev/null || return 0
   [ -r "/proc/$1/stat" ] && read -r _ _ state _ <"/proc/$1/stat" 2>/dev/null
-  [ -z "$state" ] || [ "$state" = Z ]
+  [ "$state" = Z ]
 }
 
 # Waits up to $1 seconds for the launcher (our child) to end, polling every

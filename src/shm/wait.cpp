@@ -100,7 +100,8 @@ std::string why_oversubscribed_or_not(int ranks) {
   }
   if (mpirun_says_oversubscribed()) return "OMPI_MCA_mpi_oversubscribe=1";
   return std::to_string(ranks) + " ranks, " + std::to_string(cores_this_process_may_use()) +
-         " CPUs this process may use (under mpirun: or its parent)";
+         (std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") != nullptr ? " CPUs this process or its parent (mpirun) may use"
+                                                                : " CPUs this process may use");
 }
 
 }  // namespace
