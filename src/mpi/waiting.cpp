@@ -1,7 +1,6 @@
 #include "mpi/waiting.hpp"
 #include "mpi/mpi_runtime.hpp"
 
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
