@@ -35,6 +35,10 @@ if(TARGET train AND TARGET axon-launch)
            COMMAND axon-launch -n 4 $<TARGET_FILE:train> --samples 6)
   set_tests_properties("messages: train suggests a global batch that fits the data and splits over the ranks"
     PROPERTIES PASS_REGULAR_EXPRESSION "pass --global-batch 4 or less \\(a multiple of 4\\), or --samples 256 or more")
+  add_test(NAME "messages: train --die-rank outside the world names the ranks there are"
+           COMMAND axon-launch -n 2 $<TARGET_FILE:train> --samples 512 --die-in-epoch 1 --die-rank 5)
+  set_tests_properties("messages: train --die-rank outside the world names the ranks there are"
+    PROPERTIES PASS_REGULAR_EXPRESSION "train: --die-rank 5 is not a rank of this world of 2 \\(0\\.\\.1\\)")
   add_test(NAME "messages: train --epochs 0 says a whole number of 1 or more is wanted"
            COMMAND $<TARGET_FILE:train> --epochs 0)
   set_tests_properties("messages: train --epochs 0 says a whole number of 1 or more is wanted"

@@ -256,6 +256,44 @@ TEST_CASE("a world that is part of a larger job counts the job's processes when 
   CHECK_FALSE(told.oversubscribed());
 }
 
+TEST_CASE("under mpirun, a rank bound to one core counts its parent's cores, and only mpirun's 1 says oversubscribed",
+          "[shm][waiting]") {
+  // mpirun binds each rank to a core of its own: counted alone, 2 ranks on
+  // a 2-core machine were oversubscribed, and the node arena's waits kept
+  // yielding beside a busy program (a review). Its
+  // OMPI_MCA_mpi_oversubscribe=0 counts slots (a hostfile may give more
+  // than there are cores), so only its 1 decides.
+  cpu_set_t parent;
+  CPU_ZERO(&parent);
+  REQUIRE(sched_getaffinity(getppid(), sizeof(parent), &parent) == 0);
+  const int parent_cores = CPU_COUNT(&parent);
+  unsetenv("AXON_OVERSUBSCRIBED");
+  unsetenv("OMPI_MCA_mpi_oversubscribe");
+  bool alone = false, under_mpirun = false, mpirun_says_1 = false, mpirun_says_0 = false;
+  std::thread bound([&] {  // a thread of its own: affinity is per thread
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &parent)) ++cpu;
+    CPU_SET(cpu, &one);
+    REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+    alone = shm::ranks_outnumber_cores(2);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    under_mpirun = shm::ranks_outnumber_cores(2);
+    setenv("OMPI_MCA_mpi_oversubscribe", "1", 1);
+    mpirun_says_1 = shm::ranks_outnumber_cores(1);
+    setenv("OMPI_MCA_mpi_oversubscribe", "0", 1);
+    mpirun_says_0 = shm::ranks_outnumber_cores(parent_cores + 1);
+    unsetenv("OMPI_MCA_mpi_oversubscribe");
+    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  });
+  bound.join();
+  CHECK(alone);  // outside mpirun, a process pinned to one core counts one
+  CHECK(under_mpirun == (parent_cores < 2));
+  CHECK(mpirun_says_1);
+  CHECK(mpirun_says_0);  // its 0 does not override the count
+}
+
 namespace {
 
 // Rank 0's sched_yield calls over `rounds` all_reduces at n=2 (threads of

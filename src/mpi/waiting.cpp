@@ -96,18 +96,18 @@ void poll(Test&& test, const WaitContext& context, Describe&& describe) {
                     format_seconds(std::chrono::duration<double>(context.timeout).count()) +
                     " s (AXON_TIMEOUT): " + describe());
     }
-    if (yielding && waited < kYieldPhase) {
+    if (waited >= kYieldPhase) {
+      std::this_thread::sleep_for(kSleep);
+    } else if (!yielding) {
+      distributed::shm::detail::pause_cpu();
+    } else {
       const auto before = std::chrono::steady_clock::now();
       distributed::shm::detail::yield_cpu();
       const auto after = std::chrono::steady_clock::now();
       if (core_of_its_own && after - before > distributed::shm::detail::kLostCoreYield) {
         distributed::shm::detail::remember_costly_yield(after);
-        yielding = false;  // and sleeps from now on: waited is past the polling below
+        yielding = false;  // this wait is past kYieldPhase by now: it sleeps from here on
       }
-    } else if (!yielding && waited < kYieldPhase) {
-      distributed::shm::detail::pause_cpu();
-    } else {
-      std::this_thread::sleep_for(kSleep);
     }
   }
 }

@@ -76,13 +76,16 @@ int cpus_of(pid_t pid) {
   return sched_getaffinity(pid, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
 }
 
-// The CPUs this process may use; under mpirun (OMPI_COMM_WORLD_LOCAL_SIZE
-// set) those its parent may use where that is more: mpirun binds each rank
-// to a core of its own by default (not when it oversubscribes), and not its
-// daemon. A process that pinned itself beside a peer stays counted as it is.
+// Whether Open MPI's mpirun started this process.
+bool under_mpirun() { return std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") != nullptr; }
+
+// The CPUs this process may use; under mpirun those its parent may use where
+// that is more: mpirun binds each rank to a core of its own by default (not
+// when it oversubscribes), and not its daemon. A process that pinned itself
+// beside a peer stays counted as it is.
 int cores_this_process_may_use() {
   const int own = cpus_of(0);
-  return std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") != nullptr ? std::max(own, cpus_of(::getppid())) : own;
+  return under_mpirun() ? std::max(own, cpus_of(::getppid())) : own;
 }
 
 // mpirun's own verdict, where it gave one: only its "1" is trusted, as its
@@ -100,8 +103,7 @@ std::string why_oversubscribed_or_not(int ranks) {
   }
   if (mpirun_says_oversubscribed()) return "OMPI_MCA_mpi_oversubscribe=1";
   return std::to_string(ranks) + " ranks, " + std::to_string(cores_this_process_may_use()) +
-         (std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") != nullptr ? " CPUs this process or its parent (mpirun) may use"
-                                                                : " CPUs this process may use");
+         (under_mpirun() ? " CPUs this process or its parent (mpirun) may use" : " CPUs this process may use");
 }
 
 }  // namespace
