@@ -21,12 +21,15 @@ def rank_body(case):
     import torch.distributed as dist
     if case == "raise-before-new-group" and os.environ["RANK"] == "2":
         # Registered before axonml_torch's own: atexit runs it after, so
-        # rank 2 leaves its groups at once but exits a second later, after
-        # the ranks it left have failed (else it fails first about half of
-        # the time, and the old summary blamed it too).
-        atexit.register(time.sleep, 1)
+        # rank 2 leaves its groups at once but exits only once the ranks it
+        # left have failed and ended (else it fails first about half of the
+        # time, and the old summary blamed it too). Not a fixed sleep: from
+        # the abort on the launcher gives its ranks 2 s, and a 1 s sleep ran
+        # past them at a load average of 76 (stopped by SIGTERM, this rank
+        # was no longer the culprit).
+        atexit.register(wait_until_siblings_ended)
     if case == "interrupted-in-new-group" and os.environ["RANK"] == "0":
-        atexit.register(time.sleep, 1.5)  # as above: it ends after the ranks it left have failed and ended
+        atexit.register(wait_until_siblings_ended)  # as above: it ends after the ranks it left have failed and ended
     import axonml_torch  # noqa: F401
 
     if case == "exit-before-init" and int(os.environ["RANK"]) == 1:
@@ -138,6 +141,17 @@ def rank_body(case):
             time.sleep(1)  # the others are in the all_reduce by now
             raise RuntimeError("rank 1 fails on purpose")
         dist.all_reduce(torch.ones(4))
+
+
+def wait_until_siblings_ended(limit=1.5):
+    """Returns once this rank is the launcher's only child still running
+    (the others ended, reaped or not), or after `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        others = {pid: state for pid, state in children_of(os.getppid()).items() if pid != os.getpid()}
+        if all(state == "Z" for state in others.values()):
+            return
+        time.sleep(0.005)
 
 
 def launch_env(**extra):
