@@ -47,6 +47,8 @@ foreach(n 2 4)
   axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync, and with gradient_as_bucket_view" test_ddp.py ${n})
 endforeach()
 
+axon_torch_test("a reduction without a runtime kernel (uint8, int16, bool, int8) and a reduce() grow a rank's peak memory by a piece from each rank, not by copies of the tensor, with exact results, on 3 ranks" test_fallback_memory.py 3)
+
 axon_torch_test("a rank stopped in zero-copy all_reduces and continued after its peer timed out raises too, never returning another rank's later writes as its result, and writes at most one 32 KiB piece into the peer's tensor" test_zero_copy_stopped.py 3)
 
 foreach(n 2 3)

@@ -99,7 +99,14 @@ void check_fallback(const c10d::ReduceOp& op, at::ScalarType type, const std::st
 }
 
 void combine(const std::vector<at::Tensor>& parts, const c10d::ReduceOp& op, at::Tensor& out) {
-  at::Tensor acc = parts.front().clone();
+  // Into `out` itself: a clone of the first part, a new tensor for every
+  // MIN or MAX and a copy into `out` at the end took up to three times the
+  // data's size more (a review).
+  if (!out.is_contiguous() || out.numel() != parts.front().numel()) {
+    internal_error("combine: the output must be contiguous and as long as each part");
+  }
+  at::Tensor acc = out.view(parts.front().sizes());
+  acc.copy_(parts.front());
   // Complex sums part by part, through the real view, as PyTorch's
   // all_reduce hands them to the kernels: a complex add computes
   // acc + (1+0j)·x, where an infinite part makes the other NaN (a review).
@@ -114,8 +121,8 @@ void combine(const std::vector<at::Tensor>& parts, const c10d::ReduceOp& op, at:
     switch (op.op_) {
       case c10d::ReduceOp::SUM: acc.add_(x); break;
       case c10d::ReduceOp::PRODUCT: acc.mul_(x); break;
-      case c10d::ReduceOp::MIN: acc = at::minimum(acc, x); break;
-      case c10d::ReduceOp::MAX: acc = at::maximum(acc, x); break;
+      case c10d::ReduceOp::MIN: at::minimum_out(acc, acc, x); break;
+      case c10d::ReduceOp::MAX: at::maximum_out(acc, acc, x); break;
       case c10d::ReduceOp::BAND: acc.bitwise_and_(x); break;
       case c10d::ReduceOp::BOR: acc.bitwise_or_(x); break;
       case c10d::ReduceOp::BXOR: acc.bitwise_xor_(x); break;
@@ -128,7 +135,6 @@ void combine(const std::vector<at::Tensor>& parts, const c10d::ReduceOp& op, at:
     if (!at::isComplexType(acc.scalar_type())) internal_error("combine: AVG of a type without a kernel");
     at::view_as_real(acc).mul_(1.0 / static_cast<double>(parts.size()));
   }
-  out.copy_(acc.view(out.sizes()));
 }
 
 namespace {

@@ -27,7 +27,8 @@ void check_same_dtype(const at::Tensor& t, at::ScalarType type, const std::strin
 // Throws InvalidArgument unless the bitwise op / AVG suits the dtype.
 void check_fallback(const c10d::ReduceOp& op, at::ScalarType type, const std::string& where);
 
-// Elementwise combine of `parts` (rank order) into `out` with `op`.
+// Elementwise combine of `parts` (rank order) into `out` with `op`; `out` is
+// contiguous, as long as each part, and none of them.
 void combine(const std::vector<at::Tensor>& parts, const c10d::ReduceOp& op, at::Tensor& out);
 
 // Calls the runtime with raw bytes of `count` elements of `type`.

@@ -407,6 +407,30 @@ void reducing(const ad::Backend& b, Fallback kind, const at::Tensor& t, const c1
   }
 }
 
+// A reduction without a runtime kernel gathers every rank's data and
+// combines it here, a piece at a time, so that it needs room for a piece
+// from each rank rather than for each rank's whole tensor: at once, a 1 GiB
+// uint8 MAX took 4 GiB more at n=2, and a 2 GiB one was killed for lack of
+// memory (a review). 8 MiB a rank: pieces long enough that a gather's fixed
+// cost does not show.
+constexpr std::int64_t kFallbackPieceBytes = std::int64_t{8} << 20;
+
+// Calls fn(piece, stacked) for consecutive pieces of `c` (contiguous), each
+// at most kFallbackPieceBytes, with `stacked` contiguous room for `rows`
+// pieces of that length, reused from piece to piece.
+template <class Fn> void piece_by_piece(at::Tensor& c, std::int64_t rows, Fn&& fn) {
+  at::Tensor flat = c.view({-1});
+  const std::int64_t count = flat.numel();
+  const std::int64_t per = std::min(count, std::max<std::int64_t>(1, kFallbackPieceBytes / c.element_size()));
+  const at::Tensor room = at::empty({rows * per}, c.options());
+  for (std::int64_t from = 0; from < count; from += per) {
+    const std::int64_t length = std::min(per, count - from);
+    at::Tensor piece = flat.narrow(0, from, length);
+    at::Tensor stacked = room.narrow(0, 0, rows * length).view({rows, length});
+    fn(piece, stacked);
+  }
+}
+
 // t (contiguous) reduced over the group into itself, natively or by
 // gathering every rank's tensor and combining in rank order.
 void all_reduce_tensor(ad::Backend& b, at::Tensor& c, const c10d::ReduceOp& op, const std::string& where) {
@@ -414,9 +438,10 @@ void all_reduce_tensor(ad::Backend& b, at::Tensor& c, const c10d::ReduceOp& op, 
     const auto native = native_op(op, where);
     if (native && native_type(c.scalar_type())) return axonml::torch::all_reduce(b, c, *native);
     agree_on_fallback(b, Fallback::AllReduce, c, op, -1, where);
-    auto stacked = at::empty({b.world_size(), c.numel()}, c.options());
-    axonml::torch::all_gather(b, c, stacked);
-    combine(stacked.unbind(0), op, c);
+    piece_by_piece(c, b.world_size(), [&](at::Tensor& piece, at::Tensor& stacked) {
+      axonml::torch::all_gather(b, piece, stacked);
+      combine(stacked.unbind(0), op, piece);
+    });
   });
 }
 
@@ -1649,15 +1674,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::reduce(Tensors& tensors, const 
       in_place(t, [&](at::Tensor& c) {
         reducing(*b, Fallback::Reduce, c, op, [&] {
           const auto native = native_op(op, where);
-          if (native && native_type(c.scalar_type())) {
-            const at::Tensor send = c.clone();
-            return axonml::torch::reduce(*b, send, c, root, *native);
-          }
+          // In place: the runtime copies the root's input aside itself, and
+          // only there (a copy here, on every rank, took the tensor's size
+          // on ranks that receive nothing; a review).
+          if (native && native_type(c.scalar_type())) return axonml::torch::reduce(*b, c, c, root, *native);
           agree_on_fallback(*b, Fallback::Reduce, c, op, root, where);
           const bool is_root = b->rank() == root;
-          auto stacked = at::empty({is_root ? b->world_size() : 0, c.numel()}, c.options());
-          axonml::torch::gather(*b, c, stacked, root);
-          if (is_root) combine(stacked.unbind(0), op, c);
+          piece_by_piece(c, is_root ? b->world_size() : 0, [&](at::Tensor& piece, at::Tensor& stacked) {
+            axonml::torch::gather(*b, piece, stacked, root);
+            if (is_root) combine(stacked.unbind(0), op, piece);
+          });
         });
       });
     }
