@@ -205,6 +205,13 @@ TEST_CASE("new_group with different lists on different ranks is a mismatch namin
   });
 }
 
+TEST_CASE("a group or world made from a null backend is refused, not a crash", "[errors][groups]") {
+  REQUIRE_THROWS_MATCHES(ProcessGroup(nullptr), InvalidArgument, Catch::Message("ProcessGroup: null backend"));
+  REQUIRE_THROWS_MATCHES(World(nullptr), InvalidArgument, Catch::Message("World: null backend"));
+  REQUIRE_THROWS_MATCHES(ProcessGroup::with_ranks(nullptr, {0}), InvalidArgument,
+                         Catch::Message("ProcessGroup::with_ranks: null backend"));
+}
+
 TEST_CASE("a collective on a group the caller is not in names the rank and the group", "[errors][groups]") {
   run_ranks(3, [](std::shared_ptr<Backend> b, int r) {
     ProcessGroup pair = ProcessGroup::with_ranks(b, {0, 2});

@@ -9,8 +9,12 @@
 namespace axonml::distributed {
 namespace {
 
-std::vector<int> all_ranks(const Backend& backend) {
-  std::vector<int> ranks(static_cast<std::size_t>(backend.world_size()));
+// Every rank of `backend`; the precondition every constructor from a backend
+// checks first (a null one crashed ProcessGroup(nullptr) and World(nullptr);
+// a review).
+std::vector<int> all_ranks(const Backend* backend, const char* who) {
+  if (backend == nullptr) throw InvalidArgument(std::string(who) + ": null backend");
+  std::vector<int> ranks(static_cast<std::size_t>(backend->world_size()));
   for (std::size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
   return ranks;
 }
@@ -18,7 +22,10 @@ std::vector<int> all_ranks(const Backend& backend) {
 }  // namespace
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Backend> backend)
-    : parent_(backend), ranks_(all_ranks(*backend)), communicator_(std::move(backend)), parent_outer_ranks_(ranks_) {}
+    : parent_(backend),
+      ranks_(all_ranks(backend.get(), "ProcessGroup")),
+      communicator_(std::move(backend)),
+      parent_outer_ranks_(ranks_) {}
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Backend> parent, std::vector<int> ranks,
                            std::shared_ptr<Backend> communicator, std::vector<int> parent_outer_ranks)
@@ -30,7 +37,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Backend> parent, std::vector<int> ran
 ProcessGroup ProcessGroup::with_ranks(std::shared_ptr<Backend> backend, std::vector<int> ranks) {
   if (!backend) throw InvalidArgument("ProcessGroup::with_ranks: null backend");
   auto communicator = backend->new_group(ranks);
-  std::vector<int> outer = all_ranks(*backend);
+  std::vector<int> outer = all_ranks(backend.get(), "ProcessGroup::with_ranks");
   return ProcessGroup(std::move(backend), std::move(ranks), std::move(communicator), std::move(outer));
 }
 

@@ -6,7 +6,14 @@
 
 namespace axonml::distributed {
 
-World::World(std::shared_ptr<Backend> backend) : default_group_(std::move(backend)) {}
+namespace {
+std::shared_ptr<Backend> not_null(std::shared_ptr<Backend> backend) {
+  if (!backend) throw InvalidArgument("World: null backend");
+  return backend;
+}
+}  // namespace
+
+World::World(std::shared_ptr<Backend> backend) : default_group_(not_null(std::move(backend))) {}
 
 World World::init() { return World(backend_from_environment()); }
 
