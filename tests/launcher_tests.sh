@@ -975,6 +975,20 @@ RANK
       fail "rank 0 got no clear error: $err"
     [[ "$err" == *"axon-launch: rank 0 exited with code 1"* ]] || fail "the summary does not blame rank 0: $err"
     ;;
+  rank-twice)
+    # Two processes with one RANK (a wrapper setting it): the second to join
+    # is refused at World::init(), naming the rank, and the job ends. It hung
+    # with every process attached, past --timeout and --start-timeout (a
+    # review); both are long here, so only the refusal can end it.
+    run -n 3 --timeout 120 --start-timeout 100 sh -c '[ "$RANK" = 2 ] && export RANK=1; exec "$0" ok' "$probe"
+    expect_status 1
+    [[ "$err" == *"rank 1: another process has already joined this job as rank 1 (RANK=1 in two processes"* ]] ||
+      fail "the second process with RANK=1 was not refused by name: $err"
+    # Whichever came second is refused: the launcher's rank 1 ("exited with
+    # code 1"), or its rank 2 ("... before joining the job").
+    [[ "$err" == *"axon-launch: rank "[12]" exited with code 1"*"; the job was aborted"* ]] ||
+      fail "the summary does not blame the refused process and say the job was aborted: $err"
+    ;;
   child-joins)
     # A program a rank starts inherits RANK and AXON_ARENA_FD but not the
     # arena: its World::init() says so, not only "a wrapper closed it" (a

@@ -118,8 +118,15 @@ std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
 
   // Register: first this rank's joined flag (the launcher reads it when a
   // rank exits, to tell a rank that never joined from one that finished),
-  // then the count.
-  shm::ArenaView(base).rank_control(rank).joined.store(1, std::memory_order_release);
+  // then the count. A rank joins once: a second process with the same RANK
+  // (a wrapper or the program setting it) took the place of the rank that
+  // never came, and the job hung with every process attached, beyond
+  // --start-timeout and AXON_TIMEOUT (a review).
+  if (shm::ArenaView(base).rank_control(rank).joined.exchange(1, std::memory_order_acq_rel) != 0) {
+    throw InvalidArgument(who + "another process has already joined this job as rank " + std::to_string(rank) +
+                          " (RANK=" + std::to_string(rank) + " in two processes: does the program, or a wrapper "
+                          "between axon-launch and it, set RANK? axon-launch gives each process its own)");
+  }
   const std::uint32_t before = header.attached.fetch_add(1, std::memory_order_acq_rel);
   if (before >= static_cast<std::uint32_t>(world_size)) {
     throw Error(who + "more than WORLD_SIZE=" + std::to_string(world_size) +
