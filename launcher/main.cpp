@@ -77,6 +77,20 @@ void check_inherited_master_port() {
   }
 }
 
+// AXON_THREADS_PER_RANK, which the ranks keep when the user set it: read
+// only by a program that sizes its compute threads (nn::ComputeThreads), so
+// a bad value ran on unreported in the others, or failed there in words
+// that named no rank (a review). The range fair_share() accepts.
+void check_inherited_threads_per_rank() {
+  try {
+    (void)axonml::distributed::env::integer("AXON_THREADS_PER_RANK", 1, 1 << 16);
+  } catch (const axonml::distributed::InvalidArgument& e) {
+    std::cerr << "axon-launch: " << e.what() << " (the ranks would keep it as their compute threads; "
+              << "unset it to let axon-launch give each rank its share of the cores)\n";
+    std::exit(kExitBadArguments);
+  }
+}
+
 // Whether a SIGINT/SIGTERM/SIGHUP waits in the signalfd (it arrived after
 // the last attempt's supervisor stopped reading). SIGCHLDs are dropped; a
 // Ctrl-Z (SIGTSTP not followed by a SIGCONT) stops the launcher here, where
@@ -165,6 +179,7 @@ int launch(const LaunchOptions& options) {
                                       : axonml::distributed::shm::default_arena_bytes(options.world_size, slot_bytes);
   check_inherited_timeout(options);
   check_inherited_master_port();
+  check_inherited_threads_per_rank();
 
   // Signals arrive through a signalfd read by the supervisor's poll loop;
   // the ranks start with the mask we had.

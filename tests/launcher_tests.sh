@@ -170,6 +170,17 @@ case "$case_name" in
     expect_status 2
     [[ "$err" == "axon-launch: AXON_TIMEOUT=0x10 is not a number of seconds in 0.01..1e+06"* ]] ||
       fail "AXON_TIMEOUT=0x10: unclear message: $err"
+    # So is AXON_THREADS_PER_RANK, which only a program that sizes its compute
+    # threads reads: the others ran on with it (a review).
+    for threads in x 0 70000; do
+      AXON_THREADS_PER_RANK=$threads run -n 2 "$probe" ok
+      expect_status 2
+      [[ "$err" == "axon-launch: AXON_THREADS_PER_RANK=$threads is not a whole number in 1..65536 (the ranks would keep it"* ]] ||
+        fail "AXON_THREADS_PER_RANK=$threads: unclear message: $err"
+    done
+    AXON_THREADS_PER_RANK=3 run -n 1 /usr/bin/printenv AXON_THREADS_PER_RANK
+    expect_status 0
+    [ "$out" = "[rank 0] 3" ] || fail "AXON_THREADS_PER_RANK=3 did not reach the rank: $out $err"
     # An option given twice is named as such (CLI11's "At Most 1 required but
     # received 2" read as a count of values).
     for args in "-n 2 -n 3" "-n 2 --timeout 1 --timeout 2"; do
