@@ -4,15 +4,19 @@
 // 2 GB send/recv failing at --timeout 1 while its bytes still flowed, where a
 // broadcast of the same size passed).
 //
-//   axon-launch -n 2 --timeout 0.15 long_message MiB
+//   axon-launch -n 2 --timeout 0.5 long_message MiB
 //
-// Rank 0 sends the same MiB-sized message twice (tags 1 and 3), then a small
-// one (tag 2). Rank 1 receives the first straight into a posted recv, then
+// Rank 0 sends a MiB-sized message twice (tags 1 and 3), then a small one
+// (tag 2). Rank 1 receives the first straight into a posted recv, then
 // waits for the small one while the second flows into the stash, then takes
-// the second from the stash. Rank 1 receives into memory the kernel has not
-// given pages yet, so its copies run at page-fault speed. Everything slow
-// that is not a transfer (filling, checking) happens before World::init()
-// or after the last wait, since every wait counts against the timeout.
+// the second from the stash. Rank 0 is a slow sender: each page of its
+// messages is readable only after a first read faults and the handler has
+// slept kPagePause, so a message of 64 MiB takes seconds while something of
+// it arrives every fraction of a millisecond. (It was a fast sender of 1 GiB
+// under a 0.15 s timeout, and a rank off its CPU for 0.15 s failed it: the
+// test's flake, under load, not the product's.) Everything slow that is not
+// a transfer (filling, checking) happens before World::init() or after the
+// last wait, since every wait counts against the timeout.
 // Exits 0 when both arrived whole and each transfer took over two timeouts;
 // 77 (ctest: skipped) when one took less, so nothing was shown; 1 otherwise.
 //
@@ -31,14 +35,19 @@
 // it waited for the rest of the message. Rank 1 prints the Timeout's
 // message; exits 77 (skipped) when the whole message came first.
 // Rank 1 prints "recv timed out after S s".
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <exception>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -56,6 +65,41 @@ std::size_t first_wrong(const std::int32_t* data, std::size_t count) {
     if (data[i] != value_at(i)) return i;
   }
   return count;
+}
+
+// The slow sender's messages: pages that fault on first read (PROT_NONE)
+// until the handler has slept, then become readable.
+constexpr long kPagePauseNs = 100'000;
+struct SlowPages {
+  char* base = nullptr;
+  std::size_t bytes = 0;
+};
+SlowPages slow_pages[2];
+
+void on_fault(int, siginfo_t* info, void*) {
+  const auto address = reinterpret_cast<std::uintptr_t>(info->si_addr);
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (const SlowPages& region : slow_pages) {
+    const auto base = reinterpret_cast<std::uintptr_t>(region.base);
+    if (address < base || address >= base + region.bytes) continue;
+    const timespec pause{0, kPagePauseNs};
+    ::nanosleep(&pause, nullptr);  // async-signal-safe, as mprotect is on Linux
+    ::mprotect(reinterpret_cast<void*>(address & ~(page - 1)), page, PROT_READ);
+    return;
+  }
+  ::signal(SIGSEGV, SIG_DFL);  // a fault of another kind: the next one ends the process as usual
+}
+
+// `count` elements of value_at(i), readable only through on_fault, page by page.
+std::int32_t* slow_message(int which, std::size_t count) {
+  const std::size_t bytes = count * sizeof(std::int32_t);
+  void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) throw std::runtime_error("long_message: mmap of the message failed");
+  auto* data = static_cast<std::int32_t*>(memory);
+  for (std::size_t i = 0; i < count; ++i) data[i] = value_at(i);
+  ::mprotect(memory, bytes, PROT_NONE);
+  slow_pages[which] = SlowPages{static_cast<char*>(memory), bytes};
+  return data;
 }
 
 int stream(World& world, double timeout_s) {
@@ -133,19 +177,23 @@ int main(int argc, char** argv) {
   }
   const std::size_t count = std::stoul(argv[1]) << 18;  // int32 elements
   try {
-    // new[] of this size maps fresh pages and touches none of them; rank 0
-    // fills its message, rank 1 leaves its buffers untouched.
-    std::unique_ptr<std::int32_t[]> first(new std::int32_t[count]);
+    std::unique_ptr<std::int32_t[]> first(rank == 1 ? new std::int32_t[count] : nullptr);
     std::unique_ptr<std::int32_t[]> second(rank == 1 ? new std::int32_t[count] : nullptr);
+    std::int32_t* slow[2] = {nullptr, nullptr};
     if (rank == 0) {
-      for (std::size_t i = 0; i < count; ++i) first[i] = value_at(i);
+      struct sigaction action {};
+      action.sa_sigaction = on_fault;
+      action.sa_flags = SA_SIGINFO;
+      ::sigaction(SIGSEGV, &action, nullptr);
+      slow[0] = slow_message(0, count);
+      slow[1] = slow_message(1, count);
     }
     World world = World::init();
     Backend& b = world.backend();
     std::int32_t small = 7;
     if (rank == 0) {
-      b.send<std::int32_t>(std::span(first.get(), count), 1, 1);
-      b.send<std::int32_t>(std::span(first.get(), count), 1, 3);
+      b.send<std::int32_t>(std::span(slow[0], count), 1, 1);
+      b.send<std::int32_t>(std::span(slow[1], count), 1, 3);
       // Then ends: rank 1's copy out of the stash, a local one, is no wait
       // of rank 0's. (A rank's last sends stay readable after it ends.)
       b.send<std::int32_t>(std::span(&small, 1), 1, 2);
