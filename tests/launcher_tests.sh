@@ -246,6 +246,13 @@ case "$case_name" in
     run -n 8 --arena-mb 1 "$probe" ok
     expect_status 2
     [[ "$err" == *"too small for 8 ranks"*--arena-mb* ]] || fail "unclear message: $err"
+    # A rank whose own address space is limited below the arena (ulimit -v
+    # in a wrapper): its mapping fails naming that limit, as the launcher's
+    # own reservation would (it said only "Cannot allocate memory"; a review).
+    run -n 2 --arena-mb 1024 bash -c 'if [ "$RANK" = 1 ]; then ulimit -v 500000; fi; exec "$0" ok' "$probe"
+    expect_status 1
+    [[ "$err" == *"rank 1: cannot map the arena"*"Cannot allocate memory: this process's address space is limited to 488.3 MiB (ulimit -v)"*"or run the job with a smaller --arena-mb"* ]] ||
+      fail "a rank limited by ulimit -v does not name the limit: $err"
     # A negative size is named as given (it wrapped to 18446744073709551611 before).
     run -n 2 --arena-mb -5 "$probe" ok
     expect_status 2

@@ -15,6 +15,7 @@
 #include "axonml/distributed/error.hpp"
 #include "backends/arena_backend_impl.hpp"
 #include "base/env.hpp"
+#include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/arena_view.hpp"
 #include "shm/wait.hpp"
@@ -99,8 +100,12 @@ std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
   Mapping mapping{::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), bytes};
   if (mapping.base == MAP_FAILED) {
     mapping.base = nullptr;
-    throw Error(who + "cannot map " + arena + " of " + std::to_string(bytes) +
-                " bytes: " + std::strerror(errno));
+    // The launcher made the arena under its own limits: a rank's own address
+    // space limit is news to it (a review saw only "Cannot allocate memory").
+    const int error = errno;
+    const std::string limit = error == ENOMEM ? shm::address_space_limit_advice() : std::string();
+    throw Error(who + "cannot map " + arena + " of " + std::to_string(bytes) + " bytes: " + std::strerror(error) +
+                (limit.empty() ? "" : ": " + limit + ", or run the job with a smaller --arena-mb"));
   }
   auto* base = static_cast<std::byte*>(mapping.base);
   auto& header = const_cast<shm::ArenaHeader&>(shm::check_arena(base, bytes, world_size));

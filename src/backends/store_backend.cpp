@@ -73,8 +73,12 @@ std::shared_ptr<void> map_shared(int fd, std::size_t bytes, const std::string& w
                                  const std::string& what) {
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
+    // Ranks may differ in their limits: the one that made the arena said
+    // so, and this one must too (a review saw only "Cannot allocate memory").
+    const int error = errno;
+    const std::string limit = error == ENOMEM ? shm::address_space_limit_advice() : std::string();
     throw Error(who + "cannot map the arena " + what + " (" + std::to_string(bytes) +
-                " bytes): " + errno_text());
+                " bytes): " + std::strerror(error) + (limit.empty() ? "" : ": " + limit));
   }
   return std::shared_ptr<void>(base, [bytes](void* p) { ::munmap(p, bytes); });
 }

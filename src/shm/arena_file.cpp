@@ -127,16 +127,26 @@ std::size_t address_space_in_use() {
   return pages * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
 }
 
+}  // namespace
+
+std::string address_space_limit_advice() {
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return {};
+  // With what is mapped already: "100 MiB cannot fit in 146.5 MiB" read as a
+  // contradiction (a review).
+  return "this process's address space is limited to " + format_bytes(static_cast<std::size_t>(as.rlim_cur)) +
+         " (ulimit -v), " + format_bytes(address_space_in_use()) + " of it in use already: raise that limit";
+}
+
+namespace {
+
 [[noreturn]] void no_memory(std::size_t bytes, const std::string& why, std::string_view remedy) {
   const std::size_t available = available_memory_bytes();
   // A mapping refused under an address-space limit is that limit, not the
   // machine's memory (it advised "free memory" with 22 GiB free; a review).
   std::string advice = "free memory";
-  if (rlimit as{}; why.starts_with("mmap") && ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
-    // With what is mapped already: "100 MiB cannot fit in 146.5 MiB" read
-    // as a contradiction (a review).
-    advice = "this process's address space is limited to " + format_bytes(static_cast<std::size_t>(as.rlim_cur)) +
-             " (ulimit -v), " + format_bytes(address_space_in_use()) + " of it in use already: raise that limit";
+  if (std::string limit = address_space_limit_advice(); why.starts_with("mmap") && !limit.empty()) {
+    advice = std::move(limit);
   }
   throw Error("cannot reserve " + format_bytes(bytes) + " of shared memory for the arena (" + why + "; " +
               (available == SIZE_MAX ? std::string("unknown") : format_bytes(available)) +

@@ -52,4 +52,9 @@ MemfdArena create_arena_memfd(const std::string& label, const ArenaSpec& spec,
 // Unmaps and closes (either may already be undone: -1 / nullptr).
 void destroy_arena_memfd(MemfdArena& arena);
 
+// Under an address-space limit (ulimit -v), what to say of a mapping it
+// refused: "this process's address space is limited to 1.7 GiB (ulimit -v),
+// 312.5 MiB of it in use already: raise that limit"; empty without a limit.
+std::string address_space_limit_advice();
+
 }  // namespace axonml::distributed::shm
