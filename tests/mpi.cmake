@@ -197,6 +197,32 @@ if(TARGET axon-launch)
                        FAIL_REGULAR_EXPRESSION "\\] FAILED: |Segmentation fault|signal 11")
 endif()
 
+# Every rank's World has static storage duration, and a detached thread
+# loops all_reduces on it as main returns: under axon-launch rank 0 died of
+# SIGSEGV in the World its exit destroyed (6 runs of 45, a review), where
+# under mpirun the exit refused the thread's calls first. Each rank's thread
+# prints its verdict as its process exits, after the job's last tally could,
+# so the test counts the verdicts: one per rank.
+set(AXON_COUNT_STATIC_WORLD_VERDICTS /bin/sh -c
+    "\"$@\" 2>&1 | tee /dev/stderr | grep -c 'ended as promised' | sed 's/^/threads of a static World that ended as promised: /'" sh)
+set(name "mpi: every rank's static World, with a detached thread looping all_reduces on it as main returns, refuses the thread's calls at exit before its destructor runs (mpirun -np 4)")
+add_test(NAME "${name}"
+  COMMAND ${AXON_COUNT_STATIC_WORLD_VERDICTS} ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60
+          $<TARGET_FILE:mpi_promises> exit-with-static-world)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "threads of a static World that ended as promised: 4"
+                     FAIL_REGULAR_EXPRESSION "FAILED|Segmentation|signal 11|exited on signal"
+                     ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
+if(TARGET axon-launch)
+  set(name "shm: every rank's static World, with a detached thread looping all_reduces on it as main returns, refuses the thread's calls at exit before its destructor runs (axon-launch -n 4)")
+  add_test(NAME "${name}"
+    COMMAND ${AXON_COUNT_STATIC_WORLD_VERDICTS} $<TARGET_FILE:axon-launch> -n 4 --timeout 60
+            $<TARGET_FILE:mpi_promises> exit-with-static-world)
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120
+                       PASS_REGULAR_EXPRESSION "threads of a static World that ended as promised: 4"
+                       FAIL_REGULAR_EXPRESSION "FAILED|Segmentation|signal 11|killed by signal")
+endif()
+
 # Rank 1 does its part in every call and then exits with status 1: the
 # others finish every call. Its exit's notice overtook its last messages in
 # 2-3 runs of 8 (a review), so the job runs 6 times.

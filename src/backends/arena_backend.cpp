@@ -54,7 +54,9 @@ ArenaBackend::Impl::Impl(std::shared_ptr<RankState> rank_state, shm::GroupHeader
       channel(state->base, group, state->header.slot_bytes, member, std::move(world_ranks),
               state->waits, state->p2p),
       one_round_limit(collectives::one_round_all_reduce_limit(channel.slot_bytes(), channel.size())),
-      zero_copy_limit(std::max(one_round_limit, kZeroCopyMinBytes)) {}
+      zero_copy_limit(std::max(one_round_limit, kZeroCopyMinBytes)) {
+  if (state->waits.waits_end_at_exit()) calls.count_for_exit();
+}
 
 std::unique_ptr<ArenaBackend::Impl> ArenaBackend::Impl::attach_world(
     std::shared_ptr<void> memory_owner, std::byte* arena_base, int rank,
@@ -187,6 +189,7 @@ bool ArenaBackend::Impl::in_arena(const std::byte* p, std::size_t bytes) const {
 // whether a buffer is there is part of the descriptor, so ranks that mix
 // shared and private buffers get a mismatch error rather than a hang.
 void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
+  const shm::CallInFlight in_flight = impl_->collective("all_reduce");
   auto& channel = impl_->channel;
   const std::size_t bytes = data.count * size_of(data.type);
   CollectiveCall call = reducing(call_of(CollectiveOp::AllReduce, data.type, data.count), op);
@@ -225,31 +228,37 @@ void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
 }
 
 void ArenaBackend::do_broadcast(MutableBuffer data, int src) {
+  const shm::CallInFlight in_flight = impl_->collective("broadcast");
   impl_->channel.begin(call_of(CollectiveOp::Broadcast, data.type, data.count, src));
   collectives::broadcast(impl_->channel, data.data, data.count, data.type, src);
 }
 
 void ArenaBackend::do_all_gather(ConstBuffer send, MutableBuffer recv) {
+  const shm::CallInFlight in_flight = impl_->collective("all_gather");
   impl_->channel.begin(call_of(CollectiveOp::AllGather, send.type, send.count));
   collectives::all_gather(impl_->channel, send.data, recv.data, send.count, send.type);
 }
 
 void ArenaBackend::do_reduce_scatter(ConstBuffer send, MutableBuffer recv, ReduceOp op) {
+  const shm::CallInFlight in_flight = impl_->collective("reduce_scatter");
   impl_->channel.begin(reducing(call_of(CollectiveOp::ReduceScatter, recv.type, recv.count), op));
   collectives::reduce_scatter(impl_->channel, send.data, recv.data, recv.count, recv.type, op);
 }
 
 void ArenaBackend::do_gather(ConstBuffer send, MutableBuffer recv, int dst) {
+  const shm::CallInFlight in_flight = impl_->collective("gather");
   impl_->channel.begin(call_of(CollectiveOp::Gather, send.type, send.count, dst));
   collectives::gather(impl_->channel, send.data, recv.data, send.count, send.type, dst);
 }
 
 void ArenaBackend::do_scatter(ConstBuffer send, MutableBuffer recv, int src) {
+  const shm::CallInFlight in_flight = impl_->collective("scatter");
   impl_->channel.begin(call_of(CollectiveOp::Scatter, recv.type, recv.count, src));
   collectives::scatter(impl_->channel, send.data, recv.data, recv.count, recv.type, src);
 }
 
 void ArenaBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, ReduceOp op) {
+  const shm::CallInFlight in_flight = impl_->collective("reduce");
   impl_->channel.begin(reducing(call_of(CollectiveOp::Reduce, send.type, send.count, dst), op));
   collectives::reduce(impl_->channel, send.data, recv.data, send.count, send.type, op, dst);
 }
@@ -258,6 +267,7 @@ void ArenaBackend::do_reduce(ConstBuffer send, MutableBuffer recv, int dst, Redu
 // Send and recv may not overlap (the copy out would read blocks already
 // overwritten), so an in-place call goes through a copy of send.
 void ArenaBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
+  const shm::CallInFlight in_flight = impl_->collective("all_to_all");
   const std::size_t block = send.count / static_cast<std::size_t>(impl_->channel.size());
   const std::size_t bytes = send.count * size_of(send.type);
   std::vector<std::byte> copy;
@@ -274,6 +284,7 @@ void ArenaBackend::do_count_refused_collective() { impl_->channel.count_refused_
 void ArenaBackend::do_label_next_collective(std::uint8_t step) { impl_->channel.label_next(step); }
 
 void ArenaBackend::do_barrier() {
+  const shm::CallInFlight in_flight = impl_->collective("barrier");
   impl_->channel.begin(call_of(CollectiveOp::Barrier, DataType::F32, 0));
   // The arena's creator chose for every rank (ArenaHeader::flat_barrier).
   collectives::barrier(impl_->channel, impl_->state->header.flat_barrier != 0
@@ -282,12 +293,14 @@ void ArenaBackend::do_barrier() {
 }
 
 void ArenaBackend::do_send(ConstBuffer data, int dst, int tag) {
+  const shm::CallInFlight in_flight = impl_->message("send");
   const auto& ranks = impl_->channel.world_ranks();
   impl_->state->p2p.send(impl_->channel.id(), ranks[static_cast<std::size_t>(dst)], tag, data.data,
                          data.count * size_of(data.type), data.type);
 }
 
 void ArenaBackend::do_recv(MutableBuffer data, int src, int tag) {
+  const shm::CallInFlight in_flight = impl_->message("recv");
   const auto& ranks = impl_->channel.world_ranks();
   try {
     impl_->state->p2p.recv(impl_->channel.id(), ranks[static_cast<std::size_t>(src)], tag, data.data,
@@ -307,6 +320,7 @@ void ArenaBackend::do_recv(MutableBuffer data, int src, int tag) {
 // rides in the descriptor, so ranks that pass different lists get a
 // CollectiveMismatch.
 std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& ranks) {
+  const shm::CallInFlight in_flight = impl_->collective("new_group");
   auto& channel = impl_->channel;
   auto& state = *impl_->state;
   std::vector<int> world_ranks;

@@ -12,6 +12,7 @@
 #include "backends/point_to_point.hpp"
 #include "shm/arena_allocator.hpp"
 #include "shm/arena_layout.hpp"
+#include "shm/exit_guard.hpp"
 #include "shm/wait.hpp"
 
 namespace axonml::distributed {
@@ -75,6 +76,19 @@ struct ArenaBackend::Impl {
   // Whether [p, p + bytes) lies in this rank's mapping of the arena.
   bool in_arena(const std::byte* p, std::size_t bytes) const;
 
+  // Holds one collective `op` of this endpoint (its caller holds the
+  // endpoint's Backend::ThreadClaim), or one send or recv, counted for this
+  // process's exit where the rank's waits end at exit (shm/exit_guard.hpp:
+  // axon-launch's).
+  shm::CallInFlight collective(const char* op) {
+    return shm::CallInFlight(calls, shm::CallInFlight::Kind::Collective, op, state->waits,
+                             [this] { return channel.group_name(); });
+  }
+  shm::CallInFlight message(const char* op) {
+    return shm::CallInFlight(calls, shm::CallInFlight::Kind::Message, op, state->waits,
+                             [this] { return channel.group_name(); });
+  }
+
   std::shared_ptr<RankState> state;
   GroupAreaHold area;    // released after the channel is gone
   ArenaChannel channel;
@@ -89,6 +103,10 @@ struct ArenaBackend::Impl {
   // 0.24-0.68x (7 interleaved rounds; at n=2 from 32 KiB 0.65-0.83x).
   static constexpr std::size_t kZeroCopyMinBytes = std::size_t{8} << 10;
   std::size_t zero_copy_limit;
+  // This endpoint's calls, for the exit of a guarded rank (counted from
+  // the start where state->waits.waits_end_at_exit(); the world's, made
+  // before its rank was guarded, from ShmBackend::from_environment).
+  shm::EndpointCalls calls;
 };
 
 }  // namespace axonml::distributed

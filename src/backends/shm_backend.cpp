@@ -18,6 +18,7 @@
 #include "shm/arena_file.hpp"
 #include "shm/arena_layout.hpp"
 #include "shm/arena_view.hpp"
+#include "shm/exit_guard.hpp"
 #include "shm/wait.hpp"
 
 namespace axonml::distributed {
@@ -146,6 +147,10 @@ std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
   std::shared_ptr<void> owner(std::exchange(mapping.base, nullptr),
                               [bytes](void* p) { ::munmap(p, bytes); });
   auto impl = Impl::attach_world(std::move(owner), base, rank, shm::default_timeout());
+  // A World with static storage duration is destroyed at exit, perhaps
+  // under a thread still calling it: the exit refuses such calls first.
+  shm::guard_exit(impl->state->waits);
+  impl->calls.count_for_exit();  // the world's Impl was made before; its groups' read the waits
   return std::shared_ptr<ShmBackend>(new ShmBackend("shm", std::move(impl)));
 }
 

@@ -1,5 +1,6 @@
 #include "shm/wait.hpp"
 #include "shm/arena_view.hpp"
+#include "shm/exit_guard.hpp"
 #include "shm/launcher_report.hpp"
 
 #include <linux/futex.h>
@@ -406,6 +407,17 @@ std::string WaitNote::note_of(const std::string& description) {
 void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point started,
                 const std::function<std::string()>& describe, const std::vector<int>& needed) {
   waits.check_alive();
+  if (waits.waits_end_at_exit() && ends_waits_at_exit()) [[unlikely]] {
+    // The exit gave this call two seconds (exit_guard.hpp); it waits on for
+    // what may never come, and the World it waits in is about to be
+    // destroyed. Its peers learn why from the abort, at once.
+    const std::string rank = waits.names().rank(waits.rank());
+    waits.abort(waits.rank(), rank + " is exiting (its main returned, or exit() was called) while a thread of it "
+                                     "still waits in " + describe());
+    throw InvalidArgument(rank + ": " + describe() + ": this process is exiting (its main returned, or exit() was "
+                          "called) while this thread waits here; join every thread that uses the library before "
+                          "main returns");
+  }
   const auto waited = waited_since(started);  // not the time the job was held stopped (Ctrl-Z)
   if (waited >= waits.timeout()) {
     const double seconds = std::chrono::duration<double>(waits.timeout()).count();

@@ -169,6 +169,12 @@ class WaitContext {
   // Rank `rank`'s note; empty when it has none (or it changed as it was read).
   std::string wait_note_of(int rank) const;
 
+  // Marks this rank's waits as ones that end when this process's exit
+  // gives up on the calls still in flight (shm/exit_guard.hpp: guard_exit(),
+  // for axon-launch's ranks). REQUIRES: before the first wait.
+  void end_waits_at_exit() { ends_at_exit_ = true; }
+  bool waits_end_at_exit() const { return ends_at_exit_; }
+
   std::chrono::milliseconds timeout() const { return timeout_; }
   // What a Timeout's message says the deadline came from: "AXON_TIMEOUT"
   // (axon-launch --timeout sets it) unless the creator names another
@@ -215,6 +221,7 @@ class WaitContext {
   RankNames names_;
   std::chrono::milliseconds timeout_;
   std::string timeout_source_ = "AXON_TIMEOUT";
+  bool ends_at_exit_ = false;
   bool oversubscribed_;
   // Once every rank has joined, always (no flag resets): all_joined() then
   // costs one load, not a scan of the world's flags (1024 ranks at start-up).
@@ -263,7 +270,9 @@ std::chrono::milliseconds default_timeout();
 std::string describe_end(int status);
 
 namespace detail {
-// Called between sleeps; throws when the wait must end. `describe` says what
+// Called between sleeps; throws when the wait must end (also when this
+// process's exit ends the waits of its guarded rank: shm/exit_guard.hpp).
+// `describe` says what
 // is being waited for ("all_reduce call #3 in group [0, 1]: waiting for rank 1").
 void check_wait(const WaitContext& waits, std::chrono::steady_clock::time_point started,
                 const std::function<std::string()>& describe, const std::vector<int>& needed = {});

@@ -1,0 +1,225 @@
+#include "shm/exit_guard.hpp"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "axonml/distributed/error.hpp"
+#include "base/log.hpp"
+#include "shm/wait.hpp"
+
+namespace axonml::distributed::shm {
+
+namespace detail {
+std::atomic<std::uint32_t> exit_state{0};
+std::atomic<bool> exit_registered{false};
+}  // namespace detail
+
+// The endpoints whose calls are counted, for the exit to read. Made once and
+// never destroyed: an endpoint destroyed at exit (a static World's) still
+// leaves it.
+struct EndpointCallsList {
+  std::mutex mutex;
+  EndpointCalls* first = nullptr;
+
+  static EndpointCallsList& instance() {
+    static auto* list = new EndpointCallsList;
+    return *list;
+  }
+  void add(EndpointCalls& calls) {
+    const std::lock_guard lock(mutex);
+    calls.next_ = first;
+    if (first != nullptr) first->prev_ = &calls;
+    first = &calls;
+  }
+  void remove(EndpointCalls& calls) {
+    const std::lock_guard lock(mutex);
+    (calls.prev_ != nullptr ? calls.prev_->next_ : first) = calls.next_;
+    if (calls.next_ != nullptr) calls.next_->prev_ = calls.prev_;
+  }
+  // Calls in flight, and calls begun (wrapping), over every counted endpoint.
+  std::uint32_t in_flight() {
+    const std::lock_guard lock(mutex);
+    std::uint32_t sum = 0;
+    for (EndpointCalls* c = first; c != nullptr; c = c->next_) {
+      sum += c->collectives_in_flight_.load(std::memory_order_acquire) +
+             c->messages_in_flight_.load(std::memory_order_acquire);
+    }
+    return sum;
+  }
+  std::uint32_t begun() {
+    const std::lock_guard lock(mutex);
+    std::uint32_t sum = 0;
+    for (EndpointCalls* c = first; c != nullptr; c = c->next_) {
+      sum += c->collectives_begun_.load(std::memory_order_relaxed) +
+             c->messages_begun_.load(std::memory_order_relaxed);
+    }
+    return sum;
+  }
+};
+
+EndpointCalls::~EndpointCalls() {
+  if (counted_) EndpointCallsList::instance().remove(*this);
+}
+
+void EndpointCalls::count_for_exit() {
+  assert(!counted_);
+  counted_ = true;
+  EndpointCallsList::instance().add(*this);
+}
+
+namespace {
+
+// Set by the exit once calls in flight outlasted their two seconds: the
+// waits of guarded ranks end then (detail::check_wait).
+std::atomic<bool> ending_waits{false};
+// WaitContext::current_fork_generation in the process that attached the
+// guarded rank: a child forked from it inherits the counts of its parent's
+// threads, which never end in the child.
+std::atomic<std::uint64_t> guarded_generation{0};
+// The job's rank of the guarded endpoint, for the exit's log lines.
+std::atomic<int> guarded_rank{-1};
+// Whether this process registered for MEMBARRIER_CMD_PRIVATE_EXPEDITED.
+bool expedited_membarrier = false;
+
+std::uint32_t in_flight() { return EndpointCallsList::instance().in_flight(); }
+std::uint32_t begun() { return EndpointCallsList::instance().begun(); }
+
+int membarrier(int command) { return static_cast<int>(::syscall(SYS_membarrier, command, 0U, 0)); }
+
+// From here every call begun is refused, and every call the counts miss
+// (its count's store not yet visible) sees the refusal: the membarrier makes
+// each running thread of the process pass a full memory barrier.
+void refuse_calls() {
+  detail::exit_state.fetch_or(detail::kRefusing);
+  if (expedited_membarrier && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
+  // Registered, yet refused now: the slower global form (every CPU). Where
+  // there is none, the calls fence themselves (kFenceInCall, set at
+  // registration).
+  (void)membarrier(MEMBARRIER_CMD_GLOBAL);
+}
+
+// AXON_TIMEOUT, or 300 s. A malformed AXON_TIMEOUT was reported where it
+// was first read; here, at exit, it must not throw (std::terminate).
+std::chrono::milliseconds exit_timeout() {
+  try {
+    return default_timeout();
+  } catch (const std::exception&) {
+    return std::chrono::milliseconds(300'000);
+  }
+}
+
+// Steps 1 to 3 and the first half of 4 (exit_guard.hpp), as MpiBackend's
+// exit takes them before MPI_Finalize (src/mpi/mpi_runtime.cpp).
+void refuse_calls_then_wait_for_those_in_flight() {
+  const int rank = guarded_rank.load();
+  auto started = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(100);
+  // Up to `grace` for the calls in flight to end; true when they did.
+  auto wait_for_calls = [&](std::chrono::milliseconds grace) {
+    while (in_flight() != 0 && std::chrono::steady_clock::now() - started < grace) {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+    }
+    return in_flight() == 0;
+  };
+  log::log(log::Level::Warn, rank,
+           "ShmBackend: exiting while a call of this library is still running on another thread; giving it a "
+           "second before the static destructors (join every thread that uses the library before main returns)");
+  // A call whose peers are in it too (or come within the second) completes.
+  const bool ended = wait_for_calls(std::chrono::seconds(1));
+  refuse_calls();  // from here new calls are refused (CallInFlight)
+  if (!ended || in_flight() != 0) {
+    // One that still waits may wait for what never comes (a recv nobody
+    // answers): after a second more its wait ends, and it tells the peers.
+    started = std::chrono::steady_clock::now();
+    if (!wait_for_calls(std::chrono::seconds(1))) ending_waits.store(true);
+  }
+  // A wait ends within a sleep slice now; a call busy copying or reducing
+  // ends when done. One that does not (a bug) must not meet its World
+  // destroyed: exit with status 1 instead, which the launcher reports.
+  started = std::chrono::steady_clock::now();
+  const auto limit = exit_timeout() + std::chrono::seconds(1);
+  while (in_flight() != 0) {
+    if (std::chrono::steady_clock::now() - started >= limit) {
+      log::log(log::Level::Error, rank,
+               "ShmBackend: at exit a thread of this process was still inside a call of this library after {} ms "
+               "(AXON_TIMEOUT and a second); exiting with status 1 before the static destructors; join every "
+               "thread that uses the library before main returns",
+               limit.count());
+      std::fflush(nullptr);  // _Exit does not flush what the program printed
+      std::_Exit(1);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(10'000));
+  }
+}
+
+// The atexit function (register_exit): runs before the destructors of the
+// statics made before the first counted call. Then up to a second more
+// until 50 ms pass with no call begun: a thread whose call was refused
+// handles the InvalidArgument (printing its rank, say) before the World goes.
+void exit_before_static_destructors() {
+  if (WaitContext::forked_since(guarded_generation.load()) || in_flight() == 0) return;
+  refuse_calls_then_wait_for_those_in_flight();
+  const auto started = std::chrono::steady_clock::now();
+  for (std::uint32_t seen = begun(); std::chrono::steady_clock::now() - started < std::chrono::seconds(1);) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::uint32_t now = begun();
+    if (now == seen && in_flight() == 0) break;
+    seen = now;
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void register_exit(const WaitContext& waits) {
+  static std::mutex mutex;
+  const std::lock_guard lock(mutex);
+  if (exit_registered.load(std::memory_order_relaxed)) return;
+  guarded_rank.store(waits.names().job_rank(waits.rank()));
+  expedited_membarrier = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+  const int supported = membarrier(MEMBARRIER_CMD_QUERY);
+  if (!expedited_membarrier && (supported < 0 || (supported & MEMBARRIER_CMD_GLOBAL) == 0)) {
+    exit_state.fetch_or(kFenceInCall);  // before exit_registered: a call that sees one sees both
+  }
+  if (std::atexit(exit_before_static_destructors) == 0) exit_registered.store(true, std::memory_order_release);
+}
+
+void refuse_call(std::atomic<std::uint32_t>& in_flight, bool counted_alone, const char* op, const WaitContext& waits,
+                 const std::string& group) {
+  const std::string rank = waits.names().rank(waits.rank());
+  waits.abort(waits.rank(), rank + " is exiting (its main returned, or exit() was called) while a thread of it "
+                                   "still called " + op + " in group " + group);
+  std::string refusal = std::string(op) + " on " + rank + " in group " + group +
+                        ": this process is exiting (its main returned, or exit() was called) and its World is "
+                        "about to be destroyed, but a thread still calls this library; join every thread that "
+                        "uses the library before main returns";
+  if (counted_alone) {
+    in_flight.store(in_flight.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+  } else {
+    in_flight.fetch_sub(1, std::memory_order_release);
+  }
+  throw InvalidArgument(refusal);
+}
+
+}  // namespace detail
+
+void guard_exit(WaitContext& waits) {
+  guarded_generation.store(WaitContext::current_fork_generation.load(std::memory_order_relaxed));
+  waits.end_waits_at_exit();
+}
+
+bool ends_waits_at_exit() { return ending_waits.load(std::memory_order_relaxed); }
+
+}  // namespace axonml::distributed::shm
