@@ -1,6 +1,8 @@
 #include "backends/arena_channel.hpp"
 
+#include <bit>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -54,16 +56,25 @@ bool same_fields(const shm::Descriptor& a, const shm::Descriptor& b) {
 // two digests are equal exactly when fields ^ call are).
 std::uint64_t digest_of(std::uint64_t fields_digest, std::uint64_t call) { return mix(fields_digest ^ call); }
 
-shm::Descriptor descriptor_of(const CollectiveCall& call, std::uint64_t number) {
-  shm::Descriptor d{};
+// Into `d` in place, in 8-byte stores: the next reads of it (same_fields,
+// the digest) load 8 or 16 bytes at once, and a load spanning several
+// narrower stores just made cannot be served by store forwarding. Built
+// aside and copied, or field by field, the stalls took ~8% of a 4-byte
+// all-reduce's own time (perf; a world of one: 72 -> 66 ns median).
+void fill_descriptor(shm::Descriptor& d, const CollectiveCall& call, std::uint64_t number, std::uint8_t step) {
+  static_assert(std::endian::native == std::endian::little);
+  static_assert(offsetof(shm::Descriptor, root) == 24 && offsetof(shm::Descriptor, op) == 28 &&
+                offsetof(shm::Descriptor, dtype) == 29 && offsetof(shm::Descriptor, reduce_op) == 30 &&
+                offsetof(shm::Descriptor, step) == 31);
   d.call = number;
   d.count = call.count;
   d.detail = call.detail;
-  d.op = static_cast<std::uint8_t>(call.op);
-  d.root = call.root;
-  d.dtype = static_cast<std::uint8_t>(call.type);
-  d.reduce_op = call.has_reduce_op ? static_cast<std::uint8_t>(call.reduce_op) : 0xff;
-  return d;
+  const std::uint64_t reduce_op = call.has_reduce_op ? static_cast<std::uint8_t>(call.reduce_op) : 0xff;
+  const std::uint64_t tail = std::uint64_t{static_cast<std::uint32_t>(call.root)} |
+                             std::uint64_t{static_cast<std::uint8_t>(call.op)} << 32 |
+                             std::uint64_t{static_cast<std::uint8_t>(call.type)} << 40 | reduce_op << 48 |
+                             std::uint64_t{step} << 56;
+  std::memcpy(reinterpret_cast<std::byte*>(&d) + offsetof(shm::Descriptor, root), &tail, sizeof tail);
 }
 
 }  // namespace
@@ -104,8 +115,7 @@ void ArenaChannel::begin(const CollectiveCall& call) {
   // An aborted job (a dead rank, a peer's timeout) may have left this op's
   // round half done: finishing it could pair with a rank that gave up.
   if (waits_.aborted()) waits_.check_alive();
-  pending_ = descriptor_of(call, calls_++);
-  pending_.step = step;
+  fill_descriptor(pending_, call, calls_++, step);
   check_pending_ = collective_checks_enabled();
   if (check_pending_) {
     if (!same_fields(pending_, digested_)) {
@@ -399,8 +409,8 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
 }
 
 void ArenaChannel::refuse(const CollectiveCall& call, std::uint8_t step) const {
-  shm::Descriptor refused = descriptor_of(call, calls_);
-  refused.step = step;
+  shm::Descriptor refused;
+  fill_descriptor(refused, call, calls_, step);
   // Not by name in a forked child: the names' mutex may have been held
   // by another thread at the fork.
   throw InvalidArgument(describe(refused, /*step_named=*/!waits_.in_forked_child()) + " in group " + group_name() + " on " +
