@@ -14,12 +14,14 @@ axon_data_path_test("a subgroup's message is not received on the world" 2 cross-
 axon_data_path_test("a thread per group ping-pongs on the world and a subgroup at once" 2 threads)
 axon_data_path_test("a send larger than the mailbox completes across a barrier" 2 send-then-barrier)
 axon_data_path_test("a rank's sends to itself wait for its own recvs, across a barrier" 2 send-to-self)
-# Before the fix 3-6 jobs in 12 (here) met a stall over the 0.4 s timeout,
-# mostly in their first rounds: twelve jobs fail but for about 1 run in 100.
-# Fixed, a wait there takes milliseconds, and a job about 20 ms.
-set(name "data path: a send larger than the mailbox to a rank waiting in a collective completes without waiting out its sleeps (3 oversubscribed ranks, twelve jobs of 20 rounds under a 0.4 s timeout)")
+# Before the fix a send waited out 50 ms sleeps, 0.3-1.6 s each: twelve
+# jobs fail under a 1 s timeout (4 runs of 4), and under 2 s (3 of 3).
+# Fixed, a wait there takes milliseconds, and a job about 20 ms on a quiet
+# machine; the timeout was 0.4 s, which a job starved beside a load of 19
+# met (2 runs of 15; its jobs took up to 2.3 s there).
+set(name "data path: a send larger than the mailbox to a rank waiting in a collective completes without waiting out its sleeps (3 oversubscribed ranks, twelve jobs of 20 rounds under a 1 s timeout)")
 add_test(NAME "${name}"
-         COMMAND sh -c "for job in 1 2 3 4 5 6 7 8 9 10 11 12; do \"$0\" -n 3 --timeout 0.4 \"$1\" send-then-collective 20 || exit 1; done"
+         COMMAND sh -c "for job in 1 2 3 4 5 6 7 8 9 10 11 12; do \"$0\" -n 3 --timeout 1 \"$1\" send-then-collective 20 || exit 1; done"
                  $<TARGET_FILE:axon-launch> $<TARGET_FILE:data_path_edges>)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 120 LABELS "multiprocess" ENVIRONMENT "AXON_OVERSUBSCRIBED=1")
 axon_data_path_test("every collective works through 64-byte slots on 8 ranks" 8 tiny-slots

@@ -8,7 +8,7 @@
 //                                                       100,000 floats on each at once
 //   axon-launch -n 2 data_path_edges send-then-barrier  send(16,385 floats); barrier()
 //                                                       against barrier(); recv()
-//   axon-launch -n 3 --timeout 0.4 data_path_edges send-then-collective [ROUNDS]
+//   axon-launch -n 3 --timeout 1 data_path_edges send-then-collective [ROUNDS]
 //                                                       ROUNDS times (20): rank 0 sends 400 KB to
 //                                                       rank 1, then all-reduces in {0, 1} and
 //                                                       the world; rank 1 all-reduces, then receives
