@@ -221,6 +221,24 @@ if(TARGET axon-launch)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 120
                        PASS_REGULAR_EXPRESSION "threads of a static World that ended as promised: 4"
                        FAIL_REGULAR_EXPRESSION "FAILED|Segmentation|signal 11|killed by signal")
+  # A review's two crashes: a static ProcessGroup (made by new_group, itself
+  # a call, so destroyed before the exit's steps) under a looping thread
+  # (90 of 90 runs, with threads on the world too), and a thread that calls
+  # again at once after its refusal, past the exit's steps (18 of 30 at n=8).
+  foreach(variant group retrying)
+    set(name "shm: a static World's thread looping all_reduces as main returns ends as promised, not crashed, also ${variant} (axon-launch -n 8)")
+    if(variant STREQUAL "group")
+      string(REPLACE "also group" "also on a static group made after the first call" name "${name}")
+    else()
+      string(REPLACE "also retrying" "also calling again at once after every error" name "${name}")
+    endif()
+    add_test(NAME "${name}"
+      COMMAND ${AXON_COUNT_STATIC_WORLD_VERDICTS} $<TARGET_FILE:axon-launch> -n 8 --timeout 60
+              $<TARGET_FILE:mpi_promises> exit-with-static-world ${variant})
+    set_tests_properties("${name}" PROPERTIES TIMEOUT 120
+                         PASS_REGULAR_EXPRESSION "threads of a static World that ended as promised: 8"
+                         FAIL_REGULAR_EXPRESSION "FAILED|Segmentation|signal 11|killed by signal")
+  endforeach()
 endif()
 
 # Rank 1 does its part in every call and then exits with status 1: the

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "axonml/distributed/error.hpp"
+#include "base/log.hpp"
 #include "base/recv_mismatch.hpp"
 #include "backends/arena_backend_impl.hpp"
 #include "base/text.hpp"
@@ -403,7 +406,27 @@ std::shared_ptr<Backend> ArenaBackend::do_new_group(const std::vector<int>& rank
   auto* group = &shm::ArenaView(state.base).group_at(reply.offset);
   auto impl = std::make_unique<Impl>(impl_->state, group, static_cast<int>(position - ranks.begin()),
                                      std::move(world_ranks), std::move(area));
-  return std::shared_ptr<Backend>(new ArenaBackend(name_, std::move(impl)));
+  if (!impl->calls.counted()) return std::shared_ptr<Backend>(new ArenaBackend(name_, std::move(impl)));
+  // A group whose last owner goes while another thread is inside a call on
+  // it (a static ProcessGroup destroyed at exit under a looping thread: its
+  // destructor runs before the exit's steps, shm/exit_guard.hpp) is kept,
+  // area and all, rather than freed under that call.
+  auto backend = std::shared_ptr<ArenaBackend>(new ArenaBackend(name_, std::move(impl)), [](ArenaBackend* doomed) {
+    if (doomed->impl_->calls.in_flight_on_other_threads()) {
+      log::log(log::Level::Warn, doomed->impl_->state->waits.names().job_rank(doomed->impl_->state->world_rank),
+               "group {} destroyed while another thread is inside a call on it: kept, not freed (join every thread "
+               "that uses a group before its last ProcessGroup goes)",
+               doomed->impl_->channel.group_name());
+      static auto* mutex = new std::mutex;
+      static auto* kept = new std::vector<ArenaBackend*>;  // reachable: no leak to LeakSanitizer
+      const std::lock_guard lock(*mutex);
+      kept->push_back(doomed);
+      return;
+    }
+    delete doomed;
+  });
+  backend->impl_->calls.set_owner(backend);
+  return backend;
 }
 
 }  // namespace axonml::distributed

@@ -151,7 +151,10 @@ std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
   // under a thread still calling it: the exit refuses such calls first.
   shm::guard_exit(impl->state->waits);
   impl->calls.count_for_exit();  // the world's Impl was made before; its groups' read the waits
-  return std::shared_ptr<ShmBackend>(new ShmBackend("shm", std::move(impl)));
+  shm::EndpointCalls& calls = impl->calls;  // the Impl moves, its address does not
+  auto backend = std::shared_ptr<ShmBackend>(new ShmBackend("shm", std::move(impl)));
+  calls.set_owner(backend);
+  return backend;
 }
 
 }  // namespace axonml::distributed

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "axonml/distributed/error.hpp"
 #include "base/log.hpp"
@@ -55,6 +56,17 @@ struct EndpointCallsList {
     }
     return sum;
   }
+  // Keeps the owner of every counted endpoint alive for the rest of the
+  // process (EndpointCalls::set_owner). Reachable from `pinned`, never
+  // destroyed: not a leak to LeakSanitizer, and no destructor of its runs.
+  void keep_owners_alive() {
+    static auto* pinned = new std::vector<std::shared_ptr<void>>;
+    const std::lock_guard lock(mutex);
+    for (EndpointCalls* c = first; c != nullptr; c = c->next_) {
+      // An owner being destroyed on another thread (expired) is left to it.
+      if (auto owner = c->owner_.lock()) pinned->push_back(std::move(owner));
+    }
+  }
   std::uint32_t begun() {
     const std::lock_guard lock(mutex);
     std::uint32_t sum = 0;
@@ -68,6 +80,13 @@ struct EndpointCallsList {
 
 EndpointCalls::~EndpointCalls() {
   if (counted_) EndpointCallsList::instance().remove(*this);
+}
+
+void EndpointCalls::set_owner(std::weak_ptr<void> owner) {
+  assert(counted_);
+  auto& list = EndpointCallsList::instance();
+  const std::lock_guard lock(list.mutex);
+  owner_ = std::move(owner);
 }
 
 void EndpointCalls::count_for_exit() {
@@ -95,16 +114,23 @@ std::uint32_t begun() { return EndpointCallsList::instance().begun(); }
 
 int membarrier(int command) { return static_cast<int>(::syscall(SYS_membarrier, command, 0U, 0)); }
 
+// Makes every running thread of the process pass a full memory barrier, so
+// that a count a call stored before this is seen by the loads after it,
+// and a call that loads the exit's state after it sees what was set before.
+void every_thread_passes_a_barrier() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (expedited_membarrier && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
+  // The calls fence themselves where membarrier is unavailable.
+  if ((detail::exit_state.load() & detail::kFenceInCall) != 0) return;
+  // Registered, yet refused now: the slower global form (every CPU).
+  (void)membarrier(MEMBARRIER_CMD_GLOBAL);
+}
+
 // From here every call begun is refused, and every call the counts miss
-// (its count's store not yet visible) sees the refusal: the membarrier makes
-// each running thread of the process pass a full memory barrier.
+// (its count's store not yet visible) sees the refusal.
 void refuse_calls() {
   detail::exit_state.fetch_or(detail::kRefusing);
-  if (expedited_membarrier && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
-  // Registered, yet refused now: the slower global form (every CPU). Where
-  // there is none, the calls fence themselves (kFenceInCall, set at
-  // registration).
-  (void)membarrier(MEMBARRIER_CMD_GLOBAL);
+  every_thread_passes_a_barrier();
 }
 
 // AXON_TIMEOUT, or 300 s. A malformed AXON_TIMEOUT was reported where it
@@ -168,7 +194,9 @@ void refuse_calls_then_wait_for_those_in_flight() {
 // until 50 ms pass with no call begun: a thread whose call was refused
 // handles the InvalidArgument (printing its rank, say) before the World goes.
 void exit_before_static_destructors() {
-  if (WaitContext::forked_since(guarded_generation.load()) || in_flight() == 0) return;
+  if (WaitContext::forked_since(guarded_generation.load())) return;
+  EndpointCallsList::instance().keep_owners_alive();
+  if (in_flight() == 0) return;
   refuse_calls_then_wait_for_those_in_flight();
   const auto started = std::chrono::steady_clock::now();
   for (std::uint32_t seen = begun(); std::chrono::steady_clock::now() - started < std::chrono::seconds(1);) {
@@ -180,6 +208,12 @@ void exit_before_static_destructors() {
 }
 
 }  // namespace
+
+bool EndpointCalls::in_flight_on_other_threads() const {
+  if (!detail::exit_registered.load(std::memory_order_acquire)) return false;  // no counted call yet
+  every_thread_passes_a_barrier();
+  return collectives_in_flight_.load(std::memory_order_acquire) + messages_in_flight_.load(std::memory_order_acquire) != 0;
+}
 
 namespace detail {
 

@@ -23,10 +23,14 @@
 //      most, then it exits with status 1), then until 50 ms pass with no call
 //      begun (a second at most), so that a refused thread has left the
 //      library before the static destructors run.
-// Not covered, as under MPI: statics made at or after the first call (their
-// destructors run before this), a thread that is between calls as the exit
-// begins (nothing is in flight: nothing is done), and one that calls again
-// more than 50 ms after its refusal.
+// And before all that, always: it keeps every counted endpoint alive
+// (EndpointCalls::set_owner), so that the static destructors destroy none:
+// a thread between calls as the exit began (nothing was in flight, so
+// nothing was refused), or one that calls again after its refusal, meets a
+// live endpoint (its call runs, or is refused) until the process ends.
+// Not covered: endpoints whose owners are statics made at or after the
+// first call, such as every static ProcessGroup made by new_group (itself a
+// call): their destructors run before this.
 //
 // The counting is kept off the call's cost (a 4-byte all-reduce takes
 // ~110 ns, where two atomic read-modify-writes a call took ~10 ns): each
@@ -46,6 +50,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace axonml::distributed::shm {
@@ -94,6 +99,17 @@ class EndpointCalls {
   // whose rank is guarded. REQUIRES: before the endpoint's first call.
   void count_for_exit();
   bool counted() const { return counted_; }
+  // The object that owns this endpoint (its Backend), which the exit keeps
+  // alive: from the exit's first step on, it is never destroyed, so that a
+  // thread calling it after the exit's steps (between calls when the exit
+  // began, or calling again after its refusal) meets a live endpoint, not
+  // freed memory; the process's end reclaims it. REQUIRES: counted().
+  void set_owner(std::weak_ptr<void> owner);
+  // Whether a call of this endpoint is in flight, as its owner is being
+  // destroyed on a thread that is not in one (a program's bug, or a static
+  // group destroyed at exit under a thread's call: the owner then leaks
+  // rather than free what that call uses). Costs a membarrier.
+  bool in_flight_on_other_threads() const;
 
  private:
   friend class CallInFlight;
@@ -107,6 +123,7 @@ class EndpointCalls {
   // Sends and receives, by any threads at once.
   std::atomic<std::uint32_t> messages_in_flight_{0};
   std::atomic<std::uint32_t> messages_begun_{0};
+  std::weak_ptr<void> owner_;  // under EndpointCallsList's mutex
   // The exit's list of counted endpoints (EndpointCallsList).
   EndpointCalls* prev_ = nullptr;
   EndpointCalls* next_ = nullptr;

@@ -54,7 +54,10 @@
 //                     peer's exit (PeerFailure), and no process crashes in
 //                     its World, destroyed at exit (under axon-launch rank 0
 //                     did, 6 runs of 45). Each thread prints "[rank R] the
-//                     static World's thread ended as promised" (or FAILED)
+//                     static World's thread ended as promised" (or FAILED).
+//                     `group`: the thread loops on a static ProcessGroup
+//                     made after the first call; `retrying`: it calls again
+//                     at once after every error
 //   exit-with-waiting-thread  rank 0's thread waits in a recv nobody
 //                     answers when its main returns: the exit ends that
 //                     wait within two seconds (the test gives the job 30 s of its
@@ -579,13 +582,48 @@ void exit_with_thread(Backend& b, const std::string& dir, std::uint64_t token) {
 // calls of 4 KB and 256 KiB, about 1 job in 100 here had one (a crash in
 // the destroyed World).
 // Its verdict is its own line: its loop ends during this process's exit.
-int exit_with_static_world() {
+//
+// Variants (shared memory only; a review found each crashing): `group`: the
+// thread loops on a static ProcessGroup of every rank, made by new_group
+// after the first call (so destroyed before the exit's steps; it is kept,
+// not freed, while a call is in it); `retrying`: the thread catches every
+// error and calls again at once, 4 KiB calls, past the exit's steps (the
+// exit keeps the World alive: its calls are refused until the process ends).
+int exit_with_static_world(const std::string& variant) {
   static World w = World::init();
   me = w.rank();
-  std::thread([rank = me] {
+  Backend* target = &w.default_group().backend();
+  if (variant == "group") {
+    static ProcessGroup g = w.new_group(w.default_group().ranks());
+    target = &g.backend();
+  }
+  std::thread([rank = me, variant, target] {
     std::string error = "no error";
+    Backend& group = *target;
+    auto verdict = [&] {
+      // Its own refusal or ended wait ("...: this process is exiting (its
+      // main returned, ..."); or a peer's: "job aborted: rank R is exiting
+      // (its main returned, ...) while a thread of it still called ...".
+      const bool as_promised = contains(error, "this process is exiting (its main returned") ||
+                               (contains(error, "job aborted: rank ") && contains(error, " is exiting (its main returned"));
+      std::printf("[rank %d] the static World's thread's loop ended with: %s\n", rank, error.c_str());
+      std::printf(as_promised ? "[rank %d] the static World's thread ended as promised\n"
+                              : "[rank %d] FAILED: the static World's thread ended with neither its exit's refusal "
+                                "nor a peer's exit\n",
+                  rank);
+      std::fflush(stdout);
+    };
+    if (variant == "retrying") {
+      std::vector<float> v(1024, 1.0f);
+      for (bool told = false;;) {
+        try {
+          group.all_reduce(std::span<float>(v), ReduceOp::Max);
+        } catch (const std::exception& e) {
+          if (!told) error = e.what(), verdict(), told = true;
+        }
+      }
+    }
     try {
-      Backend& group = w.default_group().backend();
       std::vector<float> small(std::size_t{1} << 18, 1.0f);
       std::vector<float> large(std::size_t{1} << 20, 1.0f);
       for (long i = 0; i < 100'000'000; ++i) {
@@ -599,17 +637,7 @@ int exit_with_static_world() {
     } catch (const std::exception& e) {
       error = e.what();
     }
-    // Its own refusal or ended wait ("...: this process is exiting (its main
-    // returned, ..."); or a peer's: "job aborted: rank R is exiting (its main
-    // returned, ...) while a thread of it still called all_reduce ...".
-    const bool as_promised = contains(error, "this process is exiting (its main returned") ||
-                             (contains(error, "job aborted: rank ") && contains(error, " is exiting (its main returned"));
-    std::printf("[rank %d] the static World's thread's loop ended with: %s\n", rank, error.c_str());
-    std::printf(as_promised ? "[rank %d] the static World's thread ended as promised\n"
-                            : "[rank %d] FAILED: the static World's thread ended with neither its exit's refusal "
-                              "nor a peer's exit\n",
-                rank);
-    std::fflush(stdout);
+    verdict();
   }).detach();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   if (me == 0) {
@@ -877,7 +905,7 @@ int main(int argc, char** argv) {
   if (mode == "after-exit") std::atexit(all_reduce_after_exit);  // before the library's own
   if (mode == "exit-with-static-world") {  // a World of its own, static
     try {
-      return exit_with_static_world();
+      return exit_with_static_world(arg.empty() ? "world" : arg);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "[rank %d] error: %s\n", me, e.what());
       return 2;
@@ -938,7 +966,7 @@ int main(int argc, char** argv) {
       group_of_one_untouched(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | exit-with-static-world | exit-with-waiting-thread | exit-nonzero-after-its-part | refused-on-one-rank | late-rank | late-at-the-timeout | init-twice | alloc-shared | mismatch KIND | after-exit | rank-order\n");
+                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | exit-with-static-world [group|retrying] | exit-with-waiting-thread | exit-nonzero-after-its-part | refused-on-one-rank | late-rank | late-at-the-timeout | init-twice | alloc-shared | mismatch KIND | after-exit | rank-order\n");
       return 2;
     }
     int total = failures;
