@@ -30,6 +30,11 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0"
 
 fail() { echo "FAIL [kill $i]: $*" >&2; exit 1; }
 now_ns() { local t=${EPOCHREALTIME/./}; echo $((10#$t * 1000)); }
+# Empties the output files before a background launch: the launch's own
+# redirections truncate them only once its forked shell runs, and a poll of
+# the files right after the fork read the previous run's "ready" lines (the
+# fault test took a still-starting job for ready, 1 run in many, under load).
+clear_output() { : >"$work/out"; : >"$work/err"; }
 ready_count() { local c; c=$(grep -c 'ready rank=' "$work/out" 2>/dev/null); echo "${c:-0}"; }
 rank_pid() { sed -n "s/.*ready rank=$1 pid=\([0-9]*\).*/\1/p" "$work/out"; }
 # A process that can still be signalled is gone only as a zombie: a read of
@@ -94,6 +99,7 @@ for i in $(seq 1 "$kills"); do
        extra=(--exit-rank "$victim" --exit-at "$exit_at" --exit-code 3)
   fi
 
+  clear_output
   "$launch" -n $n --timeout 60 "$stress" --seed $((seed * 1000 + i)) \
       --endless --tag "$tag" "${extra[@]}" >"$work/out" 2>"$work/err" &
   launcher_pid=$!

@@ -16,6 +16,11 @@ stop_background_launcher() {
 }
 trap 'stop_background_launcher; rm -rf "$work"' EXIT
 
+# Empties the output files before a background launch: the launch's own
+# redirections truncate them only once its forked shell runs, and a poll of
+# the files right after the fork read the previous run's "ready" lines (the
+# fault test took a still-starting job for ready, 1 run in many, under load).
+clear_output() { : >"$work/out"; : >"$work/err"; }
 fail() { echo "FAIL [$case_name]: $*" >&2; exit 1; }
 
 # Runs the launcher in the foreground; sets $status, $out, $err.
@@ -311,6 +316,7 @@ print(" ".join(left) or "none")
     [ "$orphans" = none ] || fail "after failing to start every rank, the launcher left ranks unreaped: $orphans"
     ;;
   success)
+    clear_output
     "$launch" -n 3 "$probe" ok >"$work/out" 2>"$work/err" &
     pid=$!
     wait "$pid"
@@ -496,6 +502,7 @@ sys.stdout.write("L" * 110 + "END\n")'
   rank-killed)
     # One rank dies by kill -9 while every rank waits in a recv: the others
     # fail with PeerFailure naming it, the launcher exits 137, nothing remains.
+    clear_output
     "$launch" -n 4 --timeout 120 "$probe" wait >"$work/out" 2>"$work/err" &
     pid=$!
     wait_for have_ready 4 || fail "ranks never became ready: $(cat "$work/out" "$work/err")"
@@ -556,6 +563,7 @@ RANK_SH
   launcher-killed)
     # kill -9 of the launcher: every rank dies with it (PDEATHSIG), and the
     # arena's name was already gone once all ranks attached.
+    clear_output
     "$launch" -n 4 --timeout 120 "$probe" wait >"$work/out" 2>"$work/err" &
     pid=$!
     wait_for have_ready 4 || fail "ranks never became ready: $(cat "$work/out" "$work/err")"
@@ -570,6 +578,7 @@ RANK_SH
     ;;
   interrupt)
     # SIGINT to the launcher reaches every rank.
+    clear_output
     "$launch" -n 3 --timeout 120 "$probe" wait >"$work/out" 2>"$work/err" &
     pid=$!
     wait_for have_ready 3 || fail "ranks never became ready"
@@ -589,6 +598,7 @@ RANK_SH
     # its KeyboardInterrupt: no output at all, exit status 137). A second
     # signal from the same process within a second is the same request.
     handlers='trap "sleep 1; echo handled; exit 7" INT; echo "ready pid=$$"; sleep 120 & wait $!'
+    clear_output
     "$launch" -n 2 /bin/sh -c "$handlers" >"$work/out" 2>"$work/err" &
     pid=$!
     wait_for have_ready 2 || fail "ranks never became ready"
@@ -613,6 +623,7 @@ RANK_SH
     handlers='trap "sleep 30; exit 7" INT; echo "ready pid=$$"; sleep 120 & wait $!'
     for second in "/bin/kill -INT" "sleep 2.5; kill -INT"; do
       started=$SECONDS
+      clear_output
       "$launch" -n 2 /bin/sh -c "$handlers" >"$work/out" 2>"$work/err" &
       pid=$!
       wait_for have_ready 2 || fail "ranks never became ready"
@@ -634,6 +645,7 @@ RANK_SH
     # SIGINT killed) held the launcher forever. Once a rank has ended, the
     # others get forward_grace (5 s), then SIGTERM.
     started=$SECONDS
+    clear_output
     "$launch" -n 2 /bin/sh -c 'if [ "$RANK" = 0 ]; then trap "" INT; fi; echo "ready pid=$$"; exec sleep 120' \
       >"$work/out" 2>"$work/err" &
     pid=$!
@@ -657,6 +669,7 @@ RANK_SH
     # a handler that takes 6 s on the other rank is not cut short (the
     # review of the change: it got SIGTERM at 5 s, exit status 143).
     started=$SECONDS
+    clear_output
     "$launch" -n 2 /bin/sh -c 'if [ "$RANK" = 1 ]; then exit 0; fi; trap "sleep 6; exit 0" INT; echo "ready pid=$$"; sleep 120 & wait $!' \
       >"$work/out" 2>"$work/err" &
     pid=$!
@@ -912,6 +925,7 @@ RANK
     # ... also after a Ctrl-C that the ranks ignore (it turned the deadline
     # off, and the job waited for the late rank's 30 s).
     started=$SECONDS
+    clear_output
     "$launch" -n 3 --timeout 60 --start-timeout 3 /bin/sh -c "trap '' INT; exec \"\$0\" \"\$@\"" \
       "$probe" slow-start 2 30 >"$work/out" 2>"$work/err" &
     pid=$!
@@ -933,6 +947,7 @@ RANK
     # (SIGCONT) continues them, and the pause, longer than --timeout, does
     # not time out the barrier it interrupted.
     go="$work/go"
+    clear_output
     "$launch" -n 3 --timeout 3 "$probe" wait-for-file "$go" >"$work/out" 2>"$work/err" &
     pid=$!
     wait_for have_ready 3 || fail "ranks never became ready: $(cat "$work/out" "$work/err")"
@@ -949,6 +964,7 @@ RANK
     expect_status 0
     [ "$(grep -c 'met rank=' "$work/out")" -eq 3 ] || fail "not every rank met after the pause: $out $err"
     # Nor does a pause during start-up count towards --start-timeout.
+    clear_output
     "$launch" -n 2 --start-timeout 3 "$probe" slow-start 1 2 >"$work/out" 2>"$work/err" &
     pid=$!
     sleep 0.5
@@ -963,6 +979,7 @@ RANK
     # ranks run on), whose peer then times out waiting for it: on SIGCONT the
     # launcher reaps both at once and blames the killed rank, not the
     # waiter's timeout (found by a review: exit 1, the kill unmentioned).
+    clear_output
     "$launch" -n 3 --timeout 6 "$probe" hang 1 >"$work/out" 2>"$work/err" &
     pid=$!
     rank1=
@@ -1026,6 +1043,7 @@ RANK
     # kill -9 of the launcher at any moment of start-up leaves nothing: no
     # /dev/shm object, no process holding the arena, no rank.
     for i in $(seq 0 19); do
+      clear_output
       "$launch" -n 8 --timeout 120 "$probe" wait >"$work/out" 2>"$work/err" &
       pid=$!
       sleep "0.0$(printf '%02d' $((i * 5 + RANDOM % 5)))"
@@ -1058,6 +1076,7 @@ RANK
     expect_status 4
     [[ "$err" == *"attempt 2 of 2: rank 0 exited with code 4 (exit status 4); no restarts left"* ]] || fail "no last line: $err"
     # SIGINT ends everything without a restart.
+    clear_output
     "$launch" -n 3 --timeout 120 --max-restarts 5 "$probe" wait >"$work/out" 2>"$work/err" &
     pid=$!
     wait_for have_ready 3 || fail "ranks never became ready: $(cat "$work/out" "$work/err")"
@@ -1114,6 +1133,7 @@ fi
 exec "$probe" wait-for-file "$work/go"
 RANK
     chmod +x "$work/rank.sh"
+    clear_output
     "$launch" -n 2 --timeout 60 --max-restarts 1 "$work/rank.sh" >"$work/out" 2>"$work/err" &
     pid=$!
     limit=60 wait_for grep -q "rank 1 exited with code 3" "$work/err" || fail "attempt 0 did not fail: $(cat "$work/err")"
