@@ -106,8 +106,10 @@ std::atomic<bool> ending_waits{false};
 std::atomic<std::uint64_t> guarded_generation{0};
 // The job's rank of the guarded endpoint, for the exit's log lines.
 std::atomic<int> guarded_rank{-1};
-// Whether this process registered for MEMBARRIER_CMD_PRIVATE_EXPEDITED.
-bool expedited_membarrier = false;
+// Whether this process registered for MEMBARRIER_CMD_PRIVATE_EXPEDITED
+// (by the first counted call; read by the exit, or a group's deleter, on
+// other threads).
+std::atomic<bool> expedited_membarrier{false};
 
 std::uint32_t in_flight() { return EndpointCallsList::instance().in_flight(); }
 std::uint32_t begun() { return EndpointCallsList::instance().begun(); }
@@ -119,7 +121,7 @@ int membarrier(int command) { return static_cast<int>(::syscall(SYS_membarrier, 
 // and a call that loads the exit's state after it sees what was set before.
 void every_thread_passes_a_barrier() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (expedited_membarrier && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
+  if (expedited_membarrier.load() && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
   // The calls fence themselves where membarrier is unavailable.
   if ((detail::exit_state.load() & detail::kFenceInCall) != 0) return;
   // Registered, yet refused now: the slower global form (every CPU).
@@ -222,9 +224,9 @@ void register_exit(const WaitContext& waits) {
   const std::lock_guard lock(mutex);
   if (exit_registered.load(std::memory_order_relaxed)) return;
   guarded_rank.store(waits.names().job_rank(waits.rank()));
-  expedited_membarrier = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+  expedited_membarrier.store(membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0);
   const int supported = membarrier(MEMBARRIER_CMD_QUERY);
-  if (!expedited_membarrier && (supported < 0 || (supported & MEMBARRIER_CMD_GLOBAL) == 0)) {
+  if (!expedited_membarrier.load() && (supported < 0 || (supported & MEMBARRIER_CMD_GLOBAL) == 0)) {
     exit_state.fetch_or(kFenceInCall);  // before exit_registered: a call that sees one sees both
   }
   if (std::atexit(exit_before_static_destructors) == 0) exit_registered.store(true, std::memory_order_release);
