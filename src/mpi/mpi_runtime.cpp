@@ -55,33 +55,6 @@ int world_rank() {
   return rank;
 }
 
-// Waits until every process has come to exit, then finalizes.
-//
-// Open MPI's MPI_Finalize is a fence: it waits for every process to reach
-// it, and a peer that hangs alive (never calling the collective that timed
-// out here) never does. A process must not leave from inside that fence
-// either: when processes die in it, mpirun can crash in its own clean-up
-// (PMIx_server_finalize: 3 of 22 runs of a test where a peer is away) or
-// hang after reporting the failed job, so a job that should end in seconds
-// fails or never ends.
-//
-// So every process first meets the others in a barrier of its own on
-// `exit_comm`, which it can leave. Once that completes, every process is at
-// exit and MPI_Finalize's fence has nothing to wait for. A process that gave
-// up waiting for a peer gives the barrier AXON_TIMEOUT and then exits with
-// status 1 without finalizing, from outside any MPI call, and mpirun ends the
-// job. A process that did not give up waits as MPI_Finalize itself would:
-// as long as its peers take to finish (sleeping between tests, not spinning).
-// AXON_TIMEOUT, or 300 s. A malformed AXON_TIMEOUT was reported where it
-// was first read; here, at exit, it must not throw (std::terminate).
-std::chrono::milliseconds exit_timeout() {
-  try {
-    return shm::default_timeout();
-  } catch (const std::exception&) {
-    return std::chrono::milliseconds(300'000);
-  }
-}
-
 // The exit's first step, before MPI_Finalize: a second for the calls other
 // threads are in, then new calls fail (CallInFlight), then a second more,
 // then the waits still running end (exit_begun()) and the peers are told.
@@ -121,7 +94,7 @@ void refuse_calls_then_wait_for_those_in_flight() {
     }
   }
   started = std::chrono::steady_clock::now();
-  const auto limit = exit_timeout() + std::chrono::seconds(1);
+  const auto limit = shm::default_timeout_at_exit() + std::chrono::seconds(1);
   while (calls_in_flight.load() != 0) {
     if (std::chrono::steady_clock::now() - started >= limit) {
       log::log(log::Level::Error, world_rank(),
@@ -137,10 +110,27 @@ void refuse_calls_then_wait_for_those_in_flight() {
   }
 }
 
+// Waits until every process has come to exit, then finalizes.
+//
+// Open MPI's MPI_Finalize is a fence: it waits for every process to reach
+// it, and a peer that hangs alive (never calling the collective that timed
+// out here) never does. A process must not leave from inside that fence
+// either: when processes die in it, mpirun can crash in its own clean-up
+// (PMIx_server_finalize: 3 of 22 runs of a test where a peer is away) or
+// hang after reporting the failed job, so a job that should end in seconds
+// fails or never ends.
+//
+// So every process first meets the others in a barrier of its own on
+// `exit_comm`, which it can leave. Once that completes, every process is at
+// exit and MPI_Finalize's fence has nothing to wait for. A process that gave
+// up waiting for a peer gives the barrier AXON_TIMEOUT and then exits with
+// status 1 without finalizing, from outside any MPI call, and mpirun ends the
+// job. A process that did not give up waits as MPI_Finalize itself would:
+// as long as its peers take to finish (sleeping between tests, not spinning).
 void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
   const int rank = world_rank();
   const bool gave_up = gave_up_waiting.load();
-  const auto timeout = exit_timeout();
+  const auto timeout = shm::default_timeout_at_exit();
   const auto started = std::chrono::steady_clock::now();
   // Not wait_all(): this runs in a static destructor, after the main
   // thread's thread_local objects (wait_all's scratch vectors) are gone.

@@ -48,13 +48,17 @@ struct EndpointCallsList {
   }
   // Calls in flight, and calls begun (wrapping), over every counted endpoint.
   std::uint32_t in_flight() {
+    return sum(&EndpointCalls::collectives_in_flight_, &EndpointCalls::messages_in_flight_);
+  }
+  std::uint32_t begun() { return sum(&EndpointCalls::collectives_begun_, &EndpointCalls::messages_begun_); }
+  using Count = std::atomic<std::uint32_t> EndpointCalls::*;
+  std::uint32_t sum(Count collectives, Count messages) {
     const std::lock_guard lock(mutex);
-    std::uint32_t sum = 0;
+    std::uint32_t total = 0;
     for (EndpointCalls* c = first; c != nullptr; c = c->next_) {
-      sum += c->collectives_in_flight_.load(std::memory_order_acquire) +
-             c->messages_in_flight_.load(std::memory_order_acquire);
+      total += (c->*collectives).load(std::memory_order_acquire) + (c->*messages).load(std::memory_order_acquire);
     }
-    return sum;
+    return total;
   }
   // Keeps the owner of every counted endpoint alive for the rest of the
   // process (EndpointCalls::set_owner). Reachable from `pinned`, never
@@ -66,15 +70,6 @@ struct EndpointCallsList {
       // An owner being destroyed on another thread (expired) is left to it.
       if (auto owner = c->owner_.lock()) pinned->push_back(std::move(owner));
     }
-  }
-  std::uint32_t begun() {
-    const std::lock_guard lock(mutex);
-    std::uint32_t sum = 0;
-    for (EndpointCalls* c = first; c != nullptr; c = c->next_) {
-      sum += c->collectives_begun_.load(std::memory_order_relaxed) +
-             c->messages_begun_.load(std::memory_order_relaxed);
-    }
-    return sum;
   }
 };
 
@@ -135,16 +130,6 @@ void refuse_calls() {
   every_thread_passes_a_barrier();
 }
 
-// AXON_TIMEOUT, or 300 s. A malformed AXON_TIMEOUT was reported where it
-// was first read; here, at exit, it must not throw (std::terminate).
-std::chrono::milliseconds exit_timeout() {
-  try {
-    return default_timeout();
-  } catch (const std::exception&) {
-    return std::chrono::milliseconds(300'000);
-  }
-}
-
 // Steps 1 to 3 and the first half of 4 (exit_guard.hpp), as MpiBackend's
 // exit takes them before MPI_Finalize (src/mpi/mpi_runtime.cpp).
 void refuse_calls_then_wait_for_those_in_flight() {
@@ -175,7 +160,7 @@ void refuse_calls_then_wait_for_those_in_flight() {
   // ends when done. One that does not (a bug) must not meet its World
   // destroyed: exit with status 1 instead, which the launcher reports.
   started = std::chrono::steady_clock::now();
-  const auto limit = exit_timeout() + std::chrono::seconds(1);
+  const auto limit = default_timeout_at_exit() + std::chrono::seconds(1);
   while (in_flight() != 0) {
     if (std::chrono::steady_clock::now() - started >= limit) {
       log::log(log::Level::Error, rank,

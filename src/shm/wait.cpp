@@ -393,6 +393,14 @@ std::chrono::milliseconds default_timeout() {
   return std::chrono::seconds(300);
 }
 
+std::chrono::milliseconds default_timeout_at_exit() noexcept {
+  try {
+    return default_timeout();
+  } catch (const std::exception&) {
+    return std::chrono::seconds(300);
+  }
+}
+
 namespace detail {
 
 std::string WaitNote::note_of(const std::string& description) {

@@ -264,6 +264,9 @@ bool abort_blames_clean_exit_of(const ArenaHeader& header, int rank);
 
 // The timeout ranks use unless told otherwise: AXON_TIMEOUT seconds, or 300.
 std::chrono::milliseconds default_timeout();
+// The same at exit, where nothing may throw (std::terminate): a malformed
+// AXON_TIMEOUT was reported where it was first read, and counts as 300 s.
+std::chrono::milliseconds default_timeout_at_exit() noexcept;
 
 // How a rank that ended with waitpid `status` ended, for messages: "exited
 // (status 3)", "was killed by signal 9", or "ended".
