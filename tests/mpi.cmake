@@ -232,11 +232,20 @@ if(TARGET axon-launch)
     else()
       string(REPLACE "also retrying" "also calling again at once after every error" name "${name}")
     endif()
+    set(counted_verdicts "threads of a static World that ended as promised: 8")
+    set(count ${AXON_COUNT_STATIC_WORLD_VERDICTS})
+    if(variant STREQUAL "group")
+      # The group's destructor runs while its thread is in a call (8 ranks
+      # of 8 in 24 runs): the group is kept, and says so.
+      set(count /bin/sh -c
+          "out=$(\"$@\" 2>&1) || true && echo \"$out\" >&2 && echo \"threads of a static World that ended as promised: $(echo \"$out\" | grep -c 'ended as promised'), groups kept under a call: $(echo \"$out\" | grep -c 'destroyed while another thread is inside a call on it: kept, not freed')\"" sh)
+      string(APPEND counted_verdicts ", groups kept under a call: [1-8]")
+    endif()
     add_test(NAME "${name}"
-      COMMAND ${AXON_COUNT_STATIC_WORLD_VERDICTS} $<TARGET_FILE:axon-launch> -n 8 --timeout 60
+      COMMAND ${count} $<TARGET_FILE:axon-launch> -n 8 --timeout 60
               $<TARGET_FILE:mpi_promises> exit-with-static-world ${variant})
     set_tests_properties("${name}" PROPERTIES TIMEOUT 120
-                         PASS_REGULAR_EXPRESSION "threads of a static World that ended as promised: 8"
+                         PASS_REGULAR_EXPRESSION "${counted_verdicts}"
                          FAIL_REGULAR_EXPRESSION "FAILED|Segmentation|signal 11|killed by signal")
   endforeach()
 endif()

@@ -18,6 +18,7 @@
 #include "axonml/distributed/error.hpp"
 #include "base/log.hpp"
 #include "base/text.hpp"
+#include "shm/exit_steps.hpp"
 #include "shm/wait.hpp"
 
 namespace axonml::distributed::mpi {
@@ -55,59 +56,26 @@ int world_rank() {
   return rank;
 }
 
-// The exit's first step, before MPI_Finalize: a second for the calls other
-// threads are in, then new calls fail (CallInFlight), then a second more,
-// then the waits still running end (exit_begun()) and the peers are told.
-// Should a call outlast even its own AXON_TIMEOUT after that, MPI cannot be
-// finalized under it: exit with status 1 without finalizing, and mpirun
-// ends the job.
-void refuse_calls_then_wait_for_those_in_flight() {
-  auto started = std::chrono::steady_clock::now();
-  auto pause = std::chrono::microseconds(100);
-  // Up to `grace` for the calls in flight to end; true when they did.
-  auto wait_for_calls = [&](std::chrono::milliseconds grace) {
-    while (calls_in_flight.load() != 0 && std::chrono::steady_clock::now() - started < grace) {
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(10'000));
-    }
-    return calls_in_flight.load() == 0;
+// The exit's steps (shm/exit_steps.hpp) before MPI_Finalize: should a call
+// outlast even its own AXON_TIMEOUT after them, MPI cannot be finalized
+// under it: the process exits with status 1 without finalizing, and mpirun
+// ends the job. Run by the Runtime's destructor even with no call in flight:
+// a call begun after it, while MPI is being finalized, is refused.
+shm::ExitSteps exit_steps() {
+  shm::ExitSteps steps;
+  steps.backend = "MpiBackend";
+  steps.goes_on_to = "MPI_Finalize";
+  steps.status_1_means = "without finalizing MPI, so that mpirun ends the job";
+  steps.rank = world_rank();
+  steps.in_flight = [] { return static_cast<std::uint64_t>(calls_in_flight.load()); };
+  steps.begun = [] { return calls_begun.load(); };
+  steps.refuse_calls = [] { exiting.store(true); };  // CallInFlight reads it
+  steps.give_up_waits = [] {
+    tell_job_aborted("rank " + std::to_string(world_rank()) + " is exiting (its main returned, or exit() was "
+                     "called) while a thread of it is still inside a call of this library");
+    ending_waits.store(true);  // their waits end (exit_begun())
   };
-  // First a second in which calls still start and finish: a call whose
-  // peers are in it too (or come within that) completes (a review: ending
-  // such calls at once aborted jobs that would have finished).
-  if (calls_in_flight.load() != 0) {
-    log::log(log::Level::Warn, world_rank(),
-             "MpiBackend: exiting while a call of this library is still running on another thread; giving it "
-             "a second before MPI_Finalize (join every thread that uses the library before main returns)");
-  }
-  const bool ended = wait_for_calls(std::chrono::seconds(1));
-  exiting.store(true);  // from here new calls are refused (CallInFlight)
-  if (!ended || calls_in_flight.load() != 0) {
-    // One that still waits may wait for what never comes (a recv nobody
-    // answers held the exit for AXON_TIMEOUT in silence): after a second
-    // more its wait ends, and the peers are told, as abort() tells them.
-    started = std::chrono::steady_clock::now();
-    if (!wait_for_calls(std::chrono::seconds(1))) {
-      tell_job_aborted("rank " + std::to_string(world_rank()) + " is exiting (its main returned, or exit() was "
-                       "called) while a thread of it is still inside a call of this library");
-      ending_waits.store(true);
-    }
-  }
-  started = std::chrono::steady_clock::now();
-  const auto limit = shm::default_timeout_at_exit() + std::chrono::seconds(1);
-  while (calls_in_flight.load() != 0) {
-    if (std::chrono::steady_clock::now() - started >= limit) {
-      log::log(log::Level::Error, world_rank(),
-               "MpiBackend: at exit a thread of this process was still inside a call of this library after {} ms "
-               "(AXON_TIMEOUT and a second); exiting with status 1 without finalizing MPI, so that mpirun ends "
-               "the job; join every thread that uses the library before main returns",
-               limit.count());
-      std::fflush(nullptr);
-      std::_Exit(1);
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(10'000));
-  }
+  return steps;
 }
 
 // Waits until every process has come to exit, then finalizes.
@@ -266,7 +234,7 @@ class Runtime {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (owned_ && !finalized) {
-      refuse_calls_then_wait_for_those_in_flight();
+      shm::refuse_calls_then_wait_for_those_in_flight(exit_steps());
       if (const int status = exit_status.load(); status != 0) {
         // A failing process: peers waiting for it in a collective waited
         // until AXON_TIMEOUT while it waited for them in the exit's barrier,
@@ -384,15 +352,9 @@ std::optional<std::string> receive_job_aborted() {
 namespace {
 void exit_before_static_destructors() {
   if (!runtime_owns_mpi.load() || calls_in_flight.load() == 0 || finalized()) return;
-  refuse_calls_then_wait_for_those_in_flight();
-  const auto started = std::chrono::steady_clock::now();
-  for (std::uint64_t seen = calls_begun.load();
-       std::chrono::steady_clock::now() - started < std::chrono::seconds(1);) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const std::uint64_t now = calls_begun.load();
-    if (now == seen && calls_in_flight.load() == 0) break;
-    seen = now;
-  }
+  const shm::ExitSteps steps = exit_steps();
+  shm::refuse_calls_then_wait_for_those_in_flight(steps);
+  shm::wait_until_calls_stop(steps);
 }
 }  // namespace
 

@@ -4,17 +4,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cassert>
-#include <chrono>
-#include <cstdio>
+#include <cstddef>
 #include <cstdlib>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "axonml/distributed/error.hpp"
-#include "base/log.hpp"
+#include "shm/exit_steps.hpp"
 #include "shm/wait.hpp"
 
 namespace axonml::distributed::shm {
@@ -63,12 +60,23 @@ struct EndpointCallsList {
   // Keeps the owner of every counted endpoint alive for the rest of the
   // process (EndpointCalls::set_owner). Reachable from `pinned`, never
   // destroyed: not a leak to LeakSanitizer, and no destructor of its runs.
+  // The room is made before the list is locked: an owner whose other
+  // references went meanwhile must not be destroyed under the lock (its
+  // endpoint's destructor takes it), as it would be by a push_back that
+  // throws.
   void keep_owners_alive() {
     static auto* pinned = new std::vector<std::shared_ptr<void>>;
-    const std::lock_guard lock(mutex);
-    for (EndpointCalls* c = first; c != nullptr; c = c->next_) {
-      // An owner being destroyed on another thread (expired) is left to it.
-      if (auto owner = c->owner_.lock()) pinned->push_back(std::move(owner));
+    for (std::size_t endpoints = 0;;) {
+      pinned->reserve(pinned->size() + endpoints);
+      const std::lock_guard lock(mutex);
+      endpoints = 0;
+      for (EndpointCalls* c = first; c != nullptr; c = c->next_) ++endpoints;
+      if (pinned->capacity() - pinned->size() < endpoints) continue;  // more came: make room again
+      for (EndpointCalls* c = first; c != nullptr; c = c->next_) {
+        // An owner being destroyed on another thread (expired) is left to it.
+        if (auto owner = c->owner_.lock()) pinned->push_back(std::move(owner));
+      }
+      return;
     }
   }
 };
@@ -130,68 +138,32 @@ void refuse_calls() {
   every_thread_passes_a_barrier();
 }
 
-// Steps 1 to 3 and the first half of 4 (exit_guard.hpp), as MpiBackend's
-// exit takes them before MPI_Finalize (src/mpi/mpi_runtime.cpp).
-void refuse_calls_then_wait_for_those_in_flight() {
-  const int rank = guarded_rank.load();
-  auto started = std::chrono::steady_clock::now();
-  auto pause = std::chrono::microseconds(100);
-  // Up to `grace` for the calls in flight to end; true when they did.
-  auto wait_for_calls = [&](std::chrono::milliseconds grace) {
-    while (in_flight() != 0 && std::chrono::steady_clock::now() - started < grace) {
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(10'000));
-    }
-    return in_flight() == 0;
-  };
-  log::log(log::Level::Warn, rank,
-           "ShmBackend: exiting while a call of this library is still running on another thread; giving it a "
-           "second before the static destructors (join every thread that uses the library before main returns)");
-  // A call whose peers are in it too (or come within the second) completes.
-  const bool ended = wait_for_calls(std::chrono::seconds(1));
-  refuse_calls();  // from here new calls are refused (CallInFlight)
-  if (!ended || in_flight() != 0) {
-    // One that still waits may wait for what never comes (a recv nobody
-    // answers): after a second more its wait ends, and it tells the peers.
-    started = std::chrono::steady_clock::now();
-    if (!wait_for_calls(std::chrono::seconds(1))) ending_waits.store(true);
-  }
-  // A wait ends within a sleep slice now; a call busy copying or reducing
-  // ends when done. One that does not (a bug) must not meet its World
-  // destroyed: exit with status 1 instead, which the launcher reports.
-  started = std::chrono::steady_clock::now();
-  const auto limit = default_timeout_at_exit() + std::chrono::seconds(1);
-  while (in_flight() != 0) {
-    if (std::chrono::steady_clock::now() - started >= limit) {
-      log::log(log::Level::Error, rank,
-               "ShmBackend: at exit a thread of this process was still inside a call of this library after {} ms "
-               "(AXON_TIMEOUT and a second); exiting with status 1 before the static destructors; join every "
-               "thread that uses the library before main returns",
-               limit.count());
-      std::fflush(nullptr);  // _Exit does not flush what the program printed
-      std::_Exit(1);
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(10'000));
-  }
+// The exit's steps (shm/exit_steps.hpp) over this process's counted
+// endpoints.
+ExitSteps exit_steps() {
+  ExitSteps steps;
+  steps.backend = "ShmBackend";
+  steps.goes_on_to = "the static destructors";
+  steps.status_1_means = "before the static destructors";
+  steps.rank = guarded_rank.load();
+  steps.in_flight = [] { return std::uint64_t{in_flight()}; };
+  steps.begun = [] { return std::uint64_t{begun()}; };
+  steps.refuse_calls = refuse_calls;
+  // A wait still running ends within a sleep slice (detail::check_wait),
+  // aborting the job with what it waited for.
+  steps.give_up_waits = [] { ending_waits.store(true); };
+  return steps;
 }
 
 // The atexit function (register_exit): runs before the destructors of the
-// statics made before the first counted call. Then up to a second more
-// until 50 ms pass with no call begun: a thread whose call was refused
-// handles the InvalidArgument (printing its rank, say) before the World goes.
+// statics made before the first counted call.
 void exit_before_static_destructors() {
   if (WaitContext::forked_since(guarded_generation.load())) return;
   EndpointCallsList::instance().keep_owners_alive();
   if (in_flight() == 0) return;
-  refuse_calls_then_wait_for_those_in_flight();
-  const auto started = std::chrono::steady_clock::now();
-  for (std::uint32_t seen = begun(); std::chrono::steady_clock::now() - started < std::chrono::seconds(1);) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const std::uint32_t now = begun();
-    if (now == seen && in_flight() == 0) break;
-    seen = now;
-  }
+  const ExitSteps steps = exit_steps();
+  refuse_calls_then_wait_for_those_in_flight(steps);
+  wait_until_calls_stop(steps);
 }
 
 }  // namespace

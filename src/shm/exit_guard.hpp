@@ -5,7 +5,8 @@
 // destructors at exit, and its arena unmapped: a thread still inside a call
 // on it ran on in the destroyed backend (SIGSEGV on rank 0, 6 runs of 45; a
 // review), where under mpirun the same program got an InvalidArgument
-// (src/mpi/mpi_runtime.cpp, whose steps these are). So the first counted
+// (src/mpi/mpi_runtime.cpp; both exits take the steps of
+// shm/exit_steps.hpp). So the first counted
 // call registers an atexit function. It runs before the destructors of the
 // statics made before that call (`static World w = World::init();`), and
 // only while a call is in flight on another thread (with none it does
