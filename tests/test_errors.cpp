@@ -831,6 +831,29 @@ TEST_CASE("a rank that left for good fails its peers' recv and collective at onc
   });
 }
 
+TEST_CASE("a rank that left for good saying why is explained to the peers that come to wait for it afterwards, "
+          "by its first reason cut to 191 bytes",
+          "[errors][p2p]") {
+  // Rank 0 leaves before rank 1 comes to the barrier: no one waits for it
+  // as it leaves, so its reason reaches rank 1 only through the arena (a
+  // PyTorch rank that ended on an exception before its peers came; a
+  // review).
+  const std::string why = "its program ended on an uncaught ValueError: " + std::string(200, 'x');
+  run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {
+    auto& arena = dynamic_cast<ArenaBackend&>(*b);
+    b->barrier();
+    if (r == 0) {
+      arena.leave_for_good(why);
+      arena.leave_for_good("a second reason, not told");
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const std::string error = error_of([&] { b->barrier(); });
+    RANK_REQUIRE_THAT(error, Contains("rank 1: rank 0 left the group (" + why.substr(0, 191) + ") while this rank "
+                                      "still waited for it"));
+  });
+}
+
 TEST_CASE("a rank that left for good is refused its own later ops, on its group and on subgroups, naming each",
           "[errors][p2p]") {
   run_ranks(2, [&](std::shared_ptr<Backend> b, int r) {

@@ -139,7 +139,7 @@ std::vector<int> ArenaBackend::left_peers() const { return impl_->state->waits.l
 
 std::vector<int> ArenaBackend::ranks_waiting_for_this_rank() const { return impl_->channel.members_ahead(); }
 
-void ArenaBackend::leave_for_good() { impl_->state->waits.mark_left(); }
+void ArenaBackend::leave_for_good(std::string_view why) { impl_->state->waits.mark_left(why); }
 
 bool ArenaBackend::peers_arrived() const { return impl_->channel.peers_arrived(); }
 bool ArenaBackend::peers_arrived_within_spin(std::chrono::nanoseconds at_most) const {

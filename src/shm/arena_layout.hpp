@@ -30,7 +30,7 @@
 namespace axonml::distributed::shm {
 
 inline constexpr std::uint64_t kArenaMagic = 0x414E4552414E4F58ULL;  // "XONARENA" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 14;
+inline constexpr std::uint32_t kLayoutVersion = 15;
 inline constexpr std::size_t kPageBytes = 4096;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr int kMaxWorldSize = 1024;
@@ -231,9 +231,15 @@ struct RankControl {
   alignas(kCacheLine) std::atomic<std::uint32_t> note_owner{0};
   std::atomic<std::uint32_t> note_seq{0};
   alignas(kCacheLine) std::atomic<std::uint64_t> note_words[24]{};  // text, NUL-padded
+  // Written by: this rank, once, before `left` (so a peer reads it after
+  // `left`'s acquire): why it left, NUL-padded; empty when it says nothing
+  // (PyTorch's "its program ended on an uncaught ValueError: bad shape",
+  // for the peers that come to wait for it after it has gone).
+  alignas(kCacheLine) std::atomic<std::uint64_t> left_words[24]{};
 };
 inline constexpr std::size_t kWaitNoteBytes = sizeof(RankControl::note_words);
-static_assert(sizeof(RankControl) == 7 * kCacheLine);
+inline constexpr std::size_t kLeftReasonBytes = sizeof(RankControl::left_words);
+static_assert(sizeof(RankControl) == 10 * kCacheLine);
 
 // One-way channel from src to dst: a ring of mailbox_cells cells.
 struct MailboxControl {

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -121,8 +122,10 @@ class WaitContext {
   // (mark_left()) counts as ended under any launcher.
   int first_ended(const std::vector<int>& ranks) const;
   // Says that this rank takes part in nothing more through this arena. Call
-  // after its last publication: a peer that then still waits for it fails.
-  void mark_left() const;
+  // after its last publication: a peer that then still waits for it fails,
+  // and says why it left when `why` is given (cut to kLeftReasonBytes - 1
+  // bytes; the first mark_left() of the rank's says it).
+  void mark_left(std::string_view why = {}) const;
   // Whether this rank's ops must be refused (ArenaChannel::begin,
   // point-to-point): it called mark_left(), and its peers may have gone; or
   // this process is a child forked after the rank joined, and the rank's
@@ -168,6 +171,9 @@ class WaitContext {
   void clear_wait_note() const;
   // Rank `rank`'s note; empty when it has none (or it changed as it was read).
   std::string wait_note_of(int rank) const;
+  // Why `rank` (a world rank) left the arena for good, as its mark_left()
+  // said; empty when it has not left or said nothing.
+  std::string left_reason_of(int rank) const;
 
   // Marks this rank's waits as ones that end when this process's exit
   // gives up on the calls still in flight (shm/exit_guard.hpp: guard_exit(),

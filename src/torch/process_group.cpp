@@ -888,7 +888,11 @@ void ProcessGroupAxon::program_ends(const std::string& uncaught_type, const std:
 void ProcessGroupAxon::leave_for_good() noexcept {
   if (in_forked_child()) return;
   try {
-    backend_->leave_for_good();
+    // Why, for the peers that come to wait for this rank after it has gone
+    // (release_ranks_left_waiting() tells those already waiting).
+    backend_->leave_for_good(program_ending().load() && !program_end_cause().empty()
+                                 ? "its program ended on " + program_end_cause()
+                                 : std::string());
   } catch (const std::exception&) {
   }
 }

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "axonml/distributed/backend.hpp"
@@ -78,8 +79,11 @@ class ArenaBackend : public Backend {
   // published before stays readable. REQUIRES: every op of this rank on the
   // arena has returned. Its later ops on any group of the arena (this one,
   // its parent, siblings, subgroups) throw InvalidArgument. Does nothing in
-  // a child forked after the rank joined.
-  void leave_for_good();
+  // a child forked after the rank joined. `why`, when given, is how a peer
+  // that comes to wait for this rank later explains it ("rank 1 left the
+  // group (its program ended on an uncaught ValueError: ...)"); the arena's
+  // first leave_for_good() says it, cut to 191 bytes.
+  void leave_for_good(std::string_view why = {});
 
  protected:
   // The shared state (src/backends/arena_backend_impl.hpp); the backends
