@@ -341,7 +341,9 @@ std::optional<Supervisor::Failure> Supervisor::group_left_while_needed(const std
   bool any_rank_a_member = false;
   if (reason->starts_with(culprit_name + " aborted: it left the group")) {
     members = bracketed_ranks_after(*reason, "it left the group of global ranks [");
-  } else if (reason->starts_with(culprit_name + " left the group (it destroyed it, or its program ended) while ")) {
+  } else if (reason->starts_with(culprit_name + " left the group (")) {
+    // "(it destroyed it, or its program ended)", or why it left, as it
+    // said ("(its program ended on an uncaught ValueError: ...)").
     members = bracketed_ranks_after(*reason, " in group [");
   } else if (const std::string member = ": its member global " + culprit_name + " ";
              reason->find(member + "left the job's default group") != std::string::npos ||
@@ -390,7 +392,10 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
     first_failure_.reset();
   }
   if (first_failure_) {
-    if (const auto culprit = group_culprit(failed_ranks); culprit && first_failure_->blame == Blame::Failed) {
+    // Not over a rank a signal killed: its death came first.
+    const bool first_killed = WIFSIGNALED(first_failure_->status) && WTERMSIG(first_failure_->status) != SIGABRT;
+    if (const auto culprit = group_culprit(failed_ranks);
+        culprit && first_failure_->blame == Blame::Failed && !first_killed) {
       first_failure_ = failure_of(*culprit);
     }
     return;
@@ -454,6 +459,17 @@ std::optional<int> Supervisor::group_culprit(const std::vector<int>& failed_rank
   if (std::find(failed_ranks.begin(), failed_ranks.end(), blamed) == failed_ranks.end()) return std::nullopt;
   const bool launcher_signalled = forwarded_count_ != 0 || signalled_ranks();
   if (WIFSIGNALED(ranks_[static_cast<std::size_t>(blamed)].status) && launcher_signalled) return std::nullopt;
+  // A rank that a signal killed, reaped with it, failed first: the group's
+  // failure (the blamed rank's uncaught exception, or its abort "after
+  // another of its groups failed") came of it (a kill -9 of rank 0 while
+  // the groups were being made blamed rank 1's exit 1, 1 run of 14; a
+  // review). Not SIGABRT (an uncaught C++ exception may be the error).
+  if (!launcher_signalled && WIFEXITED(ranks_[static_cast<std::size_t>(blamed)].status)) {
+    for (const int rank : failed_ranks) {
+      const int status = ranks_[static_cast<std::size_t>(rank)].status;
+      if (WIFSIGNALED(status) && WTERMSIG(status) != SIGABRT) return rank;
+    }
+  }
   return blamed;
 }
 

@@ -136,6 +136,21 @@ def rank_body(case):
             time.sleep(0.3)  # ... and ends after them, as a slow exit would (within the 2 s grace: exit-0's note)
             sys.exit(3)
         dist.all_reduce(torch.ones(4))
+    elif case == "killed-while-held":
+        sync = os.environ["SUMMARY_SYNC_DIR"]
+        g = dist.new_group([1, 2])
+        dist.barrier()
+        if rank == 0:
+            time.sleep(0.5)  # the others are in their waits by now
+            open(os.path.join(sync, "ready"), "w").close()
+            time.sleep(100)  # killed here (kill -9), the launcher held stopped
+        elif rank == 1:
+            # Set up alone, then waits in PyTorch's store-based barrier at
+            # the end of new_group, for every rank: the store dies with rank
+            # 0. It raises, and aborts g "after another of its groups failed".
+            dist.new_group([1])
+        else:
+            dist.all_reduce(torch.ones(4), group=g)  # waits for rank 1
     elif case == "raise-before-peers":
         dist.all_reduce(torch.ones(4))
         if rank == 1:
@@ -240,6 +255,46 @@ def run_unreaped(launcher):
     return checked_summary("exit-0-unreaped", proc.returncode, stderr, 1)
 
 
+def run_killed_while_held(launcher, hold=True):
+    """Rank 0 is killed (kill -9), with the launcher held stopped (`hold`)
+    or not; the others fail of it (with `hold`, they all end before the
+    launcher reaps any): rank 1 raises (its store went with rank 0) and
+    aborts the group rank 2 waits in. The summary blamed rank 1's exit 1,
+    whose group failure came first (a review: 1 run of 14 of a kill -9 amid
+    new_group; here 3 of 3 held, 4 of 4 not)."""
+    with tempfile.TemporaryDirectory() as sync:
+        proc = subprocess.Popen([launcher, "-n", "3", "--timeout", "100", sys.executable, __file__, "--rank",
+                                 "killed-while-held"], env=launch_env(SUMMARY_SYNC_DIR=sync),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(os.path.join(sync, "ready")):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"killed-while-held: rank 0 never got ready:\n{proc.communicate()[1]}")
+                time.sleep(0.01)
+            if hold:
+                os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                ranks = children_of(proc.pid)
+                rank_0 = [pid for pid in ranks if "RANK=0" in open(f"/proc/{pid}/environ").read().split("\0")]
+                if len(ranks) != 3 or len(rank_0) != 1:
+                    raise SystemExit(f"killed-while-held: axon-launch's children are not 3 ranks with one rank 0: {ranks}")
+                os.kill(rank_0[0], signal.SIGKILL)
+                while hold and any(state != "Z" for state in children_of(proc.pid).values()):
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"killed-while-held: the ranks did not all end: {children_of(proc.pid)}")
+                    time.sleep(0.01)
+            finally:
+                if hold:
+                    os.kill(proc.pid, signal.SIGCONT)
+            _, stderr = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return checked_summary("killed-while-held" if hold else "killed", proc.returncode, stderr, 137)
+
+
 def main():
     launcher = sys.argv[1]
     line, _ = run(launcher, "timeout")
@@ -335,6 +390,16 @@ def main():
         raise SystemExit(f"exit-0-unreaped: the summary does not blame rank 1's exit:\n{err}")
     print(f"test_launcher_summary: every rank ended before the launcher reaped any, rank 1 exited 0 leaving the "
           f"others waiting: {line}")
+    # ... and when a rank killed by a signal was among them, the others
+    # having failed of it; also reaped before them, the launcher not held.
+    # Twice each.
+    for hold in (True, False):
+        for attempt in range(2):
+            line, err = run_killed_while_held(launcher, hold)
+            if "axon-launch: rank 0 was killed by signal 9" not in err:
+                raise SystemExit(f"killed (launcher held: {hold}), run {attempt + 1}: the summary does not blame rank "
+                                 f"0's kill:\n{err}")
+        print(f"test_launcher_summary: a rank killed (launcher held: {hold}), the others failing of it: {line}")
     # A failure of a rank's own, reaped alone after the others had ended
     # cleanly (one having handled an earlier group failure): nothing was
     # aborted (a review of the clause above saw it added here).
