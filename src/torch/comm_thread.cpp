@@ -14,9 +14,13 @@
 namespace axonml::torch {
 
 namespace {
-// The future's value type, made once: List[Tensor].
+// The future's value types, made once: List[Tensor], List[List[Tensor]].
 const c10::TypePtr& tensor_list_type() {
   static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());
+  return type;
+}
+const c10::TypePtr& tensor_lists_type() {
+  static const c10::TypePtr type = c10::ListType::create(tensor_list_type());
   return type;
 }
 }  // namespace
@@ -38,7 +42,7 @@ void AxonWork::complete() {
     if (interrupted_) note_interrupted_op_ended();
     future = future_;
   }
-  if (future) future->markCompleted(c10::IValue(outputs_));  // its callbacks run here, without the lock
+  if (future) future->markCompleted(future_value());  // its callbacks run here, without the lock
   finish();
 }
 
@@ -63,12 +67,16 @@ c10::intrusive_ptr<c10::ivalue::Future> AxonWork::getFuture() {
   }
   const std::lock_guard<std::mutex> lock(future_mutex_);
   if (!future_) {
-    future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type());
+    future_ = c10::make_intrusive<c10::ivalue::Future>(output_lists_ ? tensor_lists_type() : tensor_list_type());
     // An op that has ended: completed here, before any callback is chained.
     if (outcome_known_ && error_) future_->setError(error_);
-    if (outcome_known_ && !error_) future_->markCompleted(c10::IValue(outputs_));
+    if (outcome_known_ && !error_) future_->markCompleted(future_value());
   }
   return future_;
+}
+
+c10::IValue AxonWork::future_value() const {
+  return output_lists_ ? c10::IValue(*output_lists_) : c10::IValue(outputs_);
 }
 
 std::optional<std::uint64_t> AxonWork::future_taken_after() const {

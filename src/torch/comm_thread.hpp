@@ -55,6 +55,12 @@ class AxonWork final : public c10d::Work {
   // `source_rank`: a receive's src, which sourceRank() gives (as Gloo's
   // does); -1 for any other op, whose sourceRank() throws c10d's error.
   AxonWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int source_rank = -1);
+  // An op whose future completes with one list of tensors per rank
+  // (allgather_coalesced's List[List[Tensor]], as Gloo's), where result()
+  // gives them all in one list. REQUIRES: before the op is run or queued.
+  void complete_future_with_lists(std::vector<std::vector<at::Tensor>> output_lists) {
+    output_lists_ = std::move(output_lists);
+  }
 
   // Called once, on the communication thread.
   void complete();
@@ -95,6 +101,9 @@ class AxonWork final : public c10d::Work {
  private:
   static constexpr std::uint64_t kFutureNotTaken = ~std::uint64_t{0};
   std::vector<at::Tensor> outputs_;
+  std::optional<std::vector<std::vector<at::Tensor>>> output_lists_;  // complete_future_with_lists()
+  // What the future completes with: output_lists_ when given, else outputs_.
+  c10::IValue future_value() const;
   std::shared_ptr<const std::atomic<std::uint64_t>> program_calls_;
   std::atomic<std::uint64_t> future_taken_after_{kFutureNotTaken};
   std::uint64_t fork_generation_;  // shm::WaitContext's count of forks when made

@@ -1422,10 +1422,12 @@ void ProcessGroupAxon::count_refused_collective() noexcept {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::collective(OpType type, Tensors outputs, std::int64_t bytes,
-                                                          std::function<void()> run) {
+                                                          std::function<void()> run,
+                                                          std::optional<std::vector<Tensors>> output_lists) {
   RefusalCount::reached(*this);
   refuse_in_forked_child(type);
   auto work = c10::make_intrusive<AxonWork>(getRank(), type, std::move(outputs));
+  if (output_lists) work->complete_future_with_lists(std::move(*output_lists));
   // From a callback of this group's op, push() and run_here_or_push() run
   // the op at once, nested (comm_thread.hpp).
   if (bytes <= inline_bytes_) {
@@ -1757,7 +1759,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::allgather_coalesced(std::vector
         outputs[r][i].copy_(flat.narrow(0, static_cast<std::int64_t>(r) * count, count).view(outputs[r][i].sizes()));
       }
     }
-  });
+  }, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupAxon::gather(std::vector<Tensors>& outputs, Tensors& inputs,

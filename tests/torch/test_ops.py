@@ -175,6 +175,15 @@ def check(rank, n):
             dist.all_gather_coalesced(lists, [mine, inputs[rank][:3].clone() if count >= 3 else torch.zeros(3, dtype=dtype)])
             for r in range(n):
                 same(lists[r][0], inputs[r], f"all_gather_coalesced {at}")
+            # Its future holds one list per rank, as Gloo's does (a review:
+            # it held all the tensors in one list).
+            lists = [[torch.empty_like(mine), torch.empty(3, dtype=dtype)] for _ in range(n)]
+            value = dist.all_gather_coalesced(lists, [mine, torch.zeros(3, dtype=dtype)], async_op=True).wait()
+            assert isinstance(value, list) and len(value) == n and \
+                all(isinstance(v, list) and len(v) == 2 for v in value), \
+                f"all_gather_coalesced's future {at}: not one list of two tensors per rank: {value}"
+            for r in range(n):
+                same(value[r][0], inputs[r], f"all_gather_coalesced's future, block {r} {at}")
             # gather to rank n-1, scatter from rank 0
             outs = [torch.empty_like(mine) for _ in range(n)] if rank == n - 1 else None
             dist.gather(mine, outs, dst=n - 1)

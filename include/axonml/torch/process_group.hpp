@@ -251,9 +251,11 @@ class ProcessGroupAxon final : public c10d::ProcessGroup {
   // A collective whose data is `bytes`: runs on the caller's thread when it
   // is at most inline_bytes_, the group has no op queued or running and the
   // peers are there (see the class comment), else on thread_; the Work
-  // completes with `outputs` once `run` returns.
+  // completes with `outputs` once `run` returns, and its future with
+  // `output_lists` when given (one list per rank: allgather_coalesced's).
   c10::intrusive_ptr<Work> collective(c10d::OpType type, Tensors outputs, std::int64_t bytes,
-                                      std::function<void()> run);
+                                      std::function<void()> run,
+                                      std::optional<std::vector<Tensors>> output_lists = std::nullopt);
   // A send or receive, always on `thread` (send_thread_ or recv_thread_):
   // run on the caller's thread, a receive whose send comes later would
   // block the caller that is to post it. A receive gives its src, which
