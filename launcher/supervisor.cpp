@@ -343,8 +343,10 @@ std::optional<Supervisor::Failure> Supervisor::group_left_while_needed(const std
     members = bracketed_ranks_after(*reason, "it left the group of global ranks [");
   } else if (reason->starts_with(culprit_name + " left the group (")) {
     // "(it destroyed it, or its program ended)", or why it left, as it
-    // said ("(its program ended on an uncaught ValueError: ...)").
-    members = bracketed_ranks_after(*reason, " in group [");
+    // said ("(its program ended on an uncaught ValueError: ...)"): the
+    // group follows that text, which may hold anything.
+    const std::size_t after = reason->find(") while ");
+    if (after != std::string::npos) members = bracketed_ranks_after(reason->substr(after), " in group [");
   } else if (const std::string member = ": its member global " + culprit_name + " ";
              reason->find(member + "left the job's default group") != std::string::npos ||
              reason->find(member + "exited (status 0) before the group was set up") != std::string::npos ||
@@ -392,8 +394,9 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
     first_failure_.reset();
   }
   if (first_failure_) {
-    // Not over a rank a signal killed: its death came first.
-    const bool first_killed = WIFSIGNALED(first_failure_->status) && WTERMSIG(first_failure_->status) != SIGABRT;
+    // Not over a rank a signal killed (not one forwarded from the
+    // launcher's own, Ctrl-C's): its death came first.
+    const bool first_killed = forwarded_count_ == 0 && killed_by_its_own_signal(first_failure_->status);
     if (const auto culprit = group_culprit(failed_ranks);
         culprit && first_failure_->blame == Blame::Failed && !first_killed) {
       first_failure_ = failure_of(*culprit);
@@ -405,7 +408,7 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
   } else if (auto group_culprit_exited_0 = group_left_while_needed(failed_ranks)) {
     first_failure_ = group_culprit_exited_0;
   } else if (const auto blamed = group_culprit(failed_ranks)) {
-    first_failure_ = failure_of(*blamed);
+    first_failure_ = failure_of(killed_among(failed_ranks, *blamed).value_or(*blamed));
   } else {
     int chosen = failed_ranks.front();
     auto& header = arena_.header();
@@ -459,18 +462,30 @@ std::optional<int> Supervisor::group_culprit(const std::vector<int>& failed_rank
   if (std::find(failed_ranks.begin(), failed_ranks.end(), blamed) == failed_ranks.end()) return std::nullopt;
   const bool launcher_signalled = forwarded_count_ != 0 || signalled_ranks();
   if (WIFSIGNALED(ranks_[static_cast<std::size_t>(blamed)].status) && launcher_signalled) return std::nullopt;
-  // A rank that a signal killed, reaped with it, failed first: the group's
-  // failure (the blamed rank's uncaught exception, or its abort "after
-  // another of its groups failed") came of it (a kill -9 of rank 0 while
-  // the groups were being made blamed rank 1's exit 1, 1 run of 14; a
-  // review). Not SIGABRT (an uncaught C++ exception may be the error).
-  if (!launcher_signalled && WIFEXITED(ranks_[static_cast<std::size_t>(blamed)].status)) {
-    for (const int rank : failed_ranks) {
-      const int status = ranks_[static_cast<std::size_t>(rank)].status;
-      if (WIFSIGNALED(status) && WTERMSIG(status) != SIGABRT) return rank;
-    }
-  }
   return blamed;
+}
+
+// Whether waitpid `status` is a death by a signal that says the rank itself
+// failed: not SIGABRT, which an uncaught C++ exception raises (the error a
+// peer's failure gave it, maybe).
+bool Supervisor::killed_by_its_own_signal(int status) {
+  return WIFSIGNALED(status) && WTERMSIG(status) != SIGABRT;
+}
+
+// A rank among `failed_ranks` (ended together, before the launcher could
+// react to any) that a signal killed, when the rank a PyTorch group blamed,
+// `blamed`, ended otherwise: that one failed first, and the group's failure
+// (the blamed rank's uncaught exception, or its abort "after another of its
+// groups failed") came of it (a kill -9 of rank 0 while the groups were
+// being made blamed rank 1's exit 1, 1 run of 14; a review). Not when the
+// launcher had signalled ranks itself.
+std::optional<int> Supervisor::killed_among(const std::vector<int>& failed_ranks, int blamed) const {
+  if (forwarded_count_ != 0 || signalled_ranks()) return std::nullopt;
+  if (killed_by_its_own_signal(ranks_[static_cast<std::size_t>(blamed)].status)) return std::nullopt;
+  for (const int rank : failed_ranks) {
+    if (killed_by_its_own_signal(ranks_[static_cast<std::size_t>(rank)].status)) return rank;
+  }
+  return std::nullopt;
 }
 
 // A rank that exited 0 without attaching is only an error once another rank

@@ -238,7 +238,7 @@ if(TARGET axon-launch)
       # The group's destructor runs while its thread is in a call (8 ranks
       # of 8 in 24 runs): the group is kept, and says so.
       set(count /bin/sh -c
-          "out=$(\"$@\" 2>&1) || true && echo \"$out\" >&2 && echo \"threads of a static World that ended as promised: $(echo \"$out\" | grep -c 'ended as promised'), groups kept under a call: $(echo \"$out\" | grep -c 'destroyed while another thread is inside a call on it: kept, not freed')\"" sh)
+          "out=$(\"$@\" 2>&1) || true && printf '%s\\n' \"$out\" >&2 && echo \"threads of a static World that ended as promised: $(printf '%s\\n' \"$out\" | grep -c 'ended as promised'), groups kept under a call: $(printf '%s\\n' \"$out\" | grep -c 'destroyed while another thread is inside a call on it: kept, not freed')\"" sh)
       string(APPEND counted_verdicts ", groups kept under a call: [1-8]")
     endif()
     add_test(NAME "${name}"

@@ -137,6 +137,8 @@ std::vector<ExitedPeer> ArenaBackend::exited_peers() const {
 
 std::vector<int> ArenaBackend::left_peers() const { return impl_->state->waits.left_peers(); }
 
+std::string ArenaBackend::left_reason(int peer) const { return impl_->state->waits.left_reason_of(peer); }
+
 std::vector<int> ArenaBackend::ranks_waiting_for_this_rank() const { return impl_->channel.members_ahead(); }
 
 void ArenaBackend::leave_for_good(std::string_view why) { impl_->state->waits.mark_left(why); }

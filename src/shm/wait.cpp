@@ -280,17 +280,16 @@ std::string WaitContext::why_refused() const {
 void WaitContext::mark_left(std::string_view why) const {
   if (in_forked_child()) return;  // the rank's own process has not left
   RankControl& mine = control(rank_);
-  {
-    // The reason is written once, before `left`: a peer that sees `left`
-    // reads it with no lock (two threads of this rank leaving at once take
-    // turns; a later leave says nothing new).
-    static std::mutex leaving;
-    const std::lock_guard lock(leaving);
-    if (mine.left.load(std::memory_order_relaxed) == 0 && !why.empty()) {
-      std::uint64_t words[kLeftReasonBytes / sizeof(std::uint64_t)]{};
-      std::memcpy(words, why.data(), std::min(why.size(), sizeof(words) - 1));
-      for (std::size_t w = 0; w < std::size(words); ++w) mine.left_words[w].store(words[w], std::memory_order_relaxed);
-    }
+  // The reason is written once, before `left`: a peer that sees `left`
+  // reads it with no lock. Two threads of this rank leaving at once take
+  // turns, and the second says nothing new. Never destroyed: a PyTorch
+  // group may leave after the statics are gone, at exit.
+  static auto* leaving = new std::mutex;
+  const std::lock_guard lock(*leaving);
+  if (mine.left.load(std::memory_order_relaxed) == 0 && !why.empty()) {
+    std::uint64_t words[kLeftReasonBytes / sizeof(std::uint64_t)]{};
+    std::memcpy(words, why.data(), std::min(why.size(), sizeof(words) - 1));
+    for (std::size_t w = 0; w < std::size(words); ++w) mine.left_words[w].store(words[w], std::memory_order_relaxed);
   }
   // No bell: a sleeping peer looks between sleep slices (50 ms or more), soon
   // enough, and ringing would mean knowing which bell each one sleeps on.

@@ -1241,9 +1241,10 @@ std::vector<std::pair<int, std::string>> ProcessGroupAxon::left_default_group_lo
     if (group == nullptr) continue;
     for (const int rank : group->backend_->left_peers()) {
       const int global = group->global_ranks_[static_cast<std::size_t>(rank)];
-      left.emplace_back(global, "global rank " + std::to_string(global) +
-                                    " left the job's default group (its program ended, or it called "
-                                    "destroy_process_group())");
+      const std::string why = group->backend_->left_reason(rank);  // "its program ended on an uncaught ..."
+      left.emplace_back(global, "global rank " + std::to_string(global) + " left the job's default group (" +
+                                    (why.empty() ? "its program ended, or it called destroy_process_group()" : why) +
+                                    ")");
     }
   }
   return left;

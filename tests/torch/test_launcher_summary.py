@@ -152,10 +152,16 @@ def rank_body(case):
         else:
             dist.all_reduce(torch.ones(4), group=g)  # waits for rank 1
     elif case == "raise-before-peers":
+        siblings = children_of(os.getppid())  # the ranks, rank 1 among them, all running
         dist.all_reduce(torch.ones(4))
         if rank == 1:
             raise ValueError("rank 1 fails on purpose before its peers come")
-        time.sleep(1)  # rank 1 has left by then: they come to wait for a rank that is gone
+        # They come to wait for rank 1 once it has gone (it leaves its
+        # groups before it ends): a fixed sleep ran short under load.
+        rank_1 = [pid for pid in siblings if pid != os.getpid() and environ_has(pid, "RANK=1")]
+        deadline = time.monotonic() + 60
+        while children_of(os.getppid()).get(rank_1[0], "Z") != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
         dist.all_reduce(torch.ones(4))
     else:  # "raise": rank 1 fails in its program while the others wait for it
         if rank == 1:
@@ -201,6 +207,15 @@ def checked_summary(case, returncode, stderr, status):
         raise SystemExit(f"{case}: the summary line should say '{wording}' (launcher signalled the ranks: "
                          f"{signalled}):\n{stderr}")
     return lines[0], stderr
+
+
+def environ_has(pid, entry):
+    """Whether process `pid`'s environment holds `entry` ("RANK=1")."""
+    try:
+        with open(f"/proc/{pid}/environ") as f:
+            return entry in f.read().split("\0")
+    except OSError:
+        return False
 
 
 def children_of(pid):
@@ -276,7 +291,7 @@ def run_killed_while_held(launcher, hold=True):
                 os.kill(proc.pid, signal.SIGSTOP)
             try:
                 ranks = children_of(proc.pid)
-                rank_0 = [pid for pid in ranks if "RANK=0" in open(f"/proc/{pid}/environ").read().split("\0")]
+                rank_0 = [pid for pid in ranks if environ_has(pid, "RANK=0")]
                 if len(ranks) != 3 or len(rank_0) != 1:
                     raise SystemExit(f"killed-while-held: axon-launch's children are not 3 ranks with one rank 0: {ranks}")
                 os.kill(rank_0[0], signal.SIGKILL)
@@ -374,6 +389,11 @@ def main():
             line, err = run(launcher, case, timeout="100", status=1)
             if f"axon-launch: {blamed}" not in err or "its member global rank 2 " not in line:
                 raise SystemExit(f"{case}, run {attempt + 1}: the summary does not blame rank 2:\n{err}")
+            # Having left, it said why (it said only that it left, before).
+            if case == "raise-before-new-group" and "left the job's default group" in line and \
+                    "left the job's default group (its program ended on an uncaught ValueError: rank 2 fails on " \
+                    "purpose)" not in line:
+                raise SystemExit(f"{case}, run {attempt + 1}: the reason does not give rank 2's exception:\n{err}")
         print(f"test_launcher_summary: {case}, twice: {line}")
     # A rank interrupted (Ctrl-C to it alone) in a set-up its peers came to
     # later: they failed naming its interruption, and ended before it (it

@@ -65,6 +65,9 @@ class ArenaBackend : public Backend {
   // (leave_for_good(): PyTorch's destroy_process_group, or the end of the
   // program), though their processes may still run.
   std::vector<int> left_peers() const;
+  // Why `peer` (numbered as rank() is) left, as its leave_for_good(why)
+  // said; empty when it has not left or said nothing.
+  std::string left_reason(int peer) const;
   // The ranks of this group (numbered as rank() is) that have entered a
   // collective this rank has not, and wait for it. A rank that leaves the
   // group for good with such ranks (PyTorch's destroy_process_group, or the
