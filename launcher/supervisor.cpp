@@ -303,6 +303,11 @@ std::vector<int> bracketed_ranks_after(const std::string& reason, std::string_vi
   return list.starts_with("]") ? ranks : std::vector<int>{};
 }
 
+// Whether waitpid `status` is a death by a signal that says the rank itself
+// failed: not SIGABRT, which an uncaught C++ exception raises (the error a
+// peer's failure gave it, maybe).
+bool killed_by_its_own_signal(int status) { return WIFSIGNALED(status) && WTERMSIG(status) != SIGABRT; }
+
 // The ranks an abort's waiter was waiting for ("...: waiting for rank(s) 1,
 // 3 (round 7)"; the first such list, the aborter's own); empty when it says
 // none.
@@ -463,13 +468,6 @@ std::optional<int> Supervisor::group_culprit(const std::vector<int>& failed_rank
   const bool launcher_signalled = forwarded_count_ != 0 || signalled_ranks();
   if (WIFSIGNALED(ranks_[static_cast<std::size_t>(blamed)].status) && launcher_signalled) return std::nullopt;
   return blamed;
-}
-
-// Whether waitpid `status` is a death by a signal that says the rank itself
-// failed: not SIGABRT, which an uncaught C++ exception raises (the error a
-// peer's failure gave it, maybe).
-bool Supervisor::killed_by_its_own_signal(int status) {
-  return WIFSIGNALED(status) && WTERMSIG(status) != SIGABRT;
 }
 
 // A rank among `failed_ranks` (ended together, before the launcher could

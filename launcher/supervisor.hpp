@@ -130,7 +130,6 @@ class Supervisor {
   std::optional<Failure> group_left_while_needed(const std::vector<int>& failed) const;
   std::optional<int> group_culprit(const std::vector<int>& failed_ranks) const;
   std::optional<int> killed_among(const std::vector<int>& failed_ranks, int blamed) const;
-  static bool killed_by_its_own_signal(int status);
   Failure failure_of(int rank) const;
   // Whether the launcher has sent the running ranks SIGTERM or SIGKILL (after
   // an abort's grace, or a second interrupt).

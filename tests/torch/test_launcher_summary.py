@@ -234,70 +234,32 @@ def children_of(pid):
     return found
 
 
-def run_unreaped(launcher):
-    """Rank 1 leaves the others waiting while the launcher is held stopped
-    (as a loaded machine's scheduler may hold it), and all three ranks end
-    before it reaps any: it then starts no abort of its own, and its summary
-    left out that the job was aborted (1 run in 8 of exit-0-mid-loop on a
-    loaded machine)."""
+def run_with_launcher_held(launcher, case, act, status, hold=True):
+    """Runs `case` under axon-launch -n 3. Once a rank has written "ready"
+    in the sync directory, holds the launcher stopped (`hold`, as a loaded
+    machine's scheduler may hold it), calls act(ranks, sync) with the
+    launcher's children, and lets it go on only once every rank has ended:
+    it then reaps them all in one pass."""
     with tempfile.TemporaryDirectory() as sync:
         proc = subprocess.Popen([launcher, "-n", "3", "--timeout", "100", sys.executable, __file__, "--rank",
-                                 "exit-0-unreaped"], env=launch_env(SUMMARY_SYNC_DIR=sync),
+                                 case], env=launch_env(SUMMARY_SYNC_DIR=sync),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 120
             while not os.path.exists(os.path.join(sync, "ready")):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"exit-0-unreaped: rank 1 never got ready:\n{proc.communicate()[1]}")
-                time.sleep(0.01)
-            os.kill(proc.pid, signal.SIGSTOP)
-            try:
-                ranks = children_of(proc.pid)
-                if len(ranks) != 3:
-                    raise SystemExit(f"exit-0-unreaped: axon-launch has {len(ranks)} children, not 3 ranks: {ranks}")
-                open(os.path.join(sync, "go"), "w").close()
-                while any(state != "Z" for state in children_of(proc.pid).values()):
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"exit-0-unreaped: the ranks did not all end: {children_of(proc.pid)}")
-                    time.sleep(0.01)
-            finally:
-                os.kill(proc.pid, signal.SIGCONT)
-            _, stderr = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return checked_summary("exit-0-unreaped", proc.returncode, stderr, 1)
-
-
-def run_killed_while_held(launcher, hold=True):
-    """Rank 0 is killed (kill -9), with the launcher held stopped (`hold`)
-    or not; the others fail of it (with `hold`, they all end before the
-    launcher reaps any): rank 1 raises (its store went with rank 0) and
-    aborts the group rank 2 waits in. The summary blamed rank 1's exit 1,
-    whose group failure came first (a review: 1 run of 14 of a kill -9 amid
-    new_group; here 3 of 3 held, 4 of 4 not)."""
-    with tempfile.TemporaryDirectory() as sync:
-        proc = subprocess.Popen([launcher, "-n", "3", "--timeout", "100", sys.executable, __file__, "--rank",
-                                 "killed-while-held"], env=launch_env(SUMMARY_SYNC_DIR=sync),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 120
-            while not os.path.exists(os.path.join(sync, "ready")):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"killed-while-held: rank 0 never got ready:\n{proc.communicate()[1]}")
+                    raise SystemExit(f"{case}: no rank got ready:\n{proc.communicate()[1]}")
                 time.sleep(0.01)
             if hold:
                 os.kill(proc.pid, signal.SIGSTOP)
             try:
                 ranks = children_of(proc.pid)
-                rank_0 = [pid for pid in ranks if environ_has(pid, "RANK=0")]
-                if len(ranks) != 3 or len(rank_0) != 1:
-                    raise SystemExit(f"killed-while-held: axon-launch's children are not 3 ranks with one rank 0: {ranks}")
-                os.kill(rank_0[0], signal.SIGKILL)
+                if len(ranks) != 3:
+                    raise SystemExit(f"{case}: axon-launch has {len(ranks)} children, not 3 ranks: {ranks}")
+                act(ranks, sync)
                 while hold and any(state != "Z" for state in children_of(proc.pid).values()):
                     if time.monotonic() > deadline:
-                        raise SystemExit(f"killed-while-held: the ranks did not all end: {children_of(proc.pid)}")
+                        raise SystemExit(f"{case}: the ranks did not all end: {children_of(proc.pid)}")
                     time.sleep(0.01)
             finally:
                 if hold:
@@ -307,7 +269,30 @@ def run_killed_while_held(launcher, hold=True):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return checked_summary("killed-while-held" if hold else "killed", proc.returncode, stderr, 137)
+    return checked_summary(case, proc.returncode, stderr, status)
+
+
+def run_unreaped(launcher):
+    """Rank 1 leaves the others waiting while the launcher is held stopped,
+    and all three ranks end before it reaps any: it then starts no abort of
+    its own, and its summary left out that the job was aborted (1 run in 8
+    of exit-0-mid-loop on a loaded machine)."""
+    return run_with_launcher_held(launcher, "exit-0-unreaped",
+                                  lambda ranks, sync: open(os.path.join(sync, "go"), "w").close(), 1)
+
+
+def run_killed_while_held(launcher, hold=True):
+    """Rank 0 is killed (kill -9), with the launcher held stopped (`hold`)
+    or not; the others fail of it: rank 1 raises (its store went with rank
+    0) and aborts the group rank 2 waits in. The summary blamed rank 1's
+    exit 1, whose group failure came first (a review: 1 run of 14 of a
+    kill -9 amid new_group; here 3 of 3 held, 4 of 4 not)."""
+    def kill_rank_0(ranks, sync):
+        rank_0 = [pid for pid in ranks if environ_has(pid, "RANK=0")]
+        if len(rank_0) != 1:
+            raise SystemExit(f"killed-while-held: axon-launch's children hold no one rank 0: {ranks}")
+        os.kill(rank_0[0], signal.SIGKILL)
+    return run_with_launcher_held(launcher, "killed-while-held", kill_rank_0, 137, hold)
 
 
 def main():
