@@ -39,24 +39,36 @@ bool started_by_mpirun() {
   return is_set("OMPI_COMM_WORLD_SIZE") || is_set("PMI_SIZE") || is_set("PMIX_RANK");
 }
 
+// A process that no MPI launcher started initializes as a world of one of
+// its own (an MPI "singleton"). Under axon-launch with AXON_BACKEND=mpi every
+// rank would do that and quietly train alone; the launcher's WORLD_SIZE says
+// how many it started.
+// `sees`: MPI was initialized and said so, or not asked (it would say so).
+[[noreturn]] void refuse_singletons_of_a_larger_job(long long launched, const char* sees) {
+  const std::string n = std::to_string(launched);
+  const std::string by = is_set("AXON_ARENA_FD") ? "axon-launch" : "the launcher";
+  throw InvalidArgument("AXON_BACKEND=mpi, but MPI " + std::string(sees) + " a world of 1 while WORLD_SIZE=" + n +
+                        " (set by " + by +
+                        "): processes that mpirun did not start do not find each other over MPI, so each rank "
+                        "would run alone. Use the MPI backend under mpirun (mpirun -np " + n +
+                        " PROGRAM), or leave AXON_BACKEND unset (or shm) under axon-launch");
+}
+
 std::shared_ptr<Backend> mpi_backend() {
 #ifdef AXON_HAVE_MPI
+  const auto launched = env::integer("WORLD_SIZE", 1, 1 << 30);
+  // Started by axon-launch and by no MPI launcher: MPI can only be a world
+  // of one, so refuse before initializing it. Open MPI 4.1's singletons
+  // start and tear down a runtime of their own, and one in about 60 of them
+  // dies of SIGSEGV as it exits when several start at once (a plain
+  // MPI_Init + MPI_Finalize does too, 1 of 80 runs): the refusal came with
+  // a crash report (a review).
+  if (launched && *launched > 1 && is_set("AXON_ARENA_FD") && !started_by_mpirun()) {
+    refuse_singletons_of_a_larger_job(*launched, "would see");
+  }
   std::shared_ptr<Backend> backend = MpiBackend::from_environment();
-  // A process that no MPI launcher started initializes as a world of one of
-  // its own (an MPI "singleton"). Under axon-launch with AXON_BACKEND=mpi
-  // every rank would do that and quietly train alone; the launcher's
-  // WORLD_SIZE says how many it started.
   if (backend->world_size() == 1) {
-    const auto launched = env::integer("WORLD_SIZE", 1, 1 << 30);
-    if (launched && *launched > 1) {
-      const std::string n = std::to_string(*launched);
-      const std::string by = is_set("AXON_ARENA_FD") ? "axon-launch" : "the launcher";
-      throw InvalidArgument(
-          "AXON_BACKEND=mpi, but MPI sees a world of 1 while WORLD_SIZE=" + n + " (set by " + by +
-          "): processes that mpirun did not start do not find each other over MPI, so each rank "
-          "would run alone. Use the MPI backend under mpirun (mpirun -np " + n +
-          " PROGRAM), or leave AXON_BACKEND unset (or shm) under axon-launch");
-    }
+    if (launched && *launched > 1) refuse_singletons_of_a_larger_job(*launched, "sees");
     // A launcher of another MPI (MPICH's mpiexec sets PMI_SIZE) starts
     // processes that this build's MPI takes for singletons: each ran alone,
     // in silence (a review).

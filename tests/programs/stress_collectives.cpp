@@ -29,7 +29,8 @@
 //                     inputs hold NaNs with a different payload and sign on
 //                     every rank, each rank's buffer at its own offset from a
 //                     64-byte boundary: NaN results must be the canonical NaN
-//                     and every member's result bitwise the same.
+//                     (in a group of one, the input's own bits: it combines
+//                     nothing) and every member's result bitwise the same.
 //
 // Prints the seed first ("stress seed=S ops=N"); on a wrong result, prints
 // the op and what to rerun, and exits 1. A caught PeerFailure is printed as
@@ -446,13 +447,20 @@ class Runner {
         data[i] = make<T>(input_value(my_world, i, op.index, product));
       }
     }
+    std::vector<Bits> written(count);
+    if (count != 0) std::memcpy(written.data(), static_cast<const void*>(data), count * sizeof(T));
     b.all_reduce(std::span<T>(data, count), op.reduce_op);
     std::vector<Bits> bits(count);
     if (count != 0) std::memcpy(bits.data(), static_cast<const void*>(data), count * sizeof(T));  // no null to memcpy
+    // A group of one combines nothing: its all_reduce hands the buffer back
+    // untouched, NaN payloads and signs too (README); a group of more gives
+    // the canonical NaN.
+    const bool alone = g.members.size() == 1;
     for (std::size_t i = 0; i < count; i += 3) {
-      if (bits[i] != quiet_nan) {
-        throw CheckFailed(describe(op, g) + ": element " + std::to_string(i) + " has bits " +
-                          std::to_string(bits[i]) + ", not the canonical NaN " + std::to_string(quiet_nan));
+      const Bits expected = alone ? written[i] : quiet_nan;
+      if (bits[i] != expected) {
+        throw CheckFailed(describe(op, g) + ": element " + std::to_string(i) + " has bits " + std::to_string(bits[i]) +
+                          (alone ? ", not its input's " : ", not the canonical NaN ") + std::to_string(expected));
       }
     }
     std::vector<T> ordinary(data, data + count);  // the NaNs, checked above, as 0
