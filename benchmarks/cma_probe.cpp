@@ -22,16 +22,29 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace {
 
-std::size_t parse_size(const char* text) {
+constexpr const char* kUsage = "Usage: cma-probe [--rounds R] SIZE...   (R in 1..500, default 200; SIZE in bytes, "
+                                "K and M suffixes; default 64K 1M 16M)\n";
+
+// A size such as 4096, 64K or 16M; nothing on any other text.
+std::optional<std::size_t> parse_size(const char* text) {
   char* end = nullptr;
+  errno = 0;
   std::size_t value = std::strtoull(text, &end, 10);
-  if (*end == 'K' || *end == 'k') value <<= 10;
-  if (*end == 'M' || *end == 'm') value <<= 20;
+  if (end == text || errno != 0 || *text == '-') return std::nullopt;
+  if (*end == 'K' || *end == 'k') {
+    value <<= 10;
+    ++end;
+  } else if (*end == 'M' || *end == 'm') {
+    value <<= 20;
+    ++end;
+  }
+  if (*end != '\0') return std::nullopt;
   return value;
 }
 
@@ -130,10 +143,22 @@ int main(int argc, char** argv) {
   int rounds = 200;
   std::vector<std::size_t> sizes;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--rounds" && i + 1 < argc) {
-      rounds = std::max(1, std::min(500, std::atoi(argv[++i])));
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    const bool rounds_given = arg == "--rounds" && i + 1 < argc;
+    const auto value = parse_size(rounds_given ? argv[++i] : argv[i]);
+    if (!value || (rounds_given && (*value < 1 || *value > 500))) {
+      std::fprintf(stderr, "cma-probe: %s %s is not %s\n%s", rounds_given ? "--rounds" : "size", argv[i],
+                   rounds_given ? "a whole number in 1..500" : "a size in bytes (K and M suffixes)", kUsage);
+      return 2;
+    }
+    if (rounds_given) {
+      rounds = static_cast<int>(*value);
     } else {
-      sizes.push_back(parse_size(argv[i]));
+      sizes.push_back(*value);
     }
   }
   if (sizes.empty()) sizes = {64 << 10, 1 << 20, 16 << 20};

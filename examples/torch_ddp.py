@@ -78,7 +78,7 @@ def main():
         dist.all_reduce(total, op=dist.ReduceOp.AVG)
         if rank == 0:
             print(f"epoch {epoch}: loss {total.item() / args.steps:.5f}, "
-                  f"{args.steps * args.batch / (time.perf_counter() - start):.0f} samples/s on {n} ranks",
+                  f"{args.steps * args.batch / (time.perf_counter() - start):.0f} samples/s on {n} rank{'s' if n != 1 else ''}",
                   flush=True)
     checksum = sum(p.double().sum().item() for p in ddp.module.parameters())
     if rank == 0:

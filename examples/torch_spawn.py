@@ -11,6 +11,7 @@ it is right.
 import argparse
 import os
 import socket
+import sys
 
 import torch
 import torch.distributed as dist
@@ -25,7 +26,11 @@ def run(rank, n):
     expected = n * (n + 1) / 2
     if not torch.all(t == expected):
         raise SystemExit(f"rank {rank}: all_reduce gave {t[:4].tolist()}…, expected {expected}")
-    print(f"rank {rank} of {n}: all_reduce sum = {t[0].item():g} (expected {expected:g}) ok", flush=True)
+    # One write of the whole line: print() writes the text and its newline
+    # apart, and the ranks share the parent's stdout, so two ranks' lines
+    # could join ("... okrank 0 of 2: ...").
+    sys.stdout.write(f"rank {rank} of {n}: all_reduce sum = {t[0].item():g} (expected {expected:g}) ok\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 

@@ -116,3 +116,19 @@ if(TARGET ddp_step)
     endforeach()
   endif()
 endif()
+
+# cma-probe: a small probe's run checks every byte it copied; --help and a
+# bad argument must not run a probe (--help once ran one of 1 byte: a review).
+if(TARGET cma-probe)
+  add_test(NAME "cma-probe: copies through the kernel and through shared memory are checked byte for byte"
+           COMMAND cma-probe --rounds 3 4K 64K)
+  set_tests_properties("cma-probe: copies through the kernel and through shared memory are checked byte for byte"
+    PROPERTIES PASS_REGULAR_EXPRESSION "65536 .* (ok|refused)")
+  add_test(NAME "cma-probe: --help prints its usage and runs nothing" COMMAND cma-probe --help)
+  set_tests_properties("cma-probe: --help prints its usage and runs nothing" PROPERTIES
+    PASS_REGULAR_EXPRESSION "^Usage: cma-probe \\[--rounds R\\] SIZE\\.\\.\\." FAIL_REGULAR_EXPRESSION "median")
+  set(name "cma-probe: a bad size is refused with exit status 2, naming it")
+  add_test(NAME "${name}" COMMAND sh -c "\"$0\" 64X; echo \"exit status $?\"" $<TARGET_FILE:cma-probe>)
+  set_tests_properties("${name}" PROPERTIES
+    PASS_REGULAR_EXPRESSION "cma-probe: size 64X is not a size in bytes \\(K and M suffixes\\)\n.*exit status 2")
+endif()
