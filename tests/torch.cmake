@@ -22,7 +22,7 @@ axon_torch_test("bad input names the op and sizes, a rank killed with SIGKILL, o
 
 axon_torch_test("an irecv posted before its send, batch_isend_irecv and an irecv before a collective complete on 3 ranks, and a receive's Work names its source" test_p2p.py 3)
 
-axon_torch_test("init_method file:// and tcp://, and a FileStore given as store=, set up the group and a subgroup on 3 ranks without axon-launch, well inside the timeout" test_init_methods.py 3)
+axon_torch_test("init_method file:// and tcp://, and a FileStore given as store=, set up the group and a subgroup on 3 ranks without axon-launch, well inside the timeout; a rank that comes after a peer timed out and exited gives that peer's reason" test_init_methods.py 3)
 axon_torch_test("init, new_group of two ranks and destroy without a barrier, five times on 4 ranks: the ranks outside the subgroup end cleanly too" test_reinit.py 4 5)
 axon_torch_test("init again on the same port while one rank is late to destroy, four times on 3 ranks: the others wait until rank 0's store is down instead of reading the old group's keys" test_reinit.py 3 4 late)
 axon_torch_test("init again on the same port while rank 0 is late to destroy, eight times on 3 ranks: the others, whose store broke before they saw every rank in, still wait until rank 0's listener is gone" test_reinit.py 3 8 late0)

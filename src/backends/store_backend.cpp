@@ -229,9 +229,17 @@ class SetupWait {
         peers_(static_cast<std::size_t>(world_size)),
         can_check_(store.has(kFailedKey).has_value()) {}
 
-  // From now on a wait also ends when `rank`'s process exits.
+  // From now on a wait also ends when `rank`'s process exits. One that
+  // has exited already is reported by the next check, as one that exits
+  // later is, and so after a reason it left in the store: a peer that timed
+  // out waiting for a third rank, and exited, was blamed as if it had died
+  // (a review: "rank 1 (pid …) has already exited", 3 runs of 5).
   void watch(int rank, int pid) {
-    peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + names_.rank(rank));
+    try {
+      peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + names_.rank(rank));
+    } catch (const PeerFailure&) {
+      exited_before_watched_.push_back({rank, pid});
+    }
   }
 
   // How messages name the world's ranks.
@@ -268,12 +276,16 @@ class SetupWait {
 
   // Throws PeerFailure naming the first watched peer that has exited.
   template <class WaitingFor> void throw_if_a_watched_peer_exited(WaitingFor&& waiting_for) const {
+    auto exited = [&](int rank, int pid) {
+      return PeerFailure(who_ + names_.rank(rank) + " (pid " + std::to_string(pid) +
+                         ") exited or was killed while this rank waited for " + waiting_for() +
+                         " to set up the shared memory");
+    };
+    if (!exited_before_watched_.empty()) {
+      throw exited(exited_before_watched_.front().first, exited_before_watched_.front().second);
+    }
     for (const auto& peer : peers_) {
-      if (peer.exited()) {
-        throw PeerFailure(who_ + names_.rank(static_cast<int>(&peer - peers_.data())) + " (pid " +
-                          std::to_string(peer.pid()) + ") exited or was killed while this rank waited for " +
-                          waiting_for() + " to set up the shared memory");
-      }
+      if (peer.exited()) throw exited(static_cast<int>(&peer - peers_.data()), peer.pid());
     }
   }
 
@@ -357,6 +369,7 @@ class SetupWait {
   std::string timeout_name_;
   std::chrono::steady_clock::time_point started_;
   std::vector<ProcessWatch> peers_;
+  std::vector<std::pair<int, int>> exited_before_watched_;  // (rank, pid): gone when its entry came
   bool can_check_;
   bool caller_gave_up_ = false;
   bool store_failed_ = false;

@@ -8,9 +8,15 @@ the file to appear; the set-up's first call was a check(), so file:// init
 waited out the whole timeout and failed with "open(...): No such file or
 directory" on every rank (found by a review; Gloo worked).
 
+Then a world of 3 whose rank 2 never comes, over a FileStore: rank 1 times
+out and exits, and only then does rank 0 come. Rank 0 must give rank 1's
+reason (waiting for rank 2), not blame rank 1 as a rank that died: it said
+"rank 1 (pid ...) has already exited" (a review, 3 runs of 5 under env://).
+
     test_init_methods.py N
 """
 import datetime
+import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -47,6 +53,35 @@ def body(rank, n, method, where):
     return method
 
 
+def set_up_alone(rank, where, results):
+    """Rank `rank` of 3 sets up over the file store `where` with a 2 s timeout;
+    puts its error's text (or "set up") on `results`."""
+    import axonml_torch  # noqa: F401  (registers "axon" in this process)
+    try:
+        dist.init_process_group("axon", init_method=where, rank=rank, world_size=3,
+                                timeout=datetime.timedelta(seconds=2))
+        results.put("set up")
+    except Exception as e:  # noqa: BLE001  (the text is what is checked)
+        results.put(str(e))
+
+
+def check_the_reason_of_a_rank_that_timed_out_and_exited(directory):
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    where = "file://" + os.path.join(directory, "rank-2-never-comes")
+    said = {}
+    for rank in (1, 0):  # one after the other: rank 1 has exited before rank 0 comes
+        p = ctx.Process(target=set_up_alone, args=(rank, where, results))
+        p.start()
+        said[rank] = results.get(timeout=120)
+        p.join(timeout=60)
+    assert "timed out after 2.0 s" in said[1] and "ranks 0, 2" in said[1], said[1]
+    assert "has already exited" not in said[0], said[0]
+    assert "rank 0: gave up setting up the shared memory while it waited for rank 2's host" in said[0], said[0]
+    assert "rank 1: timed out after 2.0 s" in said[0], said[0]
+    print("a rank that timed out and exited: the next rank gives its reason:", said[0])
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     with tempfile.TemporaryDirectory(prefix="axon-init-") as directory:
@@ -55,6 +90,7 @@ def main():
                               ("store", os.path.join(directory, "store"))):
             assert run_ranks(n, body, method, where, timeout=3 * TIMEOUT_S) == [method] * n
             print(f"init_method {method}: {n} ranks set up, all_reduce on the group and a subgroup, destroy")
+        check_the_reason_of_a_rank_that_timed_out_and_exited(directory)
 
 
 if __name__ == "__main__":
