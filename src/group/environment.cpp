@@ -39,6 +39,7 @@ bool started_by_mpirun() {
   return is_set("OMPI_COMM_WORLD_SIZE") || is_set("PMI_SIZE") || is_set("PMIX_RANK");
 }
 
+#ifdef AXON_HAVE_MPI
 // A process that no MPI launcher started initializes as a world of one of
 // its own (an MPI "singleton"). Under axon-launch with AXON_BACKEND=mpi every
 // rank would do that and quietly train alone; the launcher's WORLD_SIZE says
@@ -53,6 +54,7 @@ bool started_by_mpirun() {
                         "would run alone. Use the MPI backend under mpirun (mpirun -np " + n +
                         " PROGRAM), or leave AXON_BACKEND unset (or shm) under axon-launch");
 }
+#endif
 
 std::shared_ptr<Backend> mpi_backend() {
 #ifdef AXON_HAVE_MPI
