@@ -215,8 +215,8 @@ void ArenaChannel::exchange() {
 // n = 2 the last member to publish (half the calls) never waits.
 [[gnu::noinline]] void ArenaChannel::wait_for_round(std::uint64_t round, int first_missing) {
   // Later checks also consume inbound mailboxes, so that a peer blocked
-  // sending to us is never stuck behind this wait. That takes a lock and
-  // a look at every mailbox, so the first polls, when the last peer is
+  // sending to us is never stuck behind this wait. Once a cell has come,
+  // that takes a lock and a look at every mailbox, so the first polls, when the last peer is
   // usually a few hundred ns away, do it only every 16th time: the poll
   // that sees it arrive comes sooner, and a blocked sender waits a few
   // hundred ns more at most. Only while the wait spins, though: the look

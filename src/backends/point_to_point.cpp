@@ -93,6 +93,7 @@ void PointToPoint::send(std::uint64_t comm, int dst, int tag, const std::byte* d
       c.comm = comm;
       copy_bytes(payload(c), data + sent, chunk);
       box.tail.store(++tail, std::memory_order_release);
+      doorbell(dst).cells_sent.fetch_add(1, std::memory_order_release);  // after tail: see progress()
       shm::ring(doorbell(dst));
       sent += chunk;
       first = false;
@@ -182,9 +183,19 @@ void PointToPoint::pull_all() {
   for (int src = 0; src < world_size_; ++src) pull(src);
 }
 
-void PointToPoint::progress() {
+// A sender counts each cell in cells_sent after publishing its tail, so a
+// count read with acquire covers every tail published before it: when it has
+// not moved since the count a drain read before it began, no cell has come
+// since, and the O(ranks) look at every mailbox is skipped. A drain's count
+// may land after a newer one another thread stored: that costs one drain
+// more, never one less.
+bool PointToPoint::progress() {
+  const std::uint64_t sent = doorbell(me_).cells_sent.load(std::memory_order_acquire);
+  if (sent == drained_cells_sent_.load(std::memory_order_relaxed)) return false;
   std::lock_guard lock(mutex_);
   pull_all();
+  drained_cells_sent_.store(sent, std::memory_order_relaxed);
+  return true;
 }
 
 // A receive that ends before its message did (timeout, abort) hands the part

@@ -26,6 +26,7 @@
 // message (`sending_`), so the cells of two messages never interleave.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -57,8 +58,10 @@ class PointToPoint {
 
   // Consumes whatever peers have published to this rank (into posted
   // receives or the stash). For waits outside point-to-point, so that a
-  // peer's send never waits on a rank that is busy in a collective.
-  void progress();
+  // peer's send never waits on a rank that is busy in a collective. One
+  // load when no cell has come since the last drain. Returns whether it
+  // looked at the mailboxes.
+  bool progress();
 
   // The bell rung when point-to-point traffic for this rank moves; waits
   // that call progress() also sleep on it.
@@ -135,6 +138,8 @@ class PointToPoint {
   const shm::WaitContext& waits_;
 
   std::mutex mutex_;
+  // Our doorbell's cells_sent as read before the last progress() drain.
+  std::atomic<std::uint64_t> drained_cells_sent_{0};
   std::vector<std::list<StashedMessage>> stash_;  // per src, in arrival order
   std::vector<Incoming> incoming_;                // per src
   std::vector<PostedReceive*> posted_;            // in posting order
