@@ -282,6 +282,38 @@ TEST_CASE("a store set-up gives up when a rank it has met exits before the arena
   ::waitpid(child, &status, 0);
 }
 
+TEST_CASE("a store set-up whose peer had exited before its entry was read names it at once, with or without has()",
+          "[store][errors]") {
+  // A peer gone when its entry comes is reported after any reason a peer
+  // left (a review: a peer that only timed out was blamed as dead); but a
+  // store that cannot answer has() holds no reasons and never polls, and
+  // the report waited in get() for rank 2's entry, which never comes, for
+  // the whole timeout (the review of that change); so, at n=2, did one made
+  // once every entry had come.
+  for (const auto& [can_check, world_size] : {std::pair{false, 3}, std::pair{true, 3}, std::pair{false, 2},
+                                               std::pair{true, 2}}) {
+    CAPTURE(world_size);
+    CAPTURE(can_check);
+    const pid_t child = start_child_that_sleeps(0);
+    int status = 0;
+    ::waitpid(child, &status, 0);  // rank 0 has exited, and been reaped, before rank 1 reads its entry
+    MemoryStore store(can_check);
+    store.set("axon/host/0", this_host_entry(child));
+    StoreOptions options;
+    options.timeout = std::chrono::seconds(60);
+    const auto start = std::chrono::steady_clock::now();
+    REQUIRE_THROWS_MATCHES(StoreBackend::create(store, 1, world_size, options), PeerFailure,
+                           Catch::Matchers::Predicate<PeerFailure>([&](const PeerFailure& e) {
+                             const std::string what = e.what();
+                             const std::string named = "rank 1: rank 0 (pid " + std::to_string(child) + ") ";
+                             return what.find(named + "has already exited") != std::string::npos ||
+                                    what.find(named + "exited or was killed while this rank waited for rank 2's host") !=
+                                        std::string::npos;
+                           }, "names rank 0 and its pid"));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));  // not the 60 s timeout
+  }
+}
+
 TEST_CASE("a rank already claimed in the store, by a live process or one of a world that ended, is named at once",
           "[store][errors]") {
   StoreOptions options;

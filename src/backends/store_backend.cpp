@@ -230,14 +230,16 @@ class SetupWait {
         can_check_(store.has(kFailedKey).has_value()) {}
 
   // From now on a wait also ends when `rank`'s process exits. One that
-  // has exited already is reported by the next check, as one that exits
-  // later is, and so after a reason it left in the store: a peer that timed
-  // out waiting for a third rank, and exited, was blamed as if it had died
-  // (a review: "rank 1 (pid …) has already exited", 3 runs of 5).
+  // has exited already is reported after any reason a peer left in the
+  // store (get_all), not at once: a peer that timed out waiting for a third
+  // rank, and exited, was blamed as if it had died (a review: "rank 1
+  // (pid …) has already exited", 3 runs of 5). A store that cannot check
+  // holds no reasons and never polls: reported at once, as before.
   void watch(int rank, int pid) {
     try {
       peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + names_.rank(rank));
     } catch (const PeerFailure&) {
+      if (!can_check_) throw;
       exited_before_watched_.push_back({rank, pid});
     }
   }
@@ -308,7 +310,16 @@ class SetupWait {
           arrived(i, store_.get(keys[i]));
           return true;
         });
-        if (missing.empty()) return;
+        if (missing.empty()) {
+          // Every entry came, but one's process had gone (watch()): its
+          // reason, or another peer's, first; else that it is gone.
+          if (!exited_before_watched_.empty()) {
+            throw_if_a_peer_failed([] { return std::string("its peers' entries"); });
+            const auto& [rank, pid] = exited_before_watched_.front();
+            throw PeerFailure(who_ + names_.rank(rank) + " (pid " + std::to_string(pid) + ") has already exited");
+          }
+          return;
+        }
         throw_if_a_peer_failed(waiting_for);
       } catch (const Error&) {
         throw;

@@ -58,18 +58,21 @@ bool started_by_mpirun() {
 
 std::shared_ptr<Backend> mpi_backend() {
 #ifdef AXON_HAVE_MPI
-  const auto launched = env::integer("WORLD_SIZE", 1, 1 << 30);
   // Started by axon-launch and by no MPI launcher: MPI can only be a world
   // of one, so refuse before initializing it. Open MPI 4.1's singletons
   // start and tear down a runtime of their own, and one in about 60 of them
   // dies of SIGSEGV as it exits when several start at once (a plain
   // MPI_Init + MPI_Finalize does too, 1 of 80 runs): the refusal came with
-  // a crash report (a review).
-  if (launched && *launched > 1 && is_set("AXON_ARENA_FD") && !started_by_mpirun()) {
-    refuse_singletons_of_a_larger_job(*launched, "would see");
+  // a crash report (a review). WORLD_SIZE is read only where it decides:
+  // under mpirun a stray value of it must not stop the job (a review of the
+  // change: mpirun -x WORLD_SIZE=0 was refused).
+  if (is_set("AXON_ARENA_FD") && !started_by_mpirun()) {
+    const auto launched = env::integer("WORLD_SIZE", 1, 1 << 30);
+    if (launched && *launched > 1) refuse_singletons_of_a_larger_job(*launched, "would see");
   }
   std::shared_ptr<Backend> backend = MpiBackend::from_environment();
   if (backend->world_size() == 1) {
+    const auto launched = env::integer("WORLD_SIZE", 1, 1 << 30);
     if (launched && *launched > 1) refuse_singletons_of_a_larger_job(*launched, "sees");
     // A launcher of another MPI (MPICH's mpiexec sets PMI_SIZE) starts
     // processes that this build's MPI takes for singletons: each ran alone,

@@ -62,7 +62,7 @@ struct alignas(kCacheLine) Doorbell {
   std::atomic<std::uint32_t> sleepers{0};    // written by: waiters
   std::atomic<std::uint64_t> cells_sent{0};  // written by: point-to-point senders to this rank
 };
-static_assert(sizeof(Doorbell) == kCacheLine);
+static_assert(sizeof(Doorbell) == kCacheLine && offsetof(Doorbell, cells_sent) == 8);
 
 // The shared state of the arena's allocator (the algorithm is in
 // src/shm/arena_allocator.hpp): a lock and the head of a free list sorted by
