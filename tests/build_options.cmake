@@ -1,9 +1,19 @@
-# Builds this project takes that `make test` does not otherwise build.
-#
-# Without MPI: MPI is optional (built when found, -DAXON_WITH_MPI=OFF), and
-# a change once broke that build (a function only the MPI build used, under
-# -Werror). Only where this build has MPI (else it is that build), and only
-# from a static, uninstrumented one (the ASan run need not build it again).
+# The optional parts (MPI, PyTorch) are AUTO|ON|OFF: AUTO follows what each
+# configure finds, so a build folder configured before the packages were
+# installed picks them up later (cmake/AxonFeature.cmake).
+add_test(NAME "build options: AXON_WITH_TORCH/MPI=AUTO follows what each configure finds; OFF and ON stay as given"
+         COMMAND ${CMAKE_COMMAND} -DAXON_SOURCE_DIR=${PROJECT_SOURCE_DIR}
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/build_options_probe -P ${CMAKE_CURRENT_SOURCE_DIR}/build_options/check_auto.cmake)
+
+# What `make test` prints last after a failure (scripts/recap-failed-tests.sh).
+add_test(NAME "make test's recap of failed tests names each one (by output, by regular expression, never run) with its reason and last lines"
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/recap_test.sh ${PROJECT_SOURCE_DIR})
+
+# The build without MPI, which `make test` does not otherwise make: MPI is
+# optional (built when found, -DAXON_WITH_MPI=OFF), and a change once broke
+# that build (a function only the MPI build used, under -Werror). Only where
+# this build has MPI (else it is that build), and only from a static,
+# uninstrumented one (the ASan run need not build it again).
 get_target_property(AXON_TEST_LIBRARY_TYPE axonml_distributed TYPE)
 if(AXON_WITH_MPI AND AXON_TEST_LIBRARY_TYPE STREQUAL "STATIC_LIBRARY" AND NOT CMAKE_CXX_FLAGS MATCHES "-fsanitize=")
   set(name "build: without MPI the launcher and train build and run, and AXON_BACKEND=mpi says there is no MPI backend")
