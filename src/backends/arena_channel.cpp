@@ -216,8 +216,9 @@ void ArenaChannel::exchange() {
 [[gnu::noinline]] void ArenaChannel::wait_for_round(std::uint64_t round, int first_missing) {
   // Later checks also consume inbound mailboxes, so that a peer blocked
   // sending to us is never stuck behind this wait. Once a cell has come,
-  // that takes a lock and a look at every mailbox, so the first polls, when the last peer is
-  // usually a few hundred ns away, do it only every 16th time: the poll
+  // that takes a lock and a look at every mailbox (before: one load), so
+  // the first polls, when the last peer is usually a few hundred ns away,
+  // do it only every 16th time: the poll
   // that sees it arrive comes sooner, and a blocked sender waits a few
   // hundred ns more at most. Only while the wait spins, though: the look
   // before each sleep must drain, since a sender that filled our mailbox

@@ -238,9 +238,9 @@ class SetupWait {
   void watch(int rank, int pid) {
     try {
       peers_[static_cast<std::size_t>(rank)] = ProcessWatch(pid, who_ + names_.rank(rank));
-    } catch (const PeerFailure&) {
+    } catch (const PeerFailure& gone) {
       if (!can_check_) throw;
-      exited_before_watched_.push_back({rank, pid});
+      if (!exited_before_watched_) exited_before_watched_.emplace(GoneBeforeWatched{rank, pid, gone});
     }
   }
 
@@ -283,9 +283,7 @@ class SetupWait {
                          ") exited or was killed while this rank waited for " + waiting_for() +
                          " to set up the shared memory");
     };
-    if (!exited_before_watched_.empty()) {
-      throw exited(exited_before_watched_.front().first, exited_before_watched_.front().second);
-    }
+    if (exited_before_watched_) throw exited(exited_before_watched_->rank, exited_before_watched_->pid);
     for (const auto& peer : peers_) {
       if (peer.exited()) throw exited(static_cast<int>(&peer - peers_.data()), peer.pid());
     }
@@ -313,10 +311,9 @@ class SetupWait {
         if (missing.empty()) {
           // Every entry came, but one's process had gone (watch()): its
           // reason, or another peer's, first; else that it is gone.
-          if (!exited_before_watched_.empty()) {
+          if (exited_before_watched_) {
             throw_if_a_peer_failed([] { return std::string("its peers' entries"); });
-            const auto& [rank, pid] = exited_before_watched_.front();
-            throw PeerFailure(who_ + names_.rank(rank) + " (pid " + std::to_string(pid) + ") has already exited");
+            throw exited_before_watched_->error;
           }
           return;
         }
@@ -380,7 +377,14 @@ class SetupWait {
   std::string timeout_name_;
   std::chrono::steady_clock::time_point started_;
   std::vector<ProcessWatch> peers_;
-  std::vector<std::pair<int, int>> exited_before_watched_;  // (rank, pid): gone when its entry came
+  // The first peer whose process had exited when its entry came, and what
+  // ProcessWatch said of it.
+  struct GoneBeforeWatched {
+    int rank;
+    int pid;
+    PeerFailure error;
+  };
+  std::optional<GoneBeforeWatched> exited_before_watched_;
   bool can_check_;
   bool caller_gave_up_ = false;
   bool store_failed_ = false;

@@ -26,15 +26,10 @@ else()
   list(APPEND configure_args -DAXON_WITH_TORCH=ON -DAXON_TORCH_PYTHON=${TORCH_PYTHON})
 endif()
 
-function(build_step what)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${what} failed (${rc}):\n${ARGN}\n${out}\n${err}")
-  endif()
-endfunction()
-build_step("configure the shared-library build" ${CMAKE_COMMAND} ${configure_args})
+include(${CMAKE_CURRENT_LIST_DIR}/step.cmake)
+step("configure the shared-library build" ${CMAKE_COMMAND} ${configure_args})
 # One job: this runs beside the other tests, which must keep their cores.
-build_step("the shared-library build" ${CMAKE_COMMAND} --build ${SHARED_BUILD_DIR} --config ${CONFIG} -j 1)
+step("the shared-library build" ${CMAKE_COMMAND} --build ${SHARED_BUILD_DIR} --config ${CONFIG} -j 1)
 
 set(BUILD_DIR ${SHARED_BUILD_DIR})
 include(${CMAKE_CURRENT_LIST_DIR}/install_consumer.cmake)
