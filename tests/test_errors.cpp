@@ -936,16 +936,16 @@ TEST_CASE("a child forked after its rank joined is refused collectives and point
 }
 
 TEST_CASE("a collective from a second thread while one runs on the same group throws on that thread, "
-          "and the running one completes",
-          "[errors][threads]") {
+          "the running one completes, and the next call fails on every rank, naming the refusal",
+          "[errors][threads][mismatch]") {
   auto world = MockBackend::create_world(2);
   std::atomic<bool> rank1_may_enter{false};
-  std::string second_thread_error, hold_error;
+  std::string second_thread_error, hold_error, rank1_error;
   std::vector<float> data{1.0f, 2.0f};
   std::thread rank1([&] {
     while (!rank1_may_enter.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     world[1]->barrier();
-    world[1]->all_reduce(data, ReduceOp::Sum);
+    rank1_error = error_of([&] { world[1]->all_reduce(data, ReduceOp::Sum); });
   });
   std::thread inside([&] { world[0]->barrier(); });  // waits for rank 1 inside the barrier
   // Probe until the first thread is inside its barrier: holding the endpoint
@@ -961,14 +961,118 @@ TEST_CASE("a collective from a second thread while one runs on the same group th
   second_thread_error = error_of([&] { world[0]->all_reduce(mine, ReduceOp::Sum); });
   rank1_may_enter = true;
   inside.join();
-  // Rank 0's endpoint is free again: its all_reduce meets rank 1's.
-  world[0]->all_reduce(mine, ReduceOp::Sum);
+  // Two threads called at once on rank 0, so the ranks' calls may have paired
+  // crosswise: rank 0's next call is marked, and fails on both ranks.
+  const std::string rank0_error = error_of([&] { world[0]->all_reduce(mine, ReduceOp::Sum); });
   rank1.join();
   CHECK_THAT(hold_error, Contains("another thread of this rank is inside a collective"));
   CHECK_THAT(second_thread_error, Contains("all_reduce on rank 0 of 2") &&
-                                      Contains("another thread of this rank is inside a collective on the same group"));
-  CHECK(mine == std::vector<float>{11.0f, 22.0f});
-  CHECK(data == std::vector<float>{11.0f, 22.0f});
+                                      Contains("another thread of this rank is inside a collective on the same group") &&
+                                      Contains("this rank's next collective on the group fails on every rank"));
+  const std::string marked = "collective mismatch in group [0, 1] at call #1: rank 0: all_reduce(f32, 2, sum) after "
+                             "another thread's call on this group was refused on rank 0 (two threads called "
+                             "collectives on the group at once) vs rank 1: all_reduce(f32, 2, sum)";
+  const std::string marked_seen_by_1 = "collective mismatch in group [0, 1] at call #1: rank 1: all_reduce(f32, 2, "
+                                       "sum) vs rank 0: all_reduce(f32, 2, sum) after another thread's call on this "
+                                       "group was refused on rank 0";
+  CHECK_THAT(rank0_error, Contains(marked));
+  CHECK_THAT(rank1_error, Contains(marked_seen_by_1));
+  CHECK_THAT(rank0_error + rank1_error, !Contains("out of step"));
+  CHECK(mine == std::vector<float>{10.0f, 20.0f});  // neither rank took the other's step
+  CHECK(data == std::vector<float>{1.0f, 2.0f});
+}
+
+// Two threads calling on one group: each rank refuses whichever came second
+// there, and the calls that got through paired across ranks by arrival, one
+// thread's data with the other's. Refusals were not counted, so the ranks
+// stayed in step and that went on with no error for as long as the threads
+// did (a review: 300 wrong sums of 300 at n=3). A refusal on some ranks
+// only now puts them out of step at once.
+// The review's program: two threads per rank looping over all_reduce on the
+// world, each catching the refusal and going on. Whichever thread a rank let
+// through paired with whichever its peers did; where every rank refused
+// alike, a count of refusals kept them in step and the crosswise pairing went
+// on with no error. Now, once any rank has refused, the group fails on every
+// rank by its next call (here at the latest in the final barrier).
+TEST_CASE("two threads looping over collectives on one group: once any rank refused one, the group fails on every "
+          "rank with a mismatch naming the refusal",
+          "[errors][threads][mismatch]") {
+  constexpr int kRanks = 3;
+  bool refused_somewhere = false;
+  for (int attempt = 0; attempt < 5 && !refused_somewhere; ++attempt) {
+    std::atomic<int> refusals{0};
+    PerRank<std::string> final_barrier(kRanks);
+    run_ranks(kRanks, [&](std::shared_ptr<Backend> b, int r) {
+      std::atomic<bool> broken{false};
+      auto loop = [&](float salt) {
+        for (int i = 0; i < 200 && !broken.load(); ++i) {
+          std::vector<float> data(16, salt + static_cast<float>(r));
+          try {
+            b->all_reduce<float>(data, ReduceOp::Sum);
+          } catch (const InvalidArgument&) {
+            ++refusals;
+          } catch (const CollectiveMismatch&) {
+            broken = true;
+          }
+        }
+      };
+      std::thread side(loop, 100.0f);
+      loop(0.0f);
+      side.join();
+      final_barrier[r] = error_of([&] { b->barrier(); });
+    });
+    if (refusals.load() == 0) continue;  // the threads never overlapped: nothing to check
+    refused_somewhere = true;
+    for (int r = 0; r < kRanks; ++r) {
+      INFO("rank " << r);
+      CHECK_THAT(final_barrier[r], Contains("collective mismatch") &&
+                                       Contains("after another thread's call on this group was refused on rank"));
+    }
+  }
+  CHECK(refused_somewhere);  // 2 x 200 calls per rank, 5 times, and never an overlap: the test tested nothing
+}
+
+TEST_CASE("a collective refused on one rank only because its group was held for another thread puts that rank "
+          "out of step, never pairing a later call with the peers' refused one",
+          "[errors][threads][mismatch]") {
+  run_ranks(3, [](std::shared_ptr<Backend> b, int r) {
+    std::thread other([] {});
+    if (r == 1) b->hold_collectives_for(other.get_id(), "the test holds it");
+    std::vector<float> first(4, float(r + 1));
+    const std::string refused = error_of([&] { b->all_reduce<float>(first, ReduceOp::Sum); });
+    if (r == 1) b->release_collectives(other.get_id());
+    other.join();
+    std::vector<float> second(4, float(100 * (r + 1)));
+    const std::string next = error_of([&] { b->all_reduce<float>(second, ReduceOp::Sum); });
+    if (r == 1) {
+      RANK_REQUIRE_THAT(refused, Contains("another thread of this rank holds this group's collectives: the test "
+                                          "holds it; the refused call counts as made on this rank"));
+      RANK_REQUIRE_THAT(next, Contains("out of step") &&
+                                  Contains("this rank has made 1 more collective in this group than rank"));
+      RANK_REQUIRE(second == std::vector<float>(4, 200.0f));  // untouched: nobody's first step
+    } else {
+      // Ranks 0 and 2 are in their first call when rank 1 comes with its second.
+      RANK_REQUIRE_THAT(refused, Contains("out of step") &&
+                                     Contains("rank 1 has made 1 more collective in this group than this rank"));
+      RANK_REQUIRE(first == std::vector<float>(4, float(r + 1)));
+    }
+  });
+}
+
+TEST_CASE("a collective every rank refused because its group was held for another thread leaves the ranks in "
+          "step, and the group goes on",
+          "[errors][threads]") {
+  run_ranks(3, [](std::shared_ptr<Backend> b, int r) {
+    std::thread other([] {});
+    b->hold_collectives_for(other.get_id(), "every rank holds it");
+    std::vector<float> data(4, float(r + 1));
+    const std::string refused = error_of([&] { b->all_reduce<float>(data, ReduceOp::Sum); });
+    b->release_collectives(other.get_id());
+    other.join();
+    RANK_REQUIRE_THAT(refused, Contains("every rank holds it"));
+    b->all_reduce<float>(data, ReduceOp::Sum);
+    RANK_REQUIRE(data == std::vector<float>(4, 6.0f));
+  });
 }
 
 TEST_CASE("a group held for another thread refuses this thread's collectives, quoting why, until released",

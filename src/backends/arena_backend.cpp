@@ -287,6 +287,7 @@ void ArenaBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
 void ArenaBackend::do_count_refused_collective() { impl_->channel.count_refused_call(); }
 
 void ArenaBackend::do_label_next_collective(std::uint8_t step) { impl_->channel.label_next(step); }
+void ArenaBackend::do_mark_after_refused_thread() { impl_->channel.mark_after_refused_thread(); }
 
 void ArenaBackend::do_barrier() {
   const shm::CallInFlight in_flight = impl_->collective("barrier");

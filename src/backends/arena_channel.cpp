@@ -116,6 +116,7 @@ void ArenaChannel::begin(const CollectiveCall& call) {
   // round half done: finishing it could pair with a rank that gave up.
   if (waits_.aborted()) waits_.check_alive();
   fill_descriptor(pending_, call, calls_++, step);
+  if (step == kAfterRefusedThreadStep) [[unlikely]] pending_.root = member_;  // unlike any peer's
   check_pending_ = collective_checks_enabled();
   if (check_pending_) {
     if (!same_fields(pending_, digested_)) {
@@ -339,6 +340,12 @@ std::string ArenaChannel::describe(const shm::Descriptor& d, bool step_named) co
   // (a review).
   const bool shared = static_cast<CollectiveOp>(d.op) == CollectiveOp::AllReduce && d.detail == kSharedBuffer;
   std::string note = shared ? "shared buffer" : "";
+  if (d.step == kAfterRefusedThreadStep) {
+    const bool member = d.root >= 0 && d.root < size();
+    return call_text(d.op, d.dtype, d.count, d.reduce_op, -1, d.detail, note) +
+           after_refused_thread_text(member ? waits_.names().rank(world_ranks_[static_cast<std::size_t>(d.root)])
+                                            : "member " + std::to_string(d.root));
+  }
   if (d.step != 0) {
     note += (note.empty() ? "" : ", ") +
             (step_named ? internal_step_text(d.step) : "internal step " + std::to_string(d.step));

@@ -66,7 +66,13 @@ class ArenaChannel final : public collectives::RoundChannel {
   // still in the refused call see as out of step (Backend::count_refused_collective).
   void count_refused_call() { ++calls_; }
   // The next begin() posts `step` in its descriptor (Backend::label_next_collective).
-  void label_next(std::uint8_t step) { next_step_ = step; }
+  void label_next(std::uint8_t step) {
+    check::that(step != kAfterRefusedThreadStep, "label_next: step 255 is kAfterRefusedThreadStep's");
+    if (next_step_ != kAfterRefusedThreadStep) next_step_ = step;  // a pending mark outranks a label
+  }
+  // The next begin() posts a descriptor no peer's can equal
+  // (kAfterRefusedThreadStep; Backend::do_mark_after_refused_thread).
+  void mark_after_refused_thread() { next_step_ = kAfterRefusedThreadStep; }
 
   int rank() const override { return member_; }
   int size() const override { return static_cast<int>(world_ranks_.size()); }

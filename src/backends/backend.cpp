@@ -86,13 +86,29 @@ void Backend::barrier() {
   do_barrier();
 }
 
-void Backend::held_by_another_thread(std::string_view op) const {
+void Backend::held_by_another_thread(std::string_view op, Refusal refusal) {
+  const bool collective = refusal == Refusal::Collective;
   const std::string prefix = where(op) + ": ";
   if (const char* why = hold_reason_.load(std::memory_order_relaxed)) {
-    throw InvalidArgument(prefix + "another thread of this rank holds this group's collectives: " + why);
+    if (collective) refusals_pending_.fetch_add(1, std::memory_order_relaxed);
+    throw InvalidArgument(prefix + "another thread of this rank holds this group's collectives: " + why +
+                          (collective ? "; the refused call counts as made on this rank, so its next call is out "
+                                        "of step with any rank that let the call through"
+                                      : ""));
   }
+  if (collective) refusals_pending_.fetch_or(kRefusedBesideACall, std::memory_order_relaxed);
   throw InvalidArgument(prefix + "another thread of this rank is inside a collective on the same group; "
-                        "a group takes one thread at a time (give each thread a group of its own: new_group)");
+                        "a group takes one thread at a time (give each thread a group of its own: new_group)" +
+                        (collective ? "; two threads calling at once may have paired one thread's call with the "
+                                      "other's across ranks, so this rank's next collective on the group fails on "
+                                      "every rank"
+                                    : ""));
+}
+
+void Backend::act_on_refusals() {
+  const std::uint32_t pending = refusals_pending_.exchange(0, std::memory_order_relaxed);
+  for (std::uint32_t n = pending & ~kRefusedBesideACall; n > 0; --n) do_count_refused_collective();
+  if ((pending & kRefusedBesideACall) != 0) do_mark_after_refused_thread();
 }
 
 void Backend::hold_collectives_for(std::thread::id holder, const char* why) {
@@ -104,7 +120,7 @@ void Backend::hold_collectives_for(std::thread::id holder, const char* why) {
   if (!holder_.compare_exchange_strong(current, holder, std::memory_order_acquire,
                                        std::memory_order_relaxed) &&
       current != holder) {
-    held_by_another_thread("hold_collectives_for");
+    held_by_another_thread("hold_collectives_for", Refusal::NotACollective);
   }
   // Held again for the same thread, the hold stays and errors quote the
   // latest reason. (Keeping the first instead could quote, for good, that of

@@ -26,6 +26,11 @@ void name_internal_step(std::uint8_t step, std::string name) {
   s.names[step] = std::move(name);
 }
 
+std::string after_refused_thread_text(const std::string& rank) {
+  return " after another thread's call on this group was refused on " + rank +
+         " (two threads called collectives on the group at once)";
+}
+
 std::string internal_step_text(std::uint8_t step) {
   StepNames& s = step_names();
   const std::lock_guard<std::mutex> lock(s.mutex);

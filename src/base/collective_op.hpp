@@ -37,7 +37,17 @@ std::string call_text(std::uint8_t op, std::uint8_t dtype, std::uint64_t count,
                       std::uint8_t reduce_op, std::int32_t root, std::uint64_t detail,
                       std::string_view note = {});
 
-// Names step `step` (1-255) of a layer built on the runtime, as the
+// The step a transport's descriptor carries for a rank's first collective
+// on a group after it refused a second thread's call there
+// (Backend::held_by_another_thread), with `root` naming that rank: no two
+// ranks' descriptors of such a call agree, so it fails on every member,
+// even where every rank refused alike. Layers label steps 1-254.
+inline constexpr std::uint8_t kAfterRefusedThreadStep = 255;
+// " after another thread's call on this group was refused on rank 2", for
+// a descriptor marked kAfterRefusedThreadStep; `rank` is that rank's name.
+std::string after_refused_thread_text(const std::string& rank);
+
+// Names step `step` (1-254) of a layer built on the runtime, as the
 // collectives it marks with Backend::label_next_collective show in mismatch
 // messages; every process of the job names its steps the same (the same
 // library does it), so a peer's step is named too. Thread-safe.

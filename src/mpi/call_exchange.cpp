@@ -17,7 +17,7 @@ constexpr std::size_t kHeader = sizeof(CallDescriptor);
 
 bool same_call(const CallDescriptor& a, const CallDescriptor& b) {
   return a.call == b.call && a.count == b.count && a.detail == b.detail && a.root == b.root &&
-         a.op == b.op && a.dtype == b.dtype && a.reduce_op == b.reduce_op;
+         a.op == b.op && a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.step == b.step;
 }
 
 // The peer of request i: receives first, then sends, each over every member
@@ -41,6 +41,10 @@ CallDescriptor describe_call(CollectiveOp op, DataType type, std::size_t count, 
 }
 
 std::string to_string(const CallDescriptor& d) {
+  if (d.step == kAfterRefusedThreadStep) {
+    return call_text(d.op, d.dtype, d.count, d.reduce_op, -1, d.detail) +
+           after_refused_thread_text("rank " + std::to_string(d.root));
+  }
   return call_text(d.op, d.dtype, d.count, d.reduce_op, d.root, d.detail);
 }
 
@@ -116,6 +120,11 @@ void CallExchange::run(CallDescriptor call,
                        const WaitContext& wait) {
   if (!broken_.empty()) throw_broken();
   call.call = calls_++;
+  if (mark_next_) [[unlikely]] {
+    mark_next_ = false;
+    call.step = kAfterRefusedThreadStep;
+    call.root = world_rank(member_);  // unlike any peer's
+  }
   current_ = call;
   if (size_ == 1) return;
 

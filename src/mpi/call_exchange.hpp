@@ -47,7 +47,7 @@ struct CallDescriptor {
   std::uint8_t op = 0;       // CollectiveOp
   std::uint8_t dtype = 0;
   std::uint8_t reduce_op = 0xff;  // 0xff: the op has none
-  std::uint8_t unused = 0;
+  std::uint8_t step = 0;  // kAfterRefusedThreadStep (root: this world rank) or 0
   std::uint32_t payload_bytes = 0;  // data after the header (not compared)
   std::uint32_t unused2 = 0;
 };
@@ -79,6 +79,9 @@ class CallExchange {
   // check), so that its next call's number tells its peers it is out of
   // step (Backend::count_refused_collective).
   void count_refused_call() { ++calls_; }
+  // The next run() sends a descriptor no peer's can equal
+  // (kAfterRefusedThreadStep; Backend::do_mark_after_refused_thread).
+  void mark_after_refused_thread() { mark_next_ = true; }
 
   // Throws PeerFailure, and breaks the exchange, when a peer has given up
   // a call (its notice has arrived). Run by every wait of the group's
@@ -110,6 +113,7 @@ class CallExchange {
   int size_;
   std::vector<int> world_ranks_;
   std::uint64_t calls_ = 0;
+  bool mark_next_ = false;
   CallDescriptor current_;
   std::string broken_;  // set after a mismatch or a failed wait
   bool broken_by_mismatch_ = false;  // else by a wait that failed, here or on a peer

@@ -566,6 +566,7 @@ void MpiBackend::do_all_to_all(ConstBuffer send, MutableBuffer recv) {
 }
 
 void MpiBackend::do_count_refused_collective() { impl_->exchange->count_refused_call(); }
+void MpiBackend::do_mark_after_refused_thread() { impl_->exchange->mark_after_refused_thread(); }
 
 void MpiBackend::do_barrier() {
   const mpi::CallInFlight in_flight("barrier", impl_->world_rank(), impl_->group_name);

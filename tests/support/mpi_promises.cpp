@@ -67,6 +67,11 @@
 //                     gets a CollectiveMismatch saying the ranks are out of
 //                     step, and no rank another step's data (it paired with
 //                     the others' pending call, a review)
+//   two-threads-one-group  two threads per rank loop over all_reduce on one
+//                     group, catching the refusals: once any rank refused
+//                     one, the group's next call fails on every rank with a
+//                     mismatch naming the refusal (a review: refusals alike
+//                     on every rank kept the threads' data pairing crosswise)
 //   init-twice        a second World::init() throws InvalidArgument
 //   mismatch KIND     rank 0 calls one collective, the others another:
 //                     CollectiveMismatch on every rank showing both sides.
@@ -85,6 +90,7 @@
 //                     and an all_reduce on a group of one hands its buffer back
 //                     untouched, NaN payloads too, in both backends alike
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdint>
@@ -719,6 +725,53 @@ void refused_on_one_rank(Backend& b) {
   }
 }
 
+// Two threads per rank looping over all_reduce on one group, each catching
+// the refusal and going on: once any rank has refused one thread's call
+// while the other was inside one, the group fails on every rank by its next
+// call, with a mismatch naming the refusal (here at the latest in the final
+// barrier); refusals that every rank made alike once kept the ranks in step
+// and the threads' data paired crosswise with no error. Tried on fresh
+// groups until some rank refused.
+void two_threads_one_group(Backend& b) {
+  const int n = b.world_size(), r = b.rank();
+  std::vector<int> all;
+  for (int q = 0; q < n; ++q) all.push_back(q);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto group = b.new_group(all);
+    std::atomic<int> refused{0};
+    std::atomic<bool> broken{false};
+    auto loop = [&](float salt) {
+      for (int i = 0; i < 200 && !broken.load(); ++i) {
+        std::vector<float> data(16, salt + static_cast<float>(r));
+        try {
+          group->all_reduce<float>(data, ReduceOp::Sum);
+        } catch (const InvalidArgument&) {
+          ++refused;
+        } catch (const CollectiveMismatch&) {
+          broken = true;
+        }
+      }
+    };
+    std::thread side(loop, 100.0f);
+    loop(0.0f);
+    side.join();
+    std::string error = "no error";
+    try {
+      group->barrier();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    int refusals = refused.load();
+    b.all_reduce(std::span<int>(&refusals, 1), ReduceOp::Sum);
+    if (refusals == 0) continue;
+    expect(contains(error, "collective mismatch") &&
+               contains(error, "after another thread's call on this group was refused on rank"),
+           "after " + std::to_string(refusals) + " refusals, the group's final barrier fails naming one: '" + error + "'");
+    return;
+  }
+  expect(false, "two threads called 200 times each, 5 times over, and no rank refused one: nothing was tested");
+}
+
 // World::init() attaches a process once, under either launcher.
 // alloc_shared: a tensor in the arena under axon-launch; under mpirun, whose
 // backend has no shared memory, an error that says so rather than naming
@@ -952,6 +1005,8 @@ int main(int argc, char** argv) {
       if (me == 1) return 1;
     } else if (mode == "refused-on-one-rank") {
       refused_on_one_rank(b);
+    } else if (mode == "two-threads-one-group") {
+      two_threads_one_group(b);
     } else if (mode == "init-twice") {
       init_twice();
     } else if (mode == "alloc-shared") {
@@ -966,7 +1021,7 @@ int main(int argc, char** argv) {
       group_of_one_untouched(b);
     } else {
       std::fprintf(stderr, "usage: mpi_promises ring BYTES | threads ROUNDS | recv-timeout | recv-size | collective-timeout | hung-peer | "
-                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | exit-with-static-world [group|retrying] | exit-with-waiting-thread | exit-nonzero-after-its-part | refused-on-one-rank | late-rank | late-at-the-timeout | init-twice | alloc-shared | mismatch KIND | after-exit | rank-order\n");
+                           "abort | abort-in-broadcast DIR | exit-with-thread DIR | exit-with-static-world [group|retrying] | exit-with-waiting-thread | exit-nonzero-after-its-part | refused-on-one-rank | two-threads-one-group | late-rank | late-at-the-timeout | init-twice | alloc-shared | mismatch KIND | after-exit | rank-order\n");
       return 2;
     }
     int total = failures;

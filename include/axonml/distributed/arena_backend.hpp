@@ -109,6 +109,7 @@ class ArenaBackend : public Backend {
   std::shared_ptr<Backend> do_new_group(const std::vector<int>& ranks) override;
   void do_count_refused_collective() override;
   void do_label_next_collective(std::uint8_t step) override;
+  void do_mark_after_refused_thread() override;
 
  private:
   std::string name_;

@@ -123,7 +123,7 @@ class Backend {
     do_count_refused_collective();
   }
 
-  // Marks the next collective this endpoint begins as step `step` (1-255)
+  // Marks the next collective this endpoint begins as step `step` (1-254)
   // of a layer built on the runtime, and part of what the ranks compare.
   // Why: a layer's own bookkeeping call (the PyTorch backend's comparison of
   // what its ranks asked for, before a reduction it combines itself) is an
@@ -138,7 +138,7 @@ class Backend {
   // thread that makes the collectives (refused, as a collective is, while
   // another thread is inside one here).
   void label_next_collective(std::uint8_t step) {
-    const ThreadClaim claim(*this, "label_next_collective");
+    const ThreadClaim claim(*this, "label_next_collective", Refusal::NotACollective);
     do_label_next_collective(step);
   }
 
@@ -229,6 +229,9 @@ class Backend {
   // count_refused_collective(): advances the transport's call count where
   // it has one (the number its mismatch check compares).
   virtual void do_count_refused_collective() {}
+  // Marks the transport's next collective so that its check fails on every
+  // member, naming this rank's refusal of a second thread (held_by_another_thread).
+  virtual void do_mark_after_refused_thread() {}
   // label_next_collective(): marks the transport's next descriptor.
   virtual void do_label_next_collective(std::uint8_t step) { (void)step; }
 
@@ -291,20 +294,31 @@ class Backend {
   std::size_t times_world_size(std::string_view op, std::string_view what, std::size_t count,
                                std::size_t element_bytes) const;
 
+  // Whether a call refused because another thread has the endpoint is a
+  // collective (whose refusal has consequences: held_by_another_thread).
+  enum class Refusal { Collective, NotACollective };
+
   // One thread at a time: every collective entry point claims the endpoint
   // for its thread for the length of the call. A thread that already holds
   // it (a collective built from others on the same thread, or the holder of
-  // hold_collectives_for()) passes; any other throws, naming `op`.
+  // hold_collectives_for()) passes; any other throws, naming `op`. A
+  // refused collective is not the end of it (held_by_another_thread), and
+  // since the refused thread may not touch the transport while another is
+  // in it, what follows from the refusal waits for the next thread to claim
+  // the endpoint afresh.
   class [[nodiscard]] ThreadClaim {
    public:
-    ThreadClaim(Backend& backend, std::string_view op) : backend_(backend) {
+    ThreadClaim(Backend& backend, std::string_view op, Refusal refusal = Refusal::Collective) : backend_(backend) {
       const std::thread::id me = std::this_thread::get_id();
       std::thread::id holder{};
       if (backend.holder_.compare_exchange_strong(holder, me, std::memory_order_acquire,
                                                   std::memory_order_relaxed)) [[likely]] {
         claimed_ = true;
+        if (backend.refusals_pending_.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+          backend.act_on_refusals();
+        }
       } else if (holder != me) [[unlikely]] {
-        backend.held_by_another_thread(op);
+        backend.held_by_another_thread(op, refusal);
       }
     }
     ~ThreadClaim() {
@@ -317,7 +331,25 @@ class Backend {
     Backend& backend_;
     bool claimed_ = false;
   };
-  [[noreturn]] void held_by_another_thread(std::string_view op) const;
+  // Throws InvalidArgument for `op`. A collective refused while the endpoint
+  // was held for another thread (hold_collectives_for: the owner's call
+  // slipped into a series the holder runs) counts as made, as one refused
+  // for its arguments does, and the ranks that let it through see this one
+  // out of step. One refused while another thread was inside a collective
+  // marks this rank's next collective on the group so that it fails on
+  // every member: two threads were calling at once, so the calls that got
+  // through, here and on the peers, may have paired one thread's call with
+  // the other's, and nothing in the calls tells them apart. Only counted,
+  // ranks that refused alike (a steady alternation does) stayed in step and
+  // went on pairing the threads' data crosswise with no error (a review:
+  // 300 wrong sums of 300 at n=4).
+  [[noreturn]] void held_by_another_thread(std::string_view op, Refusal refusal);
+  // What held_by_another_thread() left pending; by a thread that has just
+  // claimed the endpoint.
+  void act_on_refusals();
+  // refusals_pending_: collectives refused under a hold, in the low bits,
+  // and this flag for one refused while another thread was inside one.
+  static constexpr std::uint32_t kRefusedBesideACall = 1u << 31;
 
   // Runs a collective's argument checks; when one throws, the call is
   // counted as refused (count_refused_collective) before the error goes on.
@@ -333,6 +365,8 @@ class Backend {
 
   // The thread inside a collective here or holding the endpoint; none when free.
   std::atomic<std::thread::id> holder_{};
+  // Refusals not yet acted on (act_on_refusals, kRefusedBesideACall).
+  std::atomic<std::uint32_t> refusals_pending_{0};
   // new_group's first mismatch as the transport threw it, and as new_group
   // told it (with this rank's list): a later call on the broken group gets
   // the transport's same text, and must be told the same, not that text with

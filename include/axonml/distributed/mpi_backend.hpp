@@ -114,6 +114,7 @@ class MpiBackend final : public Backend {
   void do_recv(MutableBuffer data, int src, int tag) override;
   std::shared_ptr<Backend> do_new_group(const std::vector<int>& ranks) override;
   void do_count_refused_collective() override;
+  void do_mark_after_refused_thread() override;
 
  private:
   struct Impl;  // src/mpi/mpi_backend.cpp
