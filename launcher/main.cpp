@@ -273,11 +273,17 @@ int launch(const LaunchOptions& options) {
   finish_output(signal_fd, interrupted || outcome.interrupted);
   // Said last, straight to stderr (the relays are done): lost output must not
   // pass for the whole of it (a file at ulimit -f was cut short in silence).
+  // A job whose output was cut short did not succeed, as `cat` into a full
+  // disk does not (a review: it exited 0 after saying so).
+  bool output_lost = false;
   for (const auto& [fd, name] : {std::pair{STDOUT_FILENO, "stdout"}, std::pair{STDERR_FILENO, "stderr"}}) {
     const std::string lost = OutputRelay::of(fd).describe_losses();
-    if (!lost.empty()) std::cerr << "axon-launch: " << lost << " to " << name << "\n";
+    if (lost.empty()) continue;
+    output_lost = true;
+    std::cerr << "axon-launch: " << lost << " to " << name
+              << (outcome.exit_code == 0 ? ", so the job's exit status is 1" : "") << "\n";
   }
-  return outcome.exit_code;
+  return outcome.exit_code == 0 && output_lost ? 1 : outcome.exit_code;
 }
 
 // A launcher started with descriptor 0, 1 or 2 closed (`>&-`, some service

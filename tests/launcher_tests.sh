@@ -491,13 +491,23 @@ sys.stdout.write("L" * 110 + "END\n")'
     [ "$pieces" = "1048576 103 " ] || fail "a line that passed 1 MiB in the read that ended it: pieces of $pieces"
     # An output file at the file size limit (ulimit -f) loses what does not
     # fit, and the launcher says so; SIGXFSZ killed it without a word (exit
-    # 153), the job's status lost (a review).
-    (ulimit -f 4096 && run -n 1 --arena-mb 2 /bin/sh -c 'head -c 6000000 /dev/zero | tr "\0" x | fold -w 99' &&
+    # 153), the job's status lost (a review). A job whose output was cut
+    # short did not succeed: exit 1 (it was 0, a review).
+    (ulimit -f 4096 && run -n 1 --arena-mb 2 /bin/sh -c 'head -c 6000000 /dev/zero | tr "\0" x | fold -w 99'
       echo "$status" >"$work/status")
     status=$(cat "$work/status") err=$(cat "$work/err")
-    expect_status 0
-    [[ "$err" == *"bytes of the job's output could not be written (File too large) to stdout"* ]] ||
+    expect_status 1
+    [[ "$err" == *"bytes of the job's output could not be written (File too large) to stdout, so the job's exit status is 1"* ]] ||
       fail "output past ulimit -f: no word of the loss: $err"
+    # ... and into a full disk, where a rank's own status, not 0, stays the job's.
+    "$launch" -n 2 "$probe" lines 3 >/dev/full 2>"$work/err"
+    status=$? err=$(cat "$work/err")
+    expect_status 1
+    [[ "$err" == *"bytes of the job's output could not be written (No space left on device) to stdout, so the job's exit status is 1"* ]] ||
+      fail "output into /dev/full: $err"
+    "$launch" -n 2 "$probe" exit 1 3 >/dev/full 2>"$work/err"
+    status=$? err=$(cat "$work/err")
+    expect_status 3
     ;;
   rank-killed)
     # One rank dies by kill -9 while every rank waits in a recv: the others
