@@ -280,3 +280,26 @@ TEST_CASE("DDP buckets go in shared memory on every rank or on none", "[ddp][bf1
   CHECK(shared[1] == static_cast<int>(room_for_both));
   CHECK(grads[0] == grads[1]);
 }
+
+// Ranks that differed only in gradient_compression were told "the ranks laid
+// out a bucket differently" with the same list of gradients on both, and no
+// word of the wire type (a review).
+TEST_CASE("ranks that differ only in bf16 compression are a mismatch that names each rank's wire type",
+          "[grad_sync][bf16][errors]") {
+  run_ranks(2, [&](std::shared_ptr<Backend> backend, int r) {
+    ProcessGroup pg(backend);
+    GradientSynchronizer sync(GradSyncStrategy::Synchronous, 16, 0,
+                              r == 0 ? GradientCompression::BF16 : GradientCompression::None);
+    sync.set_group(pg);
+    sync.prepare(2);
+    std::vector<Tensor> grads{Tensor::full({2}, 1.0f), Tensor::full({3}, 100.0f)};
+    const std::string error = axon_test::error_of([&] {
+      for (std::size_t i = grads.size(); i-- > 0;) sync.add_gradient(i, grads[i]);
+      sync.sync_all(pg);
+    });
+    RANK_REQUIRE_THAT(error, Catch::Contains("laid out a bucket differently") &&
+                                 Catch::Contains(r == 0 ? "floats, sent as bf16 (GradientCompression::BF16)"
+                                                        : "floats, sent as f32 (no compression)") &&
+                                 Catch::Contains("compress alike"));
+  });
+}

@@ -59,28 +59,61 @@ DistributedDataParallel& DistributedDataParallel::broadcast_buffers(bool enabled
 // One all-gather of (parameter count, digest of every shape) when the ranks
 // agree; a second of every shape to name the first that differs.
 void DistributedDataParallel::check_same_shapes_everywhere() {
+  // The buffers sync_parameters() broadcasts too, after the parameters: a
+  // buffer that differed was a bare broadcast mismatch of two float counts
+  // (a review). Their split from the parameters is the check's `extra`.
+  const auto named = module_->named_parameters();
+  const auto buffers = options_.broadcast_buffers ? module_->named_buffers() : std::vector<nn::NamedBuffer>{};
   std::vector<Shape> shapes;
   for (const nn::Parameter* p : parameters_) shapes.push_back(p->shape());
-  const auto differ = find_shape_disagreement(shapes, 0, group_, "(no such parameter)");
+  for (const nn::NamedBuffer& b : buffers) shapes.push_back(b.buffer->shape());
+  const auto params = static_cast<std::int64_t>(parameters_.size());
+  const auto differ = find_shape_disagreement(shapes, params, group_, "(no such parameter or buffer)");
   if (!differ) return;
+  const std::string counts = " (parameters and buffers: rank 0 has " + std::to_string(differ->rank0_extra) + " and " +
+                             std::to_string(static_cast<std::int64_t>(differ->rank0_count) - differ->rank0_extra) +
+                             ", rank " + std::to_string(differ->rank) + " has " + std::to_string(differ->other_extra) +
+                             " and " +
+                             std::to_string(static_cast<std::int64_t>(differ->other_count) - differ->other_extra) +
+                             "); every rank must build the same model";
   if (differ->index == ShapeDisagreement::kOnlyExtra) {
-    throw InvalidArgument("DistributedDataParallel: parameter shapes differ between ranks of " +
-                          group_.describe() + "; every rank must build the same model");
+    throw InvalidArgument("DistributedDataParallel: parameter shapes differ between ranks of " + group_.describe() +
+                          counts);
   }
-  const auto named = module_->named_parameters();
+  // Entry i of a rank's list: "parameter i", "buffer k", or "" past its end.
   const std::size_t i = differ->index;
-  const std::string name =
-      i < named.size() ? " (\"" + named[i].name + "\" on rank " + std::to_string(group_.rank()) + ")" : "";
-  throw InvalidArgument("DistributedDataParallel: parameter " + std::to_string(i) + name + " has shape " +
-                        differ->rank0_shape + " on rank 0 but " + differ->other_shape + " on rank " +
-                        std::to_string(differ->rank) + " (parameter counts: rank 0 has " +
-                        std::to_string(differ->rank0_count) + ", rank " + std::to_string(differ->rank) + " has " +
-                        std::to_string(differ->other_count) + "); every rank must build the same model");
+  const auto entry = [i](std::int64_t params, std::size_t count) -> std::string {
+    if (i >= count) return {};
+    const auto p = static_cast<std::size_t>(params);
+    return i < p ? "parameter " + std::to_string(i) : "buffer " + std::to_string(i - p);
+  };
+  const std::string first = entry(differ->rank0_extra, differ->rank0_count);
+  const std::string other = entry(differ->other_extra, differ->other_count);
+  const std::string what = first == other || other.empty() ? first
+                           : first.empty()                 ? other
+                                                           : first + " on rank 0, " + other + " on rank " +
+                                                                 std::to_string(differ->rank) + ",";
+  std::string name;
+  if (i < parameters_.size() && i < named.size()) name = named[i].name;
+  if (i >= parameters_.size() && i - parameters_.size() < buffers.size()) name = buffers[i - parameters_.size()].name;
+  if (!name.empty()) name = " (\"" + name + "\" on rank " + std::to_string(group_.rank()) + ")";
+  throw InvalidArgument("DistributedDataParallel: " + what + name + " has shape " + differ->rank0_shape +
+                        " on rank 0 but " + differ->other_shape + " on rank " + std::to_string(differ->rank) + counts);
 }
 
 void DistributedDataParallel::on_grad_ready(std::size_t index) {
   if (!require_sync_ || options_.strategy == GradSyncStrategy::NoSync) return;
   round_open_ = true;
+  if (sync_.gradient(index)) [[unlikely]] {
+    // Said here, in DDP's words: the synchronizer's own message named its
+    // sync_all() and clear(), which a DDP user never calls (a review).
+    const auto named = module_->named_parameters();
+    const std::string name = index < named.size() ? " (\"" + named[index].name + "\")" : "";
+    throw InvalidArgument("DistributedDataParallel on rank " + std::to_string(group_.rank()) + ": parameter " +
+                          std::to_string(index) + name +
+                          " got a second gradient before sync_gradients(): call sync_gradients() after each "
+                          "backward pass, or accumulate several inside `auto guard = ddp.no_sync();`");
+  }
   sync_.add_gradient(index, parameters_[index]->grad());
 }
 

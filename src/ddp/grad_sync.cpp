@@ -337,9 +337,13 @@ void GradientSynchronizer::agree_on_layout(const Bucket& bucket, const ProcessGr
             std::to_string(end - bucket.offsets[k]);
   }
   if (bucket.indices.size() > 8) mine += ", ...";
+  // The wire type is part of the layout: ranks that differ only in it saw
+  // the same list twice and no difference (a review).
+  const bool bf16 = compression_ == GradientCompression::BF16;
   throw CollectiveMismatch("GradientSynchronizer on rank " + std::to_string(pg.rank()) +
                            ": the ranks laid out a bucket differently; this rank's holds " + mine +
-                           " floats. Every rank must add the same indices with the same sizes");
+                           " floats, sent as " + (bf16 ? "bf16 (GradientCompression::BF16)" : "f32 (no compression)") +
+                           ". Every rank must add the same indices with the same sizes, and compress alike");
 }
 
 void GradientSynchronizer::reduce(Bucket& bucket, const ProcessGroup& pg) {
