@@ -878,6 +878,8 @@ TEST_CASE("a rank that left for good is refused its own later ops, on its group 
     RANK_REQUIRE_THAT(error_of([&] { b->send<float>(data, 1 - r); }), Contains("send of 16 bytes") && refused);
     RANK_REQUIRE_THAT(error_of([&] { b->recv<float>(data, 1 - r); }), Contains("recv of 16 bytes") && refused);
     RANK_REQUIRE_THAT(error_of([&] { b->new_group(both); }), Contains("new_group") && refused);
+    RANK_REQUIRE_THAT(error_of([&] { (void)b->allocate_shared(64); }),
+                      Contains("alloc_shared of 64 bytes on rank " + std::to_string(r)) && refused);
     RANK_REQUIRE(data == std::vector<float>(4, 1.0f));
     bool invalid_argument = false;
     try {
@@ -909,10 +911,13 @@ TEST_CASE("a child forked after its rank joined is refused collectives and point
         // No Catch2 here: report through the exit status only.
         const std::string collective = error_of([&] { b->all_reduce<float>(data, ReduceOp::Sum); });
         const std::string send = error_of([&] { b->send<float>(data, 1); });
+        // Its block would never go back to the arena (only the rank gives blocks back).
+        const std::string alloc = error_of([&] { (void)b->allocate_shared(64); });
         const bool ok = collective.find("all_reduce(f32, 4, sum) in group [0, 1] on rank 0: this process (pid ") == 0 &&
                         collective.find("was forked from rank 0's process (pid ") != std::string::npos &&
                         collective.find("nothing was done") != std::string::npos &&
-                        send.find("send of 16 bytes to rank 1 on rank 0: this process") == 0;
+                        send.find("send of 16 bytes to rank 1 on rank 0: this process") == 0 &&
+                        alloc.find("alloc_shared of 64 bytes on rank 0: this process") == 0;
         pair.reset();
         dynamic_cast<ArenaBackend&>(*b).leave_for_good();
         b->abort("a forked child's abort");

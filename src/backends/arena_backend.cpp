@@ -111,6 +111,15 @@ CollectiveCall reducing(CollectiveCall call, ReduceOp op) {
 // A collective that fails instead of returning sets keep_shared_buffers.
 std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
   const std::shared_ptr<RankState>& state = impl_->state;
+  if (state->waits.refuses_ops()) [[unlikely]] {
+    // A forked child's block would never go back (only the allocating
+    // process gives blocks back, and the child is not the rank), nor one of
+    // a rank that left, whose peers count it as ended (a review saw both
+    // allocate while every other op was refused).
+    const int me = impl_->channel.world_ranks()[static_cast<std::size_t>(impl_->channel.rank())];
+    throw InvalidArgument("alloc_shared of " + std::to_string(bytes) + " bytes on " + state->waits.names().rank(me) +
+                          ": " + state->waits.why_refused() + "; nothing was done");
+  }
   const std::optional<int> node = shm::bound_numa_node();  // may throw: before the block is taken
   const std::uint64_t start = state->allocator.allocate(bytes);
   if (start == 0) return nullptr;
