@@ -146,7 +146,8 @@ TEST_CASE("an arena descriptor that is not open is named with a hint", "[shm][en
   env.set("AXON_ARENA_BYTES", "4194304");
   REQUIRE_THROWS_WITH(ShmBackend::from_environment(),
                       Catch::Contains("rank 0") && Catch::Contains("AXON_ARENA_FD=1000000") &&
-                          Catch::Contains("not an open descriptor") && Catch::Contains("axon-launch"));
+                          Catch::Contains("not an open descriptor") && Catch::Contains("axon-launch") &&
+                          Catch::Contains("or execs after its World::init()"));
 }
 
 TEST_CASE("an arena made for another world size or size is refused", "[shm][environment]") {

@@ -73,15 +73,18 @@ std::shared_ptr<ShmBackend> ShmBackend::from_environment() {
 
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
-    // Two ways here, and the message cannot tell which: a wrapper closed
+    // Three ways here, and the message cannot tell which: a wrapper closed
     // the descriptor, or this process is not the rank but a program the
-    // rank started (system(), subprocess), which inherits the rank's
-    // variables but not the arena (a review: only the wrapper was named).
+    // rank started (system(), subprocess), or the rank exec'd a program
+    // after its World::init(), which closes the descriptor on exec; both of
+    // the last inherit the rank's variables but not the arena (reviews:
+    // only the wrapper was named, then not the exec).
     throw Error(who + arena + " is not an open descriptor (" + std::strerror(errno) +
                 "): start the program with axon-launch, and do not close inherited descriptors "
                 "in a wrapper between the launcher and the program; a program that a rank starts "
-                "(system(), subprocess) inherits the rank's RANK and AXON_* variables but not the "
-                "arena, and cannot join the job: only the processes axon-launch starts are ranks");
+                "(system(), subprocess), or execs after its World::init() (the arena's descriptor "
+                "closes on exec from then on), inherits the rank's RANK and AXON_* variables but not "
+                "the arena, and cannot join the job: only the processes axon-launch starts are ranks");
   }
   if (!S_ISREG(info.st_mode) || static_cast<std::size_t>(info.st_size) != bytes) {
     throw Error(who + arena + " has " + std::to_string(info.st_size) +
