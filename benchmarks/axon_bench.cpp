@@ -13,8 +13,11 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <fstream>
 #include <map>
 #include <new>
 #include <string>
@@ -72,7 +75,9 @@ int run(int argc, char** argv) {
             return "must be a number of seconds, 0 or more (got " + value + ")";  // CLI11's own: "not in range 0.000000 to 1.8e308"
           },
           "0 or more"));
-  app.add_option("--json", o.json_file, "also write the rows to this JSON file (rank 0)");
+  app.add_option("--json", o.json_file,
+                 "also write the rows to this JSON file (rank 0); a floor not measured (--no-floor, a "
+                 "hand-off above its largest size) is 0 there, as '-' in the table");
   app.add_flag("--shared-buffers", o.shared_buffers,
                "all_reduce buffers in the arena (zero copy): each rank holds one buffer, regrown "
                "to each larger size, so give axon-launch an --arena-mb of at least ranks x the "
@@ -131,6 +136,12 @@ int run(int argc, char** argv) {
   auto transport = make_transport(argc, argv);
   if (o.root < 0 || o.root >= transport->size()) {
     std::fprintf(stderr, "axon-bench: root %d outside 0..%d\n", o.root, transport->size() - 1);
+    return 2;
+  }
+  // A path that cannot be written fails now, not after the whole sweep (a
+  // review). Rank 0 writes the file; the others find out from its exit.
+  if (transport->rank() == 0 && !o.json_file.empty() && !std::ofstream(o.json_file, std::ios::app)) {
+    std::fprintf(stderr, "axon-bench: cannot write --json %s (%s)\n", o.json_file.c_str(), std::strerror(errno));
     return 2;
   }
   if (transport->rank() == 0) print_header(*transport, o);

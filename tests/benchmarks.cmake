@@ -16,6 +16,12 @@ if(TARGET axon-bench)
            COMMAND sh -c "\"$0\" --seconds-per-size -1; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)
   set_tests_properties("axon-bench: a negative --seconds-per-size is refused with exit status 2" PROPERTIES
     PASS_REGULAR_EXPRESSION "--seconds-per-size: must be a number of seconds, 0 or more \\(got -1\\)\n.*exit status 2")
+  # A --json path that cannot be written fails before the sweep, not after it (a review).
+  set(name "axon-bench: a --json path that cannot be written is refused before any row runs")
+  add_test(NAME "${name}" COMMAND sh -c "\"$0\" --json /nonexistent-dir/x.json -b 4 -e 4; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)
+  set_tests_properties("${name}" PROPERTIES
+    PASS_REGULAR_EXPRESSION "axon-bench: cannot write --json /nonexistent-dir/x.json \\(No such file or directory\\)\nexit status 2"
+    FAIL_REGULAR_EXPRESSION "all_reduce +4")
   # A size that cannot fit is named, not reported as std::bad_alloc (found by a review).
   set(name "axon-bench: a --max-bytes larger than the machine's memory is refused, naming it")
   add_test(NAME "${name}" COMMAND sh -c "\"$0\" -b 1T -e 1T; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)
