@@ -1045,9 +1045,18 @@ RANK
     # review), and the rank goes on.
     run -n 1 --timeout 120 "$probe" child-joins
     expect_status 0
-    [[ "$err" == *"a program that a rank starts (system(), subprocess) inherits the rank's RANK and AXON_* variables but not the arena"* ]] ||
+    [[ "$err" == *"a program that a rank starts (system(), subprocess), or execs after its World::init() (the arena's descriptor closes on exec from then on), inherits the rank's RANK and AXON_* variables but not the arena"* ]] ||
       fail "the child's error does not say why: $err"
     [[ "$out" == *"child exited with 1"* ]] || fail "the child did not fail: $out $err"
+    ;;
+  exec-self)
+    # A rank that exec's a program after its World::init() gave that program
+    # no arena (it closes on exec): its World::init() says so, not only "a
+    # wrapper closed it" (a review).
+    run -n 1 --timeout 120 "$probe" exec-self
+    expect_status 1
+    [[ "$err" == *"not an open descriptor"*"or execs after its World::init() (the arena's descriptor closes on exec from then on)"* ]] ||
+      fail "the exec'd program's error does not say why: $err"
     ;;
   no-leak)
     # kill -9 of the launcher at any moment of start-up leaves nothing: no

@@ -35,6 +35,8 @@
 //   launcher_probe slow-start-chain RANK SECONDS
 //                                         as slow-start (RANK must be 2, of 3), then
 //                                         rank 2 sends to 0, 0 passes it on to 1
+//   launcher_probe exec-self              init, barrier, then exec this program
+//                                         as "ok": its World::init() has no arena
 //   launcher_probe init-twice RANK        rank RANK calls World::init() twice
 //   launcher_probe late RANK SECONDS      rank RANK comes SECONDS late to a barrier
 //                                         the others time out in; all catch their
@@ -219,6 +221,12 @@ int main(int argc, char** argv) {
       const int status = std::system((std::string(self) + " ok").c_str());  // this binary, as the rank's child
       std::printf("child exited with %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
       return 0;
+    }
+    if (args[0] == "exec-self") {  // the rank replaces its program after joining: not a rank any more
+      char self[4096] = {};
+      if (::readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 3;
+      ::execl(self, self, "ok", static_cast<char*>(nullptr));
+      return 4;
     }
     if (args[0] == "wait") return blocked_forever(world);
     if ((args[0] == "exit" || args[0] == "raise") && args.size() == 3) {
