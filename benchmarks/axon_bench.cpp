@@ -15,9 +15,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <map>
 #include <new>
 #include <string>
@@ -28,6 +28,17 @@
 namespace {
 
 using namespace axon_bench;
+
+// Why `path` cannot be written (an errno), or 0: an existing file must be
+// writable, a new one's folder writable and searchable. Creates and opens
+// nothing (a FIFO would block an open).
+std::int32_t unwritable(const std::string& path) {
+  if (::access(path.c_str(), F_OK) == 0) return ::access(path.c_str(), W_OK) == 0 ? 0 : errno;
+  if (errno != ENOENT) return errno;
+  const std::size_t slash = path.find_last_of('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  return ::access(folder.c_str(), W_OK | X_OK) == 0 ? 0 : errno;
+}
 
 const std::vector<std::string> kCollectives{"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"};
 
@@ -139,10 +150,19 @@ int run(int argc, char** argv) {
     return 2;
   }
   // A path that cannot be written fails now, not after the whole sweep (a
-  // review). Rank 0 writes the file; the others find out from its exit.
-  if (transport->rank() == 0 && !o.json_file.empty() && !std::ofstream(o.json_file, std::ios::app)) {
-    std::fprintf(stderr, "axon-bench: cannot write --json %s (%s)\n", o.json_file.c_str(), std::strerror(errno));
-    return 2;
+  // review). Rank 0 writes the file and so judges it, creating nothing, and
+  // every rank learns its verdict: a rank 0 that returned alone left the
+  // others of an MPI job waiting in the sweep for good (a review).
+  if (!o.json_file.empty()) {
+    std::int32_t json_error = 0;
+    if (transport->rank() == 0) json_error = unwritable(o.json_file);
+    transport->broadcast(reinterpret_cast<std::byte*>(&json_error), 1, DataType::I32, 0);
+    if (json_error != 0) {
+      if (transport->rank() == 0) {
+        std::fprintf(stderr, "axon-bench: cannot write --json %s (%s)\n", o.json_file.c_str(), std::strerror(json_error));
+      }
+      return 2;
+    }
   }
   if (transport->rank() == 0) print_header(*transport, o);
   const auto rows = run_sweep(*transport, o);

@@ -22,6 +22,15 @@ if(TARGET axon-bench)
   set_tests_properties("${name}" PROPERTIES
     PASS_REGULAR_EXPRESSION "axon-bench: cannot write --json /nonexistent-dir/x.json \\(No such file or directory\\)\nexit status 2"
     FAIL_REGULAR_EXPRESSION "all_reduce +4")
+  if(TARGET axon-launch)
+    set(name "axon-bench: a --json path that cannot be written ends every rank under axon-launch -n 2, exit 2, naming it once")
+    add_test(NAME "${name}"
+      COMMAND sh -c "\"$0\" -n 2 \"$1\" --json /nonexistent-dir/x.json -b 4 -e 4; echo \"exit status $?\""
+              $<TARGET_FILE:axon-launch> $<TARGET_FILE:axon-bench>)
+    set_tests_properties("${name}" PROPERTIES
+      PASS_REGULAR_EXPRESSION "\\[rank 0\\] axon-bench: cannot write --json /nonexistent-dir/x.json \\(No such file or directory\\).*exit status 2"
+      FAIL_REGULAR_EXPRESSION "all_reduce +4;job aborted")
+  endif()
   # A size that cannot fit is named, not reported as std::bad_alloc (found by a review).
   set(name "axon-bench: a --max-bytes larger than the machine's memory is refused, naming it")
   add_test(NAME "${name}" COMMAND sh -c "\"$0\" -b 1T -e 1T; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)
@@ -98,6 +107,15 @@ if(TARGET axon-bench-mpi)
       COMMAND ${AXON_MPIRUN} --allow-run-as-root --oversubscribe -np 3
               $<TARGET_FILE:axon-bench-mpi> -c all -d bf16 -b 4 -e 64K -f 16 -n 2 -w 1)
     set_tests_properties("axon-bench-mpi: every collective verifies under mpirun -np 3" PROPERTIES TIMEOUT 120)
+    # Every rank learns that --json cannot be written: rank 0 alone returning
+    # left the others waiting in the sweep for good (a review).
+    set(name "axon-bench-mpi: a --json path that cannot be written ends every rank under mpirun -np 2, exit 2")
+    add_test(NAME "${name}"
+      COMMAND sh -c "\"$0\" --allow-run-as-root --oversubscribe -np 2 \"$1\" --json /nonexistent-dir/x.json -b 4 -e 4; echo \"exit status $?\""
+              ${AXON_MPIRUN} $<TARGET_FILE:axon-bench-mpi>)
+    set_tests_properties("${name}" PROPERTIES TIMEOUT 60
+      PASS_REGULAR_EXPRESSION "axon-bench: cannot write --json /nonexistent-dir/x.json \\(No such file or directory\\).*exit status 2"
+      FAIL_REGULAR_EXPRESSION "all_reduce +4")
   endif()
 endif()
 
