@@ -505,9 +505,11 @@ sys.stdout.write("L" * 110 + "END\n")'
     expect_status 1
     [[ "$err" == *"bytes of the job's output could not be written (No space left on device) to stdout, so the job's exit status is 1"* ]] ||
       fail "output into /dev/full: $err"
-    "$launch" -n 2 "$probe" exit 1 3 >/dev/full 2>"$work/err"
+    "$launch" -n 2 /bin/sh -c 'echo "rank $RANK"; exit 3' >/dev/full 2>"$work/err"
     status=$? err=$(cat "$work/err")
     expect_status 3
+    [[ "$err" == *"could not be written (No space left on device) to stdout"* && "$err" != *"so the job's exit status is 1"* ]] ||
+      fail "a failing job's output into /dev/full: $err"
     ;;
   rank-killed)
     # One rank dies by kill -9 while every rank waits in a recv: the others

@@ -107,7 +107,7 @@ set(AXON_PROMISES
   "World::init() twice in one process throws InvalidArgument on the caller|init-twice|AXON_TIMEOUT=60"
   "alloc_shared gives a tensor in the arena or says that the backend has none|alloc-shared|AXON_TIMEOUT=60"
   "an all_gather refused on rank 1 only still counts there: its next call and the others' pending one are a mismatch saying the ranks are out of step|refused-on-one-rank|AXON_TIMEOUT=60"
-  "two threads looping over all_reduce on one group: once any rank refused one, the group fails on every rank naming the refusal|two-threads-one-group|AXON_TIMEOUT=60"
+  "every rank refusing a second thread beside the same call fails the next call on every rank, each mark naming its own rank|two-threads-one-group|AXON_TIMEOUT=60"
   "barrier vs all_reduce is a CollectiveMismatch showing both|mismatch barrier-vs-all-reduce|AXON_TIMEOUT=60"
   "all_reduce of 0 vs 1 elements is a CollectiveMismatch showing both|mismatch count-0-vs-1|AXON_TIMEOUT=60"
   "gather to different roots is a CollectiveMismatch showing both|mismatch gather-roots|AXON_TIMEOUT=60"

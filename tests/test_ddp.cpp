@@ -236,7 +236,7 @@ TEST_CASE("DDP construction names the first parameter whose shape differs", "[dd
     if (extra_layer) {
       CHECK_THAT(message[r], Catch::Contains("parameter 2") &&
                                  Catch::Contains("(no such parameter or buffer) on rank 0 but [4, 4] on rank 2") &&
-                                 Catch::Contains("(parameters and buffers: rank 0 has 2 and 0, rank 2 has 4 and 0)"));
+                                 Catch::Contains("(parameters, and buffers it broadcasts: rank 0 has 2 and 0, rank 2 has 4 and 0)"));
     } else {
       CHECK_THAT(message[r], Catch::Contains("parameter 0") && Catch::Contains("\"0.weight\"") &&
                                  Catch::Contains("[4, 8] on rank 0 but [5, 8] on rank 2"));
@@ -274,8 +274,9 @@ TEST_CASE("DDP construction names a buffer whose shape differs, when it broadcas
     CAPTURE(message[r]);
     if (broadcast_buffers) {
       CHECK_THAT(message[r], Catch::Contains("DistributedDataParallel: buffer 0 (\"stats\" on rank " + std::to_string(r) +
-                                             ") has shape [3] on rank 0 but [4] on rank 1 (parameters and buffers: "
-                                             "rank 0 has 2 and 1, rank 1 has 2 and 1)"));
+                                             ") has shape [3] on rank 0 but [4] on rank 1 (parameters, and buffers it "
+                                             "broadcasts: rank 0 has 2 and 1, rank 1 has 2 and 1); every rank must build "
+                                             "the same model, and pass the same broadcast_buffers"));
     } else {
       CHECK(message[r].empty());  // not broadcast: each rank keeps its own
     }

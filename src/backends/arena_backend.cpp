@@ -117,7 +117,7 @@ std::shared_ptr<std::byte> ArenaBackend::allocate_shared(std::size_t bytes) {
     // a rank that left, whose peers count it as ended (a review saw both
     // allocate while every other op was refused).
     const int me = impl_->channel.world_ranks()[static_cast<std::size_t>(impl_->channel.rank())];
-    throw InvalidArgument("alloc_shared of " + std::to_string(bytes) + " bytes on " + state->waits.names().rank(me) +
+    throw InvalidArgument("allocating " + std::to_string(bytes) + " bytes of shared memory on " + state->waits.names().rank(me) +
                           ": " + state->waits.why_refused() + "; nothing was done");
   }
   const std::optional<int> node = shm::bound_numa_node();  // may throw: before the block is taken

@@ -417,6 +417,10 @@ void ArenaChannel::throw_mismatch(int m, int parity, std::uint64_t round) {
 }
 
 void ArenaChannel::refuse(const CollectiveCall& call, std::uint8_t step) const {
+  // A pending mark after a refused second thread is not this refusal's
+  // reason, and its `root` is not set here: left out (a review saw it name
+  // "member -1").
+  if (step == kAfterRefusedThreadStep) step = 0;
   shm::Descriptor refused;
   fill_descriptor(refused, call, calls_, step);
   // Not by name in a forked child: the names' mutex may have been held

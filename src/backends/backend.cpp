@@ -101,8 +101,13 @@ void Backend::held_by_another_thread(std::string_view op, Refusal refusal) {
                         "a group takes one thread at a time (give each thread a group of its own: new_group)" +
                         (collective ? "; two threads calling at once may have paired one thread's call with the "
                                       "other's across ranks, so this rank's next collective on the group fails on "
-                                      "every rank"
+                                      "every rank (with the ranks' check of their calls on, as by default)"
                                     : ""));
+}
+
+void Backend::label_reserved(std::uint8_t step) const {
+  throw InvalidArgument("label_next_collective on rank " + std::to_string(rank()) + ": step " + std::to_string(step) +
+                        " is the runtime's own (a call after a refused second thread); a layer labels 1-254");
 }
 
 void Backend::act_on_refusals() {
@@ -116,16 +121,29 @@ void Backend::hold_collectives_for(std::thread::id holder, const char* why) {
     throw InvalidArgument("hold_collectives_for on rank " + std::to_string(rank()) +
                           ": the holder is no thread (a default std::thread::id)");
   }
+  // Taken afresh by this thread first, so that refusals still pending take
+  // effect before the holder's series, as a claim's would: the holder's own
+  // calls pass as nested claims and act on nothing (a review: the mark
+  // landed only after the series). Then handed to the holder.
   std::thread::id current{};
-  if (!holder_.compare_exchange_strong(current, holder, std::memory_order_acquire,
-                                       std::memory_order_relaxed) &&
-      current != holder) {
-    held_by_another_thread("hold_collectives_for", Refusal::NotACollective);
+  if (holder_.compare_exchange_strong(current, std::this_thread::get_id(), std::memory_order_acquire,
+                                      std::memory_order_relaxed)) {
+    if (refusals_pending_.load(std::memory_order_relaxed) != 0) act_on_refusals();
+    hold_reason_.store(why, std::memory_order_relaxed);
+    holder_.store(holder, std::memory_order_release);
+    return;
   }
-  // Held again for the same thread, the hold stays and errors quote the
-  // latest reason. (Keeping the first instead could quote, for good, that of
-  // a hold taken while the thread ran a collective, whose end released it.)
-  hold_reason_.store(why, std::memory_order_relaxed);
+  // Held again for the same thread: the hold stays and errors quote the
+  // latest reason. Only a hold, though: the holder inside a collective of
+  // its own (no reason) is another thread inside a collective, refused as
+  // this function promises. Taken as a hold, its call's end released the
+  // endpoint but left the reason, and every later refusal beside a running
+  // call read as one under a hold: counted, not marked (a review).
+  if (current == holder && hold_reason_.load(std::memory_order_relaxed) != nullptr) {
+    hold_reason_.store(why, std::memory_order_relaxed);
+    return;
+  }
+  held_by_another_thread("hold_collectives_for", Refusal::NotACollective);
 }
 
 void Backend::release_collectives(std::thread::id holder) {

@@ -70,12 +70,12 @@ void DistributedDataParallel::check_same_shapes_everywhere() {
   const auto params = static_cast<std::int64_t>(parameters_.size());
   const auto differ = find_shape_disagreement(shapes, params, group_, "(no such parameter or buffer)");
   if (!differ) return;
-  const std::string counts = " (parameters and buffers: rank 0 has " + std::to_string(differ->rank0_extra) + " and " +
+  const std::string counts = " (parameters, and buffers it broadcasts: rank 0 has " + std::to_string(differ->rank0_extra) + " and " +
                              std::to_string(static_cast<std::int64_t>(differ->rank0_count) - differ->rank0_extra) +
                              ", rank " + std::to_string(differ->rank) + " has " + std::to_string(differ->other_extra) +
                              " and " +
                              std::to_string(static_cast<std::int64_t>(differ->other_count) - differ->other_extra) +
-                             "); every rank must build the same model";
+                             "); every rank must build the same model, and pass the same broadcast_buffers";
   if (differ->index == ShapeDisagreement::kOnlyExtra) {
     throw InvalidArgument("DistributedDataParallel: parameter shapes differ between ranks of " + group_.describe() +
                           counts);
@@ -92,7 +92,7 @@ void DistributedDataParallel::check_same_shapes_everywhere() {
   const std::string what = first == other || other.empty() ? first
                            : first.empty()                 ? other
                                                            : first + " on rank 0, " + other + " on rank " +
-                                                                 std::to_string(differ->rank) + ",";
+                                                                 std::to_string(differ->rank);
   std::string name;
   if (i < parameters_.size() && i < named.size()) name = named[i].name;
   if (i >= parameters_.size() && i - parameters_.size() < buffers.size()) name = buffers[i - parameters_.size()].name;

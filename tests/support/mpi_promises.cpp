@@ -67,11 +67,11 @@
 //                     gets a CollectiveMismatch saying the ranks are out of
 //                     step, and no rank another step's data (it paired with
 //                     the others' pending call, a review)
-//   two-threads-one-group  two threads per rank loop over all_reduce on one
-//                     group, catching the refusals: once any rank refused
-//                     one, the group's next call fails on every rank with a
-//                     mismatch naming the refusal (a review: refusals alike
-//                     on every rank kept the threads' data pairing crosswise)
+//   two-threads-one-group  on every rank a second thread is refused beside
+//                     the first, inside the same all_reduce on one group:
+//                     the next call fails on every rank, each mark naming its
+//                     own rank (a review: refusals alike on every rank, only
+//                     counted, kept the threads' data pairing crosswise)
 //   init-twice        a second World::init() throws InvalidArgument
 //   mismatch KIND     rank 0 calls one collective, the others another:
 //                     CollectiveMismatch on every rank showing both sides.
@@ -725,51 +725,75 @@ void refused_on_one_rank(Backend& b) {
   }
 }
 
-// Two threads per rank looping over all_reduce on one group, each catching
-// the refusal and going on: once any rank has refused one thread's call
-// while the other was inside one, the group fails on every rank by its next
-// call, with a mismatch naming the refusal (here at the latest in the final
-// barrier); refusals that every rank made alike once kept the ranks in step
-// and the threads' data paired crosswise with no error. Tried on fresh
-// groups until some rank refused.
+// Every rank's second thread is refused beside its first, inside the same
+// 16 MB all_reduce on one group: the rank's next call on the group fails on
+// every rank, each mark naming its own rank. (Refusals alike on every rank,
+// only counted, kept the ranks in step and the threads' data pairing
+// crosswise, a review.) The second thread calls count_refused_collective()
+// once the first is seen inside: refused then; had the first already come
+// out, it only counts, the ranks find themselves out of step, and the
+// attempt is tried again on a fresh group.
 void two_threads_one_group(Backend& b) {
   const int n = b.world_size(), r = b.rank();
   std::vector<int> all;
   for (int q = 0; q < n; ++q) all.push_back(q);
-  for (int attempt = 0; attempt < 5; ++attempt) {
+  for (int attempt = 0; attempt < 10; ++attempt) {
     auto group = b.new_group(all);
-    std::atomic<int> refused{0};
-    std::atomic<bool> broken{false};
-    auto loop = [&](float salt) {
-      for (int i = 0; i < 200 && !broken.load(); ++i) {
-        std::vector<float> data(16, salt + static_cast<float>(r));
+    std::atomic<bool> started{false}, finished{false};
+    std::thread first([&] {
+      std::vector<float> big(std::size_t{4} << 20, 1.0f);
+      started = true;
+      for (;;) {  // refused only if the probe below held the group at that instant: then it counted
+        std::string error;
         try {
-          group->all_reduce<float>(data, ReduceOp::Sum);
-        } catch (const InvalidArgument&) {
-          ++refused;
-        } catch (const CollectiveMismatch&) {
-          broken = true;
+          group->all_reduce<float>(big, ReduceOp::Sum);
+        } catch (const std::exception& e) {
+          error = e.what();
         }
+        if (!contains(error, "holds this group's collectives: probe")) break;
       }
-    };
-    std::thread side(loop, 100.0f);
-    loop(0.0f);
-    side.join();
+      finished = true;
+    });
+    while (!started.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the first thread claims the group meanwhile
+    const auto me = std::this_thread::get_id();
+    bool inside = false;
+    while (!inside && !finished.load()) {
+      try {
+        group->hold_collectives_for(me, "probe");
+        group->release_collectives(me);
+      } catch (const InvalidArgument&) {
+        inside = true;
+      }
+    }
+    int refused = 0;
+    if (inside) {
+      try {
+        group->count_refused_collective();
+      } catch (const InvalidArgument&) {
+        refused = 1;
+      }
+    }
+    first.join();
+    b.all_reduce(std::span<int>(&refused, 1), ReduceOp::Sum);
     std::string error = "no error";
     try {
-      group->barrier();
+      std::vector<float> data(4, 1.0f);
+      group->all_reduce<float>(data, ReduceOp::Sum);
     } catch (const std::exception& e) {
       error = e.what();
     }
-    int refusals = refused.load();
-    b.all_reduce(std::span<int>(&refusals, 1), ReduceOp::Sum);
-    if (refusals == 0) continue;
-    expect(contains(error, "collective mismatch") &&
-               contains(error, "after another thread's call on this group was refused on rank"),
-           "after " + std::to_string(refusals) + " refusals, the group's final barrier fails naming one: '" + error + "'");
+    if (refused != n) continue;
+    const std::string own = "rank " + std::to_string(r) + ": all_reduce(f32, 4, sum) after another thread's call "
+                            "on this group was refused on rank " + std::to_string(r);
+    const std::string peer = "after another thread's call on this group was refused on rank " +
+                             std::to_string(r == 0 ? 1 : 0) + " ";
+    expect(contains(error, "collective mismatch") && contains(error, own) && contains(error, peer),
+           "every rank refused beside the same call: the next call fails, naming this rank's refusal and a peer's: '" +
+               error + "'");
     return;
   }
-  expect(false, "two threads called 200 times each, 5 times over, and no rank refused one: nothing was tested");
+  expect(false, "in 10 attempts every rank's second thread was never refused beside its first: nothing was tested");
 }
 
 // World::init() attaches a process once, under either launcher.

@@ -138,6 +138,7 @@ class Backend {
   // thread that makes the collectives (refused, as a collective is, while
   // another thread is inside one here).
   void label_next_collective(std::uint8_t step) {
+    if (step == 255) label_reserved(step);
     const ThreadClaim claim(*this, "label_next_collective", Refusal::NotACollective);
     do_label_next_collective(step);
   }
@@ -344,6 +345,8 @@ class Backend {
   // went on pairing the threads' data crosswise with no error (a review:
   // 300 wrong sums of 300 at n=4).
   [[noreturn]] void held_by_another_thread(std::string_view op, Refusal refusal);
+  // InvalidArgument: step 255 marks a call after a refused second thread.
+  [[noreturn]] void label_reserved(std::uint8_t step) const;
   // What held_by_another_thread() left pending; by a thread that has just
   // claimed the endpoint.
   void act_on_refusals();
