@@ -72,6 +72,22 @@ void require_close(const std::vector<float>& actual, const std::vector<float>& e
   }
 }
 
+// A Linear(3, 2) seeded by `fill` with a buffer beside it, like batch-norm's
+// running statistics: `size` floats of `fill`.
+class WithBuffer final : public Module {
+ public:
+  WithBuffer(float fill, std::size_t size)
+      : layer_(3, 2, static_cast<std::uint64_t>(fill)), stats_(Tensor::full({size}, fill)) {}
+  Tensor forward(const Tensor& x) override { return layer_.forward(x); }
+  Tensor backward(const Tensor& g) override { return layer_.backward(g); }
+  std::vector<NamedParameter> named_parameters() override { return layer_.named_parameters(); }
+  std::vector<NamedBuffer> named_buffers() override { return {{"stats", &stats_}}; }
+
+ private:
+  Linear layer_;
+  Tensor stats_;
+};
+
 // Waits (sleeping, with a deadline) until `done()`; false on timeout.
 template <typename F>
 bool eventually(F done) {
@@ -128,24 +144,11 @@ TEST_CASE("DDP training equals one process on the global batch", "[ddp]") {
 }
 
 TEST_CASE("sync_parameters makes every rank's parameters and buffers rank 0's", "[ddp]") {
-  // A module with a buffer, like batch-norm's running statistics.
-  class WithBuffer final : public Module {
-   public:
-    explicit WithBuffer(float fill) : layer_(3, 2, static_cast<std::uint64_t>(fill)), stats_(Tensor::full({2}, fill)) {}
-    Tensor forward(const Tensor& x) override { return layer_.forward(x); }
-    Tensor backward(const Tensor& g) override { return layer_.backward(g); }
-    std::vector<NamedParameter> named_parameters() override { return layer_.named_parameters(); }
-    std::vector<NamedBuffer> named_buffers() override { return {{"stats", &stats_}}; }
-
-   private:
-    Linear layer_;
-    Tensor stats_;
-  };
   const bool with_buffers = GENERATE(true, false);
   const int n = 3;
   PerRank<std::vector<float>> params(n), stats(n);
   run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
-    DistributedDataParallel ddp(WithBuffer(static_cast<float>(r + 1)), ProcessGroup(backend));
+    DistributedDataParallel ddp(WithBuffer(static_cast<float>(r + 1), 2), ProcessGroup(backend));
     ddp.broadcast_buffers(with_buffers);
     ddp.sync_parameters();
     params[r] = flatten_values(ddp.module_mut());
@@ -244,20 +247,6 @@ TEST_CASE("DDP construction names the first parameter whose shape differs", "[dd
   }
 }
 
-// A Linear with a buffer beside it (running statistics, say) of a chosen size.
-class Buffered final : public Module {
- public:
-  explicit Buffered(std::size_t buffer_size) : layer_(kIn, kClasses, 1), stats_(Tensor::full({buffer_size}, 0.0f)) {}
-  Tensor forward(const Tensor& x) override { return layer_.forward(x); }
-  Tensor backward(const Tensor& g) override { return layer_.backward(g); }
-  std::vector<NamedParameter> named_parameters() override { return layer_.named_parameters(); }
-  std::vector<NamedBuffer> named_buffers() override { return {{"stats", &stats_}}; }
-
- private:
-  Linear layer_;
-  Tensor stats_;
-};
-
 // sync_parameters() broadcasts the buffers after the parameters: a buffer
 // whose size differed was a bare broadcast mismatch of two float counts (a
 // review).
@@ -268,7 +257,7 @@ TEST_CASE("DDP construction names a buffer whose shape differs, when it broadcas
   run_ranks(n, [&](std::shared_ptr<Backend> backend, int r) {
     DdpOptions options;
     options.broadcast_buffers = broadcast_buffers;
-    message[r] = error_of([&] { DistributedDataParallel ddp(Buffered(r == 0 ? 3 : 4), ProcessGroup(backend), options); });
+    message[r] = error_of([&] { DistributedDataParallel ddp(WithBuffer(1.0f, r == 0 ? 3 : 4), ProcessGroup(backend), options); });
   });
   for (int r = 0; r < n; ++r) {
     CAPTURE(message[r]);

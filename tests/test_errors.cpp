@@ -975,8 +975,20 @@ TEST_CASE("a collective from a second thread while one runs on the same group th
   rank1_may_enter = true;
   inside.join();
   // Two threads called at once on rank 0, so the ranks' calls may have paired
-  // crosswise: rank 0's next call is marked, and fails on both ranks.
-  const std::string rank0_error = error_of([&] { world[0]->all_reduce(mine, ReduceOp::Sum); });
+  // crosswise: rank 0's next call is marked, and fails on both ranks. Made
+  // here by a thread the group is held for, whose calls pass as nested
+  // claims: the hold acts on the mark as it is taken (a review: the mark
+  // waited until after the held series).
+  std::string rank0_error;
+  std::atomic<bool> held{false};
+  std::thread series([&] {
+    while (!held.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    rank0_error = error_of([&] { world[0]->all_reduce(mine, ReduceOp::Sum); });
+  });
+  world[0]->hold_collectives_for(series.get_id(), "a series");
+  held = true;
+  series.join();
+  world[0]->release_collectives(series.get_id());
   rank1.join();
   CHECK_THAT(hold_error, Contains("another thread of this rank is inside a collective"));
   CHECK_THAT(hold_for_inside, Contains("hold_collectives_for on rank 0 of 2: another thread of this rank is inside a "

@@ -62,7 +62,6 @@ void DistributedDataParallel::check_same_shapes_everywhere() {
   // The buffers sync_parameters() broadcasts too, after the parameters: a
   // buffer that differed was a bare broadcast mismatch of two float counts
   // (a review). Their split from the parameters is the check's `extra`.
-  const auto named = module_->named_parameters();
   const auto buffers = options_.broadcast_buffers ? module_->named_buffers() : std::vector<nn::NamedBuffer>{};
   std::vector<Shape> shapes;
   for (const nn::Parameter* p : parameters_) shapes.push_back(p->shape());
@@ -93,6 +92,7 @@ void DistributedDataParallel::check_same_shapes_everywhere() {
                            : first.empty()                 ? other
                                                            : first + " on rank 0, " + other + " on rank " +
                                                                  std::to_string(differ->rank);
+  const auto named = module_->named_parameters();
   std::string name;
   if (i < parameters_.size() && i < named.size()) name = named[i].name;
   if (i >= parameters_.size() && i - parameters_.size() < buffers.size()) name = buffers[i - parameters_.size()].name;
