@@ -321,8 +321,10 @@ void MpiBackend::abort(const std::string& reason) {
   // Every other process's waits, current and future, throw with the reason
   // (each wait polls for the notice); ranks of this node waiting in shared
   // memory wake and throw at once.
-  mpi::tell_job_aborted("rank " + std::to_string(impl_->world_rank()) + " aborted: " +
-                        (reason.empty() ? "(no reason)" : reason));
+  const std::string notice =
+      "rank " + std::to_string(impl_->world_rank()) + " aborted: " + (reason.empty() ? "(no reason)" : reason);
+  mpi::note_job_aborted_here(notice);
+  mpi::tell_job_aborted(notice);
   if (impl_->hierarchy) impl_->hierarchy->arena().abort(reason);
 }
 

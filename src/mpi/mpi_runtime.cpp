@@ -306,6 +306,14 @@ void send_notice_to_all(MPI_Comm comm, const std::string& text, int tag) {
   }
 }
 
+void note_job_aborted_here(const std::string& notice) {
+  std::lock_guard lock(abort_mutex);
+  if (!abort_received.load(std::memory_order_relaxed)) {  // a notice that came first stays the reason
+    abort_notice = notice;
+    abort_received.store(true, std::memory_order_release);
+  }
+}
+
 std::optional<std::string> job_aborted_received() {
   if (!abort_received.load(std::memory_order_acquire)) return std::nullopt;
   std::lock_guard lock(abort_mutex);

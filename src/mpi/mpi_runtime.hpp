@@ -63,6 +63,13 @@ void send_notice_to_all(MPI_Comm comm, const std::string& text, int tag);
 // effort: nothing here throws.
 void tell_job_aborted(const std::string& notice);
 
+// MpiBackend::abort()'s reach within this process: its other groups (each
+// with its own backend) read the notice as one from another process, so
+// that their calls and waits throw PeerFailure with the reason at once, as
+// under axon-launch, where the whole arena is aborted. Before, a subgroup of
+// the aborting rank went on, and its waits ran out AXON_TIMEOUT (a review).
+void note_job_aborted_here(const std::string& notice);
+
 // The first abort notice this process has received from another, probing
 // for one (MPI_Improbe, so any thread may call it) when none has come yet;
 // nullopt when none has. Every wait polls it.

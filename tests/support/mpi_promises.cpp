@@ -29,7 +29,8 @@
 //                     other rank's barrier (waiting for it) throws PeerFailure
 //                     with rank 1's reason, not a Timeout after AXON_TIMEOUT
 //                     (under MPI it did), and so does its next call, and
-//                     rank 1's own
+//                     rank 1's own, also on a subgroup (under MPI they
+//                     waited out AXON_TIMEOUT)
 //   abort-in-broadcast DIR  every rank loops over 64 MiB broadcasts from the
 //                     last rank; rank 1's watchdog thread calls abort(): every
 //                     other rank's loop ends with PeerFailure carrying rank
@@ -97,6 +98,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -405,19 +407,50 @@ void late_at_the_timeout(Backend& b) {
 // future waits throw PeerFailure carrying `reason`", under either launcher
 // (found by a review: under mpirun the others waited out AXON_TIMEOUT and
 // then blamed rank 1 for never calling the barrier).
+//
+// Rank 1's own calls after it, also on a subgroup: under MPI each group has
+// a backend of its own, and only the world's knew of the abort; a subgroup's
+// all_reduce and recv waited out AXON_TIMEOUT (a review).
 void abort_reaches_every_rank(Backend& b) {
+  const std::vector<int> first_two{0, 1};
+  const std::shared_ptr<Backend> pair = b.new_group(first_two);  // collective on the world: every rank makes it
   if (b.rank() == 1) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     b.abort("rank 1 gives up on purpose");
     std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, calling nothing
-    std::string own;
-    try {
-      b.barrier();
-    } catch (const PeerFailure& e) {
-      own = e.what();
-    }
-    expect(contains(own, "rank 1 gives up on purpose"), "rank 1's own call after its abort() throws PeerFailure "
-                                                        "with its reason: '" + own + "'");
+    // Each call in a thread of its own, given 5 s: one that waits out
+    // AXON_TIMEOUT (60 s) would outlast the others, whose exit then ends
+    // the job before this rank could say so.
+    auto own_error = [&](const char* what, const std::function<void()>& call) {
+      std::atomic<bool> done{false};
+      std::string own = "no error";
+      std::thread caller([&] {
+        try {
+          call();
+        } catch (const PeerFailure& e) {
+          own = e.what();
+        } catch (const std::exception& e) {
+          own = std::string("not a PeerFailure: ") + e.what();
+        }
+        done.store(true);
+      });
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!done.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (!done.load()) {
+        std::fprintf(stderr, "[rank 1] FAILED: rank 1's own %s after its abort() still waits after 5 s\n", what);
+        std::fflush(nullptr);
+        std::_Exit(1);
+      }
+      caller.join();
+      expect(contains(own, "rank 1 gives up on purpose"),
+             std::string("rank 1's own ") + what + " after its abort() throws PeerFailure with its reason: '" + own + "'");
+    };
+    std::vector<float> x(4, 1.0f);
+    own_error("barrier", [&] { b.barrier(); });
+    own_error("all_reduce on the subgroup [0, 1]", [&] { pair->all_reduce(std::span<float>(x), ReduceOp::Sum); });
+    own_error("recv on the subgroup [0, 1]", [&] { pair->recv(std::span<float>(x), 0, 1); });
     return;
   }
   auto error_of = [&] {
