@@ -144,6 +144,10 @@ endforeach()
 # it: each run's files have the job's own name, and every run used to leave
 # four of them in the build folder.
 set(AXON_IN_FRESH_FOLDER sh ${CMAKE_CURRENT_SOURCE_DIR}/support/in_fresh_folder.sh)
+# Runs the command and then says its status ("job exit status N"), for tests
+# whose verdict is in the output (PASS_REGULAR_EXPRESSION ignores the status).
+# (Lines, not ';': a CMake list would split the script there.)
+set(AXON_SAY_STATUS /bin/sh -c "\"$@\"\necho \"job exit status $?\"" sh)
 
 # The same abort in the middle of large broadcasts on 2 pretend nodes of 2
 # ranks: a rank waiting in its node's arena for a node-mate whose cross-node
@@ -183,11 +187,12 @@ foreach(layout flat nodes)
     set(how ${AXON_PRETEND_TWO_NODES})
     set(where "2 pretend nodes x 2 ranks")
   endif()
-  set(name "mpi: a rank whose main returns while its thread loops all_reduces ends the others' loops with PeerFailure naming its exit, not a crash (mpirun -np 4, ${where})")
+  set(name "mpi: a rank whose main returns while its thread loops all_reduces ends the others' loops with PeerFailure naming its exit, not a crash, and the job with status 1 (mpirun -np 4, ${where})")
   add_test(NAME "${name}"
-    COMMAND ${AXON_IN_FRESH_FOLDER} ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 ${how}
+    COMMAND ${AXON_SAY_STATUS} ${AXON_IN_FRESH_FOLDER} ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60 ${how}
             $<TARGET_FILE:mpi_promises> exit-with-thread)
-  set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
+  # The status: as under axon-launch (a review: mpirun exited 0).
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures.*job exit status 1"
                        FAIL_REGULAR_EXPRESSION "\\] FAILED: |Segmentation fault|signal 11"
                        ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
 endforeach()
@@ -198,10 +203,10 @@ set_tests_properties("${name}" PROPERTIES TIMEOUT 30 PASS_REGULAR_EXPRESSION "ch
                      FAIL_REGULAR_EXPRESSION "\\] FAILED: |Segmentation fault|signal 11"
                      ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
 if(TARGET axon-launch)
-  set(name "shm: a rank whose main returns while its thread loops all_reduces ends the others' loops with PeerFailure naming its exit (axon-launch -n 4)")
-  add_test(NAME "${name}" COMMAND ${AXON_IN_FRESH_FOLDER} $<TARGET_FILE:axon-launch> -n 4 --timeout 60
+  set(name "shm: a rank whose main returns while its thread loops all_reduces ends the others' loops with PeerFailure naming its exit, and the job with status 1 (axon-launch -n 4)")
+  add_test(NAME "${name}" COMMAND ${AXON_SAY_STATUS} ${AXON_IN_FRESH_FOLDER} $<TARGET_FILE:axon-launch> -n 4 --timeout 60
                                    $<TARGET_FILE:mpi_promises> exit-with-thread)
-  set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures"
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION "checks per rank, 0 failures.*job exit status 1"
                        FAIL_REGULAR_EXPRESSION "\\] FAILED: |Segmentation fault|signal 11")
 endif()
 
@@ -210,24 +215,24 @@ endif()
 # SIGSEGV in the World its exit destroyed (6 runs of 45, a review), where
 # under mpirun the exit refused the thread's calls first. Each rank's thread
 # prints its verdict as its process exits, after the job's last tally could,
-# so the test counts the verdicts: one per rank.
+# so the test counts the verdicts: one per rank; and says the job's status.
 set(AXON_COUNT_STATIC_WORLD_VERDICTS /bin/sh -c
-    "\"$@\" 2>&1 | tee /dev/stderr | grep -c 'ended as promised' | sed 's/^/threads of a static World that ended as promised: /'" sh)
-set(name "mpi: every rank's static World, with a detached thread looping all_reduces on it as main returns, refuses the thread's calls at exit before its destructor runs (mpirun -np 4)")
+    "out=$(\"$@\" 2>&1)\nstatus=$?\nprintf '%s\\n' \"$out\" >&2\necho \"threads of a static World that ended as promised: $(printf '%s\\n' \"$out\" | grep -c 'ended as promised'), job exit status $status\"" sh)
+set(name "mpi: every rank's static World, with a detached thread looping all_reduces on it as main returns, refuses the thread's calls at exit before its destructor runs, and the job ends with status 1 (mpirun -np 4)")
 add_test(NAME "${name}"
   COMMAND ${AXON_COUNT_STATIC_WORLD_VERDICTS} ${AXON_MPIRUN} ${AXON_MPIRUN_ARGS} -x AXON_TIMEOUT=60
           $<TARGET_FILE:mpi_promises> exit-with-static-world)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 120
-                     PASS_REGULAR_EXPRESSION "threads of a static World that ended as promised: 4"
+                     PASS_REGULAR_EXPRESSION "threads of a static World that ended as promised: 4, job exit status 1"
                      FAIL_REGULAR_EXPRESSION "FAILED|Segmentation|signal 11|exited on signal"
                      ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")
 if(TARGET axon-launch)
-  set(name "shm: every rank's static World, with a detached thread looping all_reduces on it as main returns, refuses the thread's calls at exit before its destructor runs (axon-launch -n 4)")
+  set(name "shm: every rank's static World, with a detached thread looping all_reduces on it as main returns, refuses the thread's calls at exit before its destructor runs, and the job ends with status 1 (axon-launch -n 4)")
   add_test(NAME "${name}"
     COMMAND ${AXON_COUNT_STATIC_WORLD_VERDICTS} $<TARGET_FILE:axon-launch> -n 4 --timeout 60
             $<TARGET_FILE:mpi_promises> exit-with-static-world)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 120
-                       PASS_REGULAR_EXPRESSION "threads of a static World that ended as promised: 4"
+                       PASS_REGULAR_EXPRESSION "threads of a static World that ended as promised: 4, job exit status 1"
                        FAIL_REGULAR_EXPRESSION "FAILED|Segmentation|signal 11|killed by signal")
   # A review's two crashes: a static ProcessGroup (made by new_group, itself
   # a call, so destroyed before the exit's steps) under a looping thread
