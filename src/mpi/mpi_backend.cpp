@@ -191,7 +191,7 @@ struct MpiBackend::Impl {
     if (aborted.load(std::memory_order_acquire)) {
       throw PeerFailure(where() + ": the job was aborted: " + abort_reason);
     }
-    if (const auto notice = mpi::job_aborted_received()) {  // another process's abort()
+    if (const auto notice = mpi::job_aborted_received()) {  // an abort(): another process's, or this one's on another group
       throw PeerFailure(where() + ": job aborted: " + *notice);
     }
     // A call from an atexit handler or a static destructor that runs after

@@ -70,7 +70,8 @@ void tell_job_aborted(const std::string& notice);
 // the aborting rank went on, and its waits ran out AXON_TIMEOUT (a review).
 void note_job_aborted_here(const std::string& notice);
 
-// The first abort notice this process has received from another, probing
+// The first abort notice this process has received from another (or noted
+// itself: note_job_aborted_here), probing
 // for one (MPI_Improbe, so any thread may call it) when none has come yet;
 // nullopt when none has. Every wait polls it.
 std::optional<std::string> receive_job_aborted();

@@ -62,7 +62,7 @@ void poll(Test&& test, const WaitContext& context, Describe&& describe) {
     const auto waited = distributed::shm::waited_since(started);
     if (waited >= kNoticesAfter) {
       if (context.watch) context.watch();
-      if (const auto notice = receive_job_aborted()) {  // another process's abort()
+      if (const auto notice = receive_job_aborted()) {  // an abort(): another process's, or this one's on another group
         // The notice may overtake the last messages of this call: a peer
         // that did its part and then exited non-zero tells at exit, and its
         // messages (and the matches that complete this rank's sends to it)
