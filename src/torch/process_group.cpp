@@ -1292,18 +1292,36 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
                           " before the group was set up, as axon-launch saw");
   }
   std::lock_guard<std::mutex> lock(live_groups_mutex());
+  // Every member gone, not only the first found: a late rank found the one
+  // that ended because of another's death (rank 0, whose new_group had
+  // raised) and named it alone, as "exited or was killed", leaving out the
+  // killed rank and the exception rank 0 ended on (a review). Those that
+  // died without a word come first (a kill, a crash: the likelier cause),
+  // then those whose program ended, with what it ended on.
+  std::vector<int> named;
+  std::string died, ended;
+  const auto left = subgroup_ ? left_default_group_locked() : std::vector<std::pair<int, std::string>>{};
   for (const ProcessGroupAxon* group : live_groups()) {
     for (const ad::ExitedPeer& peer : group->backend_->exited_peers()) {
       const int global = group->global_ranks_[static_cast<std::size_t>(peer.rank)];
       if (std::find(global_ranks_.begin(), global_ranks_.end(), global) == global_ranks_.end()) continue;
-      throw ad::PeerFailure(
-          "rank " + std::to_string(getRank()) + " (global rank " +
-          std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
-          "): gave up setting up the axon group of global ranks " + describe_global_ranks() +
-          ": its member global rank " + std::to_string(global) + " (pid " + std::to_string(peer.pid) +
-          ") exited or was killed, as this process's axon group of global ranks " +
-          group->describe_global_ranks() + " saw");
+      if (std::find(named.begin(), named.end(), global) != named.end()) continue;
+      named.push_back(global);
+      const auto note = std::find_if(left.begin(), left.end(), [&](const auto& l) { return l.first == global; });
+      if (note != left.end()) {
+        ended += "; its member " + note->second + ", and its process has exited";
+      } else {
+        died += "; its member global rank " + std::to_string(global) + " (pid " + std::to_string(peer.pid) +
+                ") exited or was killed, as this process's axon group of global ranks " +
+                group->describe_global_ranks() + " saw";
+      }
     }
+  }
+  if (!named.empty()) {
+    throw ad::PeerFailure("rank " + std::to_string(getRank()) + " (global rank " +
+                          std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
+                          "): gave up setting up the axon group of global ranks " + describe_global_ranks() + ": " +
+                          (died + ended).substr(2));
   }
   // A member that left the world's default group comes to no group of this
   // world: its program is ending (rank 0's lingers up to 5 s, keeping the

@@ -591,6 +591,41 @@ def killed_before_new_group(rank, n):
     return text
 
 
+def _gone(pid):
+    """Whether process `pid` has exited (a zombie its parent has not reaped
+    counts: the harness joins its ranks only at the end)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def late_to_new_group_after_a_kill_and_an_end(rank, n):
+    """Rank 1 is killed before new_group; rank 0's new_group raises naming it,
+    and rank 0's program ends. Rank 2 comes to new_group once both processes
+    are gone: it named only rank 0, as "exited or was killed", not the
+    killed rank 1 nor that rank 0's program had ended (a review). Now it
+    names both, the one that died without a word first."""
+    dist.init_process_group("axon")
+    pids = [None] * n
+    dist.all_gather_object(pids, os.getpid())
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 0:
+        return raises(lambda: dist.new_group(timeout=datetime.timedelta(seconds=30)),
+                      "global rank 1 (pid", "exited or was killed")
+    deadline = time.monotonic() + 60
+    while not (_gone(pids[0]) and _gone(pids[1])):
+        assert time.monotonic() < deadline, "ranks 0 and 1 still running after 60 s"
+        time.sleep(0.05)
+    text = raises(lambda: dist.new_group(timeout=datetime.timedelta(seconds=30)),
+                  f"global rank 1 (pid {pids[1]}) exited or was killed",
+                  "its member global rank 0 left the job's default group")
+    assert text.index("global rank 1 (pid") < text.index("global rank 0 left"), text
+    return text
+
+
 def killed_non_member(rank, n):
     """A dead process that is not a member of a new group does not fail that
     group's set-up: only PyTorch's own store barrier at the end of new_group,
@@ -1208,6 +1243,9 @@ if __name__ == "__main__":
     print("test_errors: a rank whose receive had returned ended without failing its peer's later recv (5 runs)")
     texts = run_ranks(3, left_subgroup_while_peer_waits)
     print(f"test_errors: ... and its peer waiting in a subgroup's collective: {texts[1].splitlines()[0]}")
+    texts = run_ranks(3, late_to_new_group_after_a_kill_and_an_end, dead={1})
+    print(f"test_errors: a rank late to new_group after rank 1's kill and rank 0's end named both: "
+          f"{texts[2].splitlines()[0][:240]}")
     texts = run_ranks(3, killed_non_member, dead={2})
     print(f"test_errors: kill -9 of rank 2 left the set-up of a group without it alone: {texts[0].splitlines()[0][:120]}")
     texts = run_ranks(3, killed_before_new_group, dead={2})
