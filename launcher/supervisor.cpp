@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <string_view>
 #include <cerrno>
@@ -273,15 +274,25 @@ std::optional<Supervisor::Failure> Supervisor::left_while_needed() const {
 
 namespace {
 
-// The ranks "1, 3" at the start of `list`, which is left just after them.
+// The ranks "1, 3" at the start of `list`, which is left just after them;
+// a run "0-255" (joined_ranks, in lists of more than 16) stands for each.
 std::vector<int> leading_ranks(std::string_view& list) {
   std::vector<int> ranks;
+  auto number = [&](int& value) {
+    const auto [end, error] = std::from_chars(list.data(), list.data() + list.size(), value);
+    if (error != std::errc()) return false;
+    list.remove_prefix(static_cast<std::size_t>(end - list.data()));
+    return true;
+  };
   for (;;) {
     int rank = -1;
-    const auto [end, error] = std::from_chars(list.data(), list.data() + list.size(), rank);
-    if (error != std::errc()) break;
-    ranks.push_back(rank);
-    list.remove_prefix(static_cast<std::size_t>(end - list.data()));
+    if (!number(rank)) break;
+    int last = rank;
+    if (list.starts_with("-") && list.size() > 1 && std::isdigit(static_cast<unsigned char>(list[1])) != 0) {
+      list.remove_prefix(1);
+      if (!number(last) || last < rank) break;
+    }
+    for (int r = rank; r <= last; ++r) ranks.push_back(r);
     if (!list.starts_with(", ")) break;
     list.remove_prefix(2);
   }

@@ -695,6 +695,21 @@ TEST_CASE("sizes in messages are written one way: bytes, then KiB or MiB with on
   CHECK(format_bytes_exactly(512) == "512 bytes");
 }
 
+TEST_CASE("rank lists in messages: one by one up to 16 ranks, runs of three or more as first-last above", "[errors]") {
+  CHECK(bracketed_ranks(std::vector<int>{0, 1, 2, 3}) == "[0, 1, 2, 3]");
+  std::vector<int> sixteen(16), all(256);
+  for (int r = 0; r < 16; ++r) sixteen[static_cast<std::size_t>(r)] = r;
+  for (int r = 0; r < 256; ++r) all[static_cast<std::size_t>(r)] = r;
+  CHECK(bracketed_ranks(sixteen) == "[" + joined(sixteen) + "]");
+  CHECK(bracketed_ranks(all) == "[0-255]");
+  // A gap, a pair (not a run), a single rank and a run out of order.
+  std::vector<int> mixed;
+  for (int r = 0; r < 10; ++r) mixed.push_back(r);
+  for (int r : {12, 13, 20, 40, 41, 42, 7, 8, 9}) mixed.push_back(r);
+  CHECK(joined_ranks(mixed) == "0-9, 12, 13, 20, 40-42, 7-9");
+  CHECK(joined_ranks(std::vector<int>{}).empty());
+}
+
 TEST_CASE("seconds in messages keep every digit: one decimal when exact, else the shortest exact text", "[errors]") {
   CHECK(format_seconds(3.0) == "3.0");
   CHECK(format_seconds(0.3) == "0.3");

@@ -183,7 +183,7 @@ std::string ArenaBackend::describe_group() const {
   const auto job_ranks = job_ranks_of_subgroup(impl_->state->waits.names(), impl_->channel.world_ranks(),
                                                impl_->state->header.world_size);
   if (!job_ranks) return {};
-  return " in group " + bracketed(*job_ranks) + " (rank " +
+  return " in group " + bracketed_ranks(*job_ranks) + " (rank " +
          std::to_string((*job_ranks)[static_cast<std::size_t>(rank())]) + " of the job)";
 }
 
@@ -231,7 +231,7 @@ void ArenaBackend::do_all_reduce(MutableBuffer data, ReduceOp op) {
       const RankNames& names = impl_->state->waits.names();
       auto job = [&](int member) { return names.rank(channel.world_ranks()[static_cast<std::size_t>(member)]); };
       throw InvalidArgument("all_reduce on " + job(rank()) + " (rank " + std::to_string(rank()) + " of " +
-                            std::to_string(world_size()) + " in group " + bracketed(names.job_ranks(channel.world_ranks())) +
+                            std::to_string(world_size()) + " in group " + bracketed_ranks(names.job_ranks(channel.world_ranks())) +
                             "): the shared buffers of " + job(overlap->first) + " and " + job(overlap->second) +
                             " overlap (" + std::to_string(bytes) +
                             " bytes each); every rank must pass its own buffer. Nothing was reduced");
@@ -325,7 +325,7 @@ void ArenaBackend::do_recv(MutableBuffer data, int src, int tag) {
     // the collectives' messages do (a review found it left out).
     const auto job_ranks = job_ranks_of_subgroup(impl_->state->waits.names(), ranks, impl_->state->header.world_size);
     if (!job_ranks) throw;
-    throw RecvMismatch(e.facts(), " in group " + bracketed(*job_ranks));
+    throw RecvMismatch(e.facts(), " in group " + bracketed_ranks(*job_ranks));
   }
 }
 

@@ -328,7 +328,7 @@ void ArenaChannel::report_barrier_mismatch(std::uint64_t round, int parity) {
   throw CollectiveMismatch(broken_);
 }
 
-std::string ArenaChannel::group_name() const { return bracketed(waits_.names().job_ranks(world_ranks_)); }
+std::string ArenaChannel::group_name() const { return bracketed_ranks(waits_.names().job_ranks(world_ranks_)); }
 
 std::string ArenaChannel::describe(const shm::Descriptor& d, bool step_named) const {
   // new_group's detail is its list's hash, which call_text shows as such.
@@ -433,7 +433,7 @@ void ArenaChannel::refuse(const CollectiveCall& call, std::uint8_t step) const {
 std::string ArenaChannel::describe_wait(std::uint64_t round) const {
   const shm::Descriptor& current = pending_;
   return describe(current) + " call #" + std::to_string(current.call) + " in group " +
-         group_name() + ": waiting for rank(s) " + joined(waits_.names().job_ranks(missing_ranks(round))) +
+         group_name() + ": waiting for rank(s) " + joined_ranks(waits_.names().job_ranks(missing_ranks(round))) +
          " (round " +
          std::to_string(round) + ")";
 }

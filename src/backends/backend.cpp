@@ -179,7 +179,7 @@ std::shared_ptr<Backend> Backend::new_group(std::span<const int> ranks) {
     if (what.find("new_group(") == std::string::npos) throw;
     if (what != new_group_mismatch_thrown_) {
       new_group_mismatch_thrown_ = what;
-      new_group_mismatch_told_ = what + "; this rank's new_group list is " + bracketed(ranks);
+      new_group_mismatch_told_ = what + "; this rank's new_group list is " + bracketed_ranks(ranks);
     }
     throw CollectiveMismatch(new_group_mismatch_told_);
   }

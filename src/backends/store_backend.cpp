@@ -455,7 +455,7 @@ std::vector<HostEntry> read_hosts(SetupWait& setup, int rank, int world_size, co
       [&](const std::vector<std::size_t>& missing) {
         std::string named;
         for (std::size_t i : missing) named += (named.empty() ? "" : ", ") + keys[i];
-        const std::string ranks = joined(setup.names().job_ranks(missing));  // the job's numbers, as every message
+        const std::string ranks = joined_ranks(setup.names().job_ranks(missing));  // the job's numbers, as every message
         return (missing.size() == 1 ? "rank " + ranks + "'s host" : "the hosts of ranks " + ranks) +
                " (" + named + ")";
       },
@@ -641,7 +641,7 @@ void wait_until_all_mapped(KeyValueStore& store, SetupWait& setup, int rank, int
   setup.get_all(
       keys,
       [&setup](const std::vector<std::size_t>& missing) {
-        return "rank(s) " + joined(setup.names().job_ranks(missing)) + " to map the arena (axon/mapped/<rank>)";
+        return "rank(s) " + joined_ranks(setup.names().job_ranks(missing)) + " to map the arena (axon/mapped/<rank>)";
       },
       [](std::size_t, const std::string&) {});
 }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 namespace axonml::distributed {
@@ -28,6 +29,52 @@ template <class Range>
 std::string bracketed(const Range& values) {
   std::string s = "[";  // not "[" + joined(...): GCC 12 warns falsely (-Wrestrict) on that
   s += joined(values);
+  s += ']';
+  return s;
+}
+
+// "0, 2, 5" for ranks; in a list of more than kRanksListedOneByOne, every
+// run of three or more consecutive ranks as "first-last" ("0-255",
+// "0-99, 101-255"): a group of 1024 ranks takes a few characters, not 6 000.
+// An abort's reason keeps about 1 000, and at 256 ranks the group's list
+// pushed out of it the rank a timeout waited for, which came after (a
+// review). Shorter lists stay one by one, as every message printed them.
+inline constexpr std::size_t kRanksListedOneByOne = 16;
+template <class Range>
+std::string joined_ranks(const Range& values) {
+  std::size_t count = 0;
+  for ([[maybe_unused]] const auto& v : values) ++count;
+  if (count <= kRanksListedOneByOne) return joined(values);
+  std::string s;
+  auto it = std::begin(values);
+  const auto end = std::end(values);
+  while (it != end) {
+    const auto first = *it;
+    auto last = first;
+    std::size_t run = 1;
+    auto next = std::next(it);
+    while (next != end && *next == last + 1) {
+      last = *next;
+      ++run;
+      ++next;
+    }
+    if (!s.empty()) s += ", ";
+    if (run >= 3) {
+      s += std::to_string(first) + "-" + std::to_string(last);
+      it = next;
+    } else {
+      s += std::to_string(first);
+      it = std::next(it);
+    }
+  }
+  return s;
+}
+
+// "[0, 2, 5]", or "[0-255]": joined_ranks in brackets.
+template <class Range>
+std::string bracketed_ranks(const Range& values) {
+  std::string s = "[";
+  s += joined_ranks(values);
   s += ']';
   return s;
 }

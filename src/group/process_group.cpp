@@ -92,9 +92,9 @@ bool ProcessGroup::contains(int rank) const {
 }
 
 std::string ProcessGroup::describe() const {
-  if (!is_nested()) return "group " + bracketed(ranks_);
-  return "group " + bracketed(outer_ranks(ranks_)) + " (ranks " + bracketed(ranks_) + " of its parent group " +
-         bracketed(parent_outer_ranks_) + ")";
+  if (!is_nested()) return "group " + bracketed_ranks(ranks_);
+  return "group " + bracketed_ranks(outer_ranks(ranks_)) + " (ranks " + bracketed_ranks(ranks_) + " of its parent group " +
+         bracketed_ranks(parent_outer_ranks_) + ")";
 }
 
 Tensor ProcessGroup::alloc_shared(Shape shape) const {

@@ -54,7 +54,7 @@ CallExchange::CallExchange(const Comm& comm, std::vector<int> world_ranks)
   send_offset_.resize(static_cast<std::size_t>(size_) + 1);
 }
 
-std::string CallExchange::group_name() const { return bracketed(world_ranks_); }
+std::string CallExchange::group_name() const { return bracketed_ranks(world_ranks_); }
 
 std::span<const std::byte> CallExchange::received(int member) const {
   const std::byte* at = recv_.data() + static_cast<std::size_t>(member) * (kHeader + kInlineBytes);
@@ -72,7 +72,7 @@ std::string CallExchange::describe_wait(std::span<const MPI_Request> requests) c
   std::string s = to_string(current_) + " call #" + std::to_string(current_.call) + " in group " +
                   group_name();
   if (missing.empty()) return s + ": sending to peers that do not receive";
-  return s + ": waiting for rank(s) " + joined(missing) + " to call it";
+  return s + ": waiting for rank(s) " + joined_ranks(missing) + " to call it";
 }
 
 void CallExchange::abandon(std::span<MPI_Request> requests) {

@@ -699,7 +699,7 @@ void MpiBackend::do_recv(MutableBuffer data, int src, int tag) {
     }
     throw RecvMismatch({"rank " + std::to_string(me), "rank " + std::to_string(world_src), tag, had, had_type, bytes,
                         data.type},
-                       whole_job ? std::string() : " in group " + bracketed(impl_->world_ranks));
+                       whole_job ? std::string() : " in group " + bracketed_ranks(impl_->world_ranks));
   }
   if (bytes > 0) std::memcpy(data.data, whole.data() + kP2pHeaderBytes, bytes);
 }

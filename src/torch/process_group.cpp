@@ -998,8 +998,8 @@ void ProcessGroupAxon::release_ranks_left_waiting() noexcept {
     // The cause first: the reason keeps 1015 characters (ArenaHeader), and
     // group lists of many ranks come after it.
     backend_->abort(cause ? "after another of its groups failed (" + cause_for_peers(cause->reason) + "), " + left +
-                                " while global rank(s) " + ad::joined(global) + " waited for it"
-                          : left + how + " while global rank(s) " + ad::joined(global) +
+                                " while global rank(s) " + ad::joined_ranks(global) + " waited for it"
+                          : left + how + " while global rank(s) " + ad::joined_ranks(global) +
                                 " waited for it in a collective it never called");
   } catch (const std::exception&) {
     // Aborting is best effort: the peers still see this process exit.
@@ -1212,7 +1212,7 @@ ProcessGroupAxon::OpSite ProcessGroupAxon::make_op_site(const char* op) const {
   return OpSite(std::make_shared<const std::string>(std::move(where)));
 }
 
-std::string ProcessGroupAxon::describe_global_ranks() const { return ad::bracketed(global_ranks_); }
+std::string ProcessGroupAxon::describe_global_ranks() const { return ad::bracketed_ranks(global_ranks_); }
 
 // Called by the set-up of this group, before it is live: the others are
 // those of live_groups(), whose mutex keeps them alive meanwhile. Only a
