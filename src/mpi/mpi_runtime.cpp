@@ -26,11 +26,6 @@ namespace {
 
 std::atomic<bool> requests_abandoned{false};
 std::atomic<bool> gave_up_waiting{false};
-// Whether the exit refused a thread's call or ended its wait (a thread still
-// calling as the process exits): the process then exits with status 1 once
-// MPI is finalized, as axon-launch exits 1 for such a job (a review: mpirun
-// exited 0).
-std::atomic<bool> refused_at_exit{false};
 
 // Abort notices between processes (tell_job_aborted, receive_job_aborted).
 constexpr int kAbortTag = 1;
@@ -76,7 +71,6 @@ shm::ExitSteps exit_steps() {
   steps.begun = [] { return calls_begun.load(); };
   steps.refuse_calls = [] { exiting.store(true); };  // CallInFlight reads it
   steps.give_up_waits = [] {
-    refused_at_exit.store(true);
     tell_job_aborted("rank " + std::to_string(world_rank()) + " is exiting (its main returned, or exit() was "
                      "called) while a thread of it is still inside a call of this library");
     ending_waits.store(true);  // their waits end (exit_begun())
@@ -142,17 +136,6 @@ void meet_at_exit_then_finalize(MPI_Comm exit_comm) {
   MPI_Comm_free(&exit_comm);
   if (abort_comm != MPI_COMM_NULL) MPI_Comm_free(&abort_comm);
   MPI_Finalize();
-  if (refused_at_exit.load()) {
-    // The job failed as under axon-launch (which exits 1 then), but every
-    // process has met here, so no peer is cut short: this one alone ends
-    // with status 1, and mpirun's status is 1. The statics made before this
-    // library's first call are not destroyed; the program's output is kept.
-    log::log(log::Level::Error, rank,
-             "MpiBackend: a thread still called this library as the process exited (its call was refused "
-             "and the job aborted); exiting with status 1");
-    std::fflush(nullptr);
-    std::_Exit(1);
-  }
 }
 
 // The status exit() was called with (main's return value), from on_exit:
@@ -393,7 +376,6 @@ CallInFlight::CallInFlight(const char* op, int rank, const std::string& group) {
   if (!exiting.load() || finalized()) return;
   // Told while still counted: the exit must not free the notices'
   // communicator or finalize MPI under the send.
-  refused_at_exit.store(true);
   tell_job_aborted("rank " + std::to_string(rank) + " is exiting (its main returned, or exit() was called) while a "
                    "thread of it still called " + op + " in group " + group);
   calls_in_flight.fetch_sub(1);
