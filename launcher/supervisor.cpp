@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <string_view>
 #include <cerrno>
@@ -274,31 +273,6 @@ std::optional<Supervisor::Failure> Supervisor::left_while_needed() const {
 
 namespace {
 
-// The ranks "1, 3" at the start of `list`, which is left just after them;
-// a run "0-255" (joined_ranks, in lists of more than 16) stands for each.
-std::vector<int> leading_ranks(std::string_view& list) {
-  std::vector<int> ranks;
-  auto number = [&](int& value) {
-    const auto [end, error] = std::from_chars(list.data(), list.data() + list.size(), value);
-    if (error != std::errc()) return false;
-    list.remove_prefix(static_cast<std::size_t>(end - list.data()));
-    return true;
-  };
-  for (;;) {
-    int rank = -1;
-    if (!number(rank)) break;
-    int last = rank;
-    if (list.starts_with("-") && list.size() > 1 && std::isdigit(static_cast<unsigned char>(list[1])) != 0) {
-      list.remove_prefix(1);
-      if (!number(last) || last < rank) break;
-    }
-    for (int r = rank; r <= last; ++r) ranks.push_back(r);
-    if (!list.starts_with(", ")) break;
-    list.remove_prefix(2);
-  }
-  return ranks;
-}
-
 // The ranks listed in brackets right after the first `opening` of `reason`
 // (which ends in "["); empty when there is none, or the reason was cut short
 // before the list ended. The members of the group a PyTorch rank's abort
@@ -306,11 +280,11 @@ std::vector<int> leading_ranks(std::string_view& list) {
 // aborted: it left the group of global ranks [0, 1] ..."); those of the
 // group a waiter waited in, " in group [" ("... call #201 in group [0, 1,
 // 2]: waiting for ...", job ranks).
-std::vector<int> bracketed_ranks_after(const std::string& reason, std::string_view opening) {
+std::vector<int> bracketed_ranks_after(const std::string& reason, std::string_view opening, int ranks_in_job) {
   const std::size_t from = reason.find(opening);
   if (from == std::string::npos) return {};
   std::string_view list = std::string_view(reason).substr(from + opening.size());
-  std::vector<int> ranks = leading_ranks(list);
+  std::vector<int> ranks = axonml::distributed::read_ranks(list, ranks_in_job);
   return list.starts_with("]") ? ranks : std::vector<int>{};
 }
 
@@ -322,12 +296,12 @@ bool killed_by_its_own_signal(int status) { return WIFSIGNALED(status) && WTERMS
 // The ranks an abort's waiter was waiting for ("...: waiting for rank(s) 1,
 // 3 (round 7)"; the first such list, the aborter's own); empty when it says
 // none.
-std::vector<int> ranks_waited_for(const std::string& reason) {
+std::vector<int> ranks_waited_for(const std::string& reason, int ranks_in_job) {
   constexpr std::string_view kWaiting = ": waiting for rank(s) ";
   const std::size_t at = reason.find(kWaiting);
   if (at == std::string::npos) return {};
   std::string_view list = std::string_view(reason).substr(at + kWaiting.size());
-  return leading_ranks(list);
+  return axonml::distributed::read_ranks(list, ranks_in_job);
 }
 
 }  // namespace
@@ -356,13 +330,15 @@ std::optional<Supervisor::Failure> Supervisor::group_left_while_needed(const std
   std::vector<int> members;
   bool any_rank_a_member = false;
   if (reason->starts_with(culprit_name + " aborted: it left the group")) {
-    members = bracketed_ranks_after(*reason, "it left the group of global ranks [");
+    members = bracketed_ranks_after(*reason, "it left the group of global ranks [", static_cast<int>(ranks_.size()));
   } else if (reason->starts_with(culprit_name + " left the group (")) {
     // "(it destroyed it, or its program ended)", or why it left, as it
     // said ("(its program ended on an uncaught ValueError: ...)"): the
     // group follows that text, which may hold anything.
     const std::size_t after = reason->find(") while ");
-    if (after != std::string::npos) members = bracketed_ranks_after(reason->substr(after), " in group [");
+    if (after != std::string::npos) {
+      members = bracketed_ranks_after(reason->substr(after), " in group [", static_cast<int>(ranks_.size()));
+    }
   } else if (const std::string member = ": its member global " + culprit_name + " ";
              reason->find(member + "left the job's default group") != std::string::npos ||
              reason->find(member + "exited (status 0) before the group was set up") != std::string::npos ||
@@ -443,7 +419,7 @@ void Supervisor::record_failures(const std::vector<int>& failed_ranks) {
       // uncaught exception): that may be the abort's error reaching a rank
       // that came late, or one that itself waited further down a chain.
       if (const auto reason = abort_reason()) {
-        for (const int waited : ranks_waited_for(*reason)) {
+        for (const int waited : ranks_waited_for(*reason, static_cast<int>(ranks_.size()))) {
           if (std::find(failed_ranks.begin(), failed_ranks.end(), waited) == failed_ranks.end()) continue;
           const int status = ranks_[static_cast<std::size_t>(waited)].status;
           if (WIFSIGNALED(status) && WTERMSIG(status) != SIGABRT) {

@@ -818,7 +818,8 @@ RANK
     # filled the abort's reason, which keeps about 1 000, and the rank waited
     # for was cut off: in 254 of 255 peers' errors and in the summary (a
     # review). A long list of ranks now gives runs ("[0-255]"). Not under
-    # AddressSanitizer: 256 such processes need more memory than CI has.
+    # the sanitizers (AXON_TEST_ASAN): 256 such processes need more memory
+    # than CI has.
     if [ -z "${AXON_TEST_ASAN:-}" ]; then
       run -n 256 --timeout 2 "$probe" hang 100
       expect_status 1

@@ -9,7 +9,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "base/collective_op.hpp"
 #include "base/text.hpp"
@@ -708,6 +712,29 @@ TEST_CASE("rank lists in messages: one by one up to 16 ranks, runs of three or m
   for (int r : {12, 13, 20, 40, 41, 42, 7, 8, 9}) mixed.push_back(r);
   CHECK(joined_ranks(mixed) == "0-9, 12, 13, 20, 40-42, 7-9");
   CHECK(joined_ranks(std::vector<int>{}).empty());
+  std::vector<int> seventeen(17), descending;
+  for (int r = 0; r < 17; ++r) seventeen[static_cast<std::size_t>(r)] = r;
+  for (int r = 16; r >= 0; --r) descending.push_back(r);
+  CHECK(bracketed_ranks(seventeen) == "[0-16]");
+  CHECK(joined_ranks(descending) == joined(descending));  // runs go upwards only
+}
+
+TEST_CASE("axon-launch reads rank lists back as messages wrote them, runs too, and only ranks of the job", "[errors]") {
+  auto read = [](std::string text, int limit) {
+    std::string_view list = text;
+    std::vector<int> ranks = read_ranks(list, limit);
+    return std::make_pair(ranks, std::string(list));
+  };
+  std::vector<int> mixed{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 20, 40, 41, 42, 7, 8, 9};
+  CHECK(read(joined_ranks(mixed) + "] rest", 100) == std::make_pair(mixed, std::string("] rest")));
+  CHECK(read("1, 3 (round 7)", 4) == std::make_pair(std::vector<int>{1, 3}, std::string(" (round 7)")));
+  // A reason may hold any text (abort()'s): what is no rank of the job, or
+  // no run of them, ends the list there.
+  CHECK(read("0-3, 9-2]", 10).first == std::vector<int>{0, 1, 2, 3});
+  CHECK(read("0-2147483647]", 1024).first.empty());
+  CHECK(read("2, 1024, 3]", 1024).first == std::vector<int>{2});
+  CHECK(read("5-x", 10) == std::make_pair(std::vector<int>{5}, std::string("-x")));
+  CHECK(read("0, 1, 2, 3,", 10).second == ",");  // cut short: the caller finds no "]"
 }
 
 TEST_CASE("seconds in messages keep every digit: one decimal when exact, else the shortest exact text", "[errors]") {

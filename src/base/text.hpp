@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <iterator>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace axonml::distributed {
 
@@ -53,7 +55,7 @@ std::string joined_ranks(const Range& values) {
     auto last = first;
     std::size_t run = 1;
     auto next = std::next(it);
-    while (next != end && *next == last + 1) {
+    while (next != end && *next - 1 == last) {  // not last + 1: no overflow at INT_MAX
       last = *next;
       ++run;
       ++next;
@@ -77,6 +79,35 @@ std::string bracketed_ranks(const Range& values) {
   s += joined_ranks(values);
   s += ']';
   return s;
+}
+
+// The ranks joined_ranks wrote at the start of `list` ("1, 3", "0-255, 300"),
+// which is left just after them. A reason may hold any text (abort()'s),
+// so reading stops at the first thing that is not a rank below `limit` or a
+// run of them (first <= last < limit): "9-2" or "0-99999" end the list.
+inline std::vector<int> read_ranks(std::string_view& list, int limit) {
+  std::vector<int> ranks;
+  auto number = [&](std::string_view& from, int& value) {
+    const auto [end, error] = std::from_chars(from.data(), from.data() + from.size(), value);
+    if (error != std::errc() || value < 0 || value >= limit) return false;
+    from.remove_prefix(static_cast<std::size_t>(end - from.data()));
+    return true;
+  };
+  for (;;) {
+    std::string_view rest = list;
+    int first = -1;
+    if (!number(rest, first)) break;
+    int last = first;
+    if (rest.size() > 1 && rest[0] == '-' && rest[1] >= '0' && rest[1] <= '9') {
+      rest.remove_prefix(1);
+      if (!number(rest, last) || last < first) break;
+    }
+    for (int r = first; r <= last; ++r) ranks.push_back(r);
+    list = rest;
+    if (!list.starts_with(", ")) break;
+    list.remove_prefix(2);
+  }
+  return ranks;
 }
 
 // The shortest text that reads back as the same double ("0.3", "123456.789",
