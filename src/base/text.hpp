@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <ranges>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,30 +45,17 @@ std::string bracketed(const Range& values) {
 inline constexpr std::size_t kRanksListedOneByOne = 16;
 template <class Range>
 std::string joined_ranks(const Range& values) {
-  std::size_t count = 0;
-  for ([[maybe_unused]] const auto& v : values) ++count;
-  if (count <= kRanksListedOneByOne) return joined(values);
+  if (static_cast<std::size_t>(std::ranges::distance(values)) <= kRanksListedOneByOne) return joined(values);
   std::string s;
-  auto it = std::begin(values);
-  const auto end = std::end(values);
-  while (it != end) {
+  for (auto it = std::ranges::begin(values); it != std::ranges::end(values);) {
     const auto first = *it;
     auto last = first;
-    std::size_t run = 1;
     auto next = std::next(it);
-    while (next != end && *next - 1 == last) {  // not last + 1: no overflow at INT_MAX
-      last = *next;
-      ++run;
-      ++next;
-    }
+    for (; next != std::ranges::end(values) && *next - 1 == last; ++next) last = *next;  // not last + 1: INT_MAX
     if (!s.empty()) s += ", ";
-    if (run >= 3) {
-      s += std::to_string(first) + "-" + std::to_string(last);
-      it = next;
-    } else {
-      s += std::to_string(first);
-      it = std::next(it);
-    }
+    const bool run = last - first >= 2;  // three or more
+    s += run ? std::to_string(first) + "-" + std::to_string(last) : std::to_string(first);
+    it = run ? next : std::next(it);
   }
   return s;
 }

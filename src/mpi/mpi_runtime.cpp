@@ -308,7 +308,7 @@ void send_notice_to_all(MPI_Comm comm, const std::string& text, int tag) {
 
 void note_job_aborted_here(const std::string& notice) {
   std::lock_guard lock(abort_mutex);
-  if (!abort_received.load(std::memory_order_relaxed)) {  // a notice that came first stays the reason
+  if (!abort_received.load(std::memory_order_relaxed)) {  // one that came first (another thread's) stays the reason
     abort_notice = notice;
     abort_received.store(true, std::memory_order_release);
   }
@@ -333,12 +333,8 @@ std::optional<std::string> receive_job_aborted() {
   MPI_Get_count(&status, MPI_CHAR, &length);
   std::string notice(static_cast<std::size_t>(std::max(length, 0)), '\0');
   MPI_Mrecv(notice.data(), length, MPI_CHAR, &message, MPI_STATUS_IGNORE);
-  std::lock_guard lock(abort_mutex);
-  if (!abort_received.load(std::memory_order_relaxed)) {  // another thread's may have come first
-    abort_notice = std::move(notice);
-    abort_received.store(true, std::memory_order_release);
-  }
-  return abort_notice;
+  note_job_aborted_here(notice);
+  return job_aborted_received();
 }
 
 // The exit's first step, run by an atexit function that the first call

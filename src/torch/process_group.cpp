@@ -1282,14 +1282,17 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
   // before this group was set up never comes (the others waited out the
   // timeout, and the launcher blamed one of them; found by a review).
   const int self = global_ranks_[static_cast<std::size_t>(getRank())];
+  auto gave_up = [&](const std::string& why) {
+    return ad::PeerFailure("rank " + std::to_string(getRank()) + " (global rank " + std::to_string(self) +
+                           "): gave up setting up the axon group of global ranks " + describe_global_ranks() + ": " +
+                           why);
+  };
   for (int global : ad::shm::started_by_launcher_as(self) ? global_ranks_ : std::vector<int>{}) {
     if (global == self) continue;
     const auto status = ad::shm::launcher_saw_end_of(global);
     if (!status) continue;
-    throw ad::PeerFailure("rank " + std::to_string(getRank()) + " (global rank " + std::to_string(self) +
-                          "): gave up setting up the axon group of global ranks " + describe_global_ranks() +
-                          ": its member global rank " + std::to_string(global) + " " + ad::shm::describe_end(*status) +
-                          " before the group was set up, as axon-launch saw");
+    throw gave_up("its member global rank " + std::to_string(global) + " " + ad::shm::describe_end(*status) +
+                  " before the group was set up, as axon-launch saw");
   }
   std::lock_guard<std::mutex> lock(live_groups_mutex());
   // Every member gone, not only the first found: a late rank found the one
@@ -1317,25 +1320,16 @@ void ProcessGroupAxon::give_up_if_a_process_exited() const {
       }
     }
   }
-  if (!named.empty()) {
-    throw ad::PeerFailure("rank " + std::to_string(getRank()) + " (global rank " +
-                          std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
-                          "): gave up setting up the axon group of global ranks " + describe_global_ranks() + ": " +
-                          (died + ended).substr(2));
-  }
+  if (!named.empty()) throw gave_up((died + ended).substr(2));
   // A member that left the world's default group comes to no group of this
   // world: its program is ending (rank 0's lingers up to 5 s, keeping the
   // store up), and the others waited for it until then, to get a bare
   // "Broken pipe" (a review). Only for a subgroup: while a default group
   // sets up, the one before it (destroyed, but perhaps still held) is still
   // the current world's, and every member has left it.
-  for (const auto& [global, description] : subgroup_ ? left_default_group_locked()
-                                                     : std::vector<std::pair<int, std::string>>{}) {
+  for (const auto& [global, description] : left) {
     if (std::find(global_ranks_.begin(), global_ranks_.end(), global) == global_ranks_.end()) continue;
-    throw ad::PeerFailure("rank " + std::to_string(getRank()) + " (global rank " +
-                          std::to_string(global_ranks_[static_cast<std::size_t>(getRank())]) +
-                          "): gave up setting up the axon group of global ranks " + describe_global_ranks() +
-                          ": its member " + description + " before the group was set up");
+    throw gave_up("its member " + description + " before the group was set up");
   }
 }
 
