@@ -123,18 +123,20 @@ TEST_CASE("peers_arrived_within_spin spins no longer than it is given, however l
 }
 
 namespace {
-// A formatted arena of 4 ranks on the heap: WaitContext reads the ranks'
-// controls (whether a peer has left) beside the header.
+// A formatted arena of 4 ranks (or `ranks`) on the heap: WaitContext reads
+// the ranks' controls (whether a peer has left) beside the header.
 struct FourRankArena {
-  FourRankArena() : memory(static_cast<std::byte*>(std::aligned_alloc(4096, kBytes))) {
+  explicit FourRankArena(int ranks = 4)
+      : bytes(std::size_t{8} << (ranks <= 4 ? 20 : 22)),  // 32 MiB holds 24 ranks' slots
+        memory(static_cast<std::byte*>(std::aligned_alloc(4096, bytes))) {
     shm::ArenaSpec spec;
-    spec.world_size = 4;
-    spec.arena_bytes = kBytes;
+    spec.world_size = static_cast<std::uint32_t>(ranks);
+    spec.arena_bytes = bytes;
     shm::format_arena(memory, spec);
   }
   ~FourRankArena() { std::free(memory); }
   shm::ArenaHeader& header() const { return *reinterpret_cast<shm::ArenaHeader*>(memory); }
-  static constexpr std::size_t kBytes = std::size_t{8} << 20;
+  std::size_t bytes;
   std::byte* memory;
 };
 
@@ -205,6 +207,37 @@ TEST_CASE("a wait that finds several watched peers gone names every one of them,
   REQUIRE_THROWS_WITH(wait.check_alive(), Catch::Matchers::Contains("rank 0: job aborted: " + expected));
   CHECK(header.abort_rank == 1);
   CHECK(std::string(header.abort_reason) == expected);
+}
+
+TEST_CASE("a wait that finds many watched peers gone names them in runs, without their pids",
+          "[shm][waiting][errors]") {
+  // An abort's reason keeps about 1 000 characters; 64 ranks with their pids
+  // filled it. Ranks 1-20 are children that exit; 0 and 21-23 this process.
+  constexpr int kRanks = 24, kExiting = 20;
+  FourRankArena arena(kRanks);
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  std::vector<int> pids(kRanks, static_cast<int>(::getpid()));
+  for (int r = 1; r <= kExiting; ++r) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::close(go[1]);
+      char byte;
+      while (::read(go[0], &byte, 1) > 0) {
+      }
+      ::_exit(0);
+    }
+    REQUIRE(child > 0);
+    pids[static_cast<std::size_t>(r)] = static_cast<int>(child);
+  }
+  ::close(go[0]);
+  shm::WaitContext wait(arena.header(), 0, std::chrono::seconds(60), pids);
+  ::close(go[1]);
+  int status = 0;
+  for (int r = 1; r <= kExiting; ++r) ::waitpid(pids[static_cast<std::size_t>(r)], &status, 0);
+  const std::string expected = "ranks 1-20 exited or were killed while their peers still needed them";
+  REQUIRE_THROWS_WITH(wait.check_alive(), Catch::Matchers::Contains("rank 0: job aborted: " + expected));
+  CHECK(std::string(arena.header().abort_reason) == expected);
 }
 
 TEST_CASE("sleepers of an oversubscribed world above 64 ranks look for aborts less often, at most every second",

@@ -208,9 +208,16 @@ void WaitContext::check_peers() const {
     return control(peer.first).left.load(std::memory_order_acquire) != 0;
   });
   if (exited.empty()) return;
+  // Pids while the list is short; past that the ranks alone, in runs: an
+  // abort's reason keeps about 1 000 characters, and 64 ranks with their
+  // pids filled it.
   std::string listed;
-  for (const auto& [r, pid] : exited) {
-    listed += (listed.empty() ? "" : ", ") + std::to_string(names_.job_rank(r)) + " (pid " + std::to_string(pid) + ")";
+  if (exited.size() <= kRanksListedOneByOne) {
+    for (const auto& [r, pid] : exited) {
+      listed += (listed.empty() ? "" : ", ") + std::to_string(names_.job_rank(r)) + " (pid " + std::to_string(pid) + ")";
+    }
+  } else {
+    listed = joined_ranks(exited | std::views::transform([&](const auto& peer) { return names_.job_rank(peer.first); }));
   }
   const std::string reason =
       exited.size() == 1 ? "rank " + listed + " exited or was killed while its peers still needed it"
