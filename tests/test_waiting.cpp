@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -140,17 +141,13 @@ struct FourRankArena {
   std::byte* memory;
 };
 
-// Ranks 1 and 3 as children that exit once `go_write_end` is closed; ranks
-// 0 and 2 are this process, which stays. Returns the four pids.
-std::vector<int> ranks_1_and_3_as_children(int& go_write_end) {
+// The pids of `ranks` ranks, those in `children` as child processes that
+// exit once `go_write_end` is closed, the others this process, which stays.
+std::vector<int> ranks_as_children(int ranks, const std::vector<int>& children, int& go_write_end) {
   int go[2];
   REQUIRE(::pipe(go) == 0);
-  std::vector<int> pids{static_cast<int>(::getpid())};
-  for (int r = 1; r <= 3; ++r) {
-    if (r == 2) {
-      pids.push_back(static_cast<int>(::getpid()));
-      continue;
-    }
+  std::vector<int> pids(static_cast<std::size_t>(ranks), static_cast<int>(::getpid()));
+  for (const int r : children) {
     const pid_t child = ::fork();
     if (child == 0) {
       ::close(go[1]);
@@ -160,12 +157,15 @@ std::vector<int> ranks_1_and_3_as_children(int& go_write_end) {
       ::_exit(0);
     }
     REQUIRE(child > 0);
-    pids.push_back(static_cast<int>(child));
+    pids[static_cast<std::size_t>(r)] = static_cast<int>(child);
   }
   ::close(go[0]);
   go_write_end = go[1];
   return pids;
 }
+
+// Ranks 1 and 3 of four as children. Returns the four pids.
+std::vector<int> ranks_1_and_3_as_children(int& go_write_end) { return ranks_as_children(4, {1, 3}, go_write_end); }
 }  // namespace
 
 TEST_CASE("a wait ignores a watched peer that left the arena for good before it exited",
@@ -215,24 +215,12 @@ TEST_CASE("a wait that finds many watched peers gone names them in runs, without
   // filled it. Ranks 1-20 are children that exit; 0 and 21-23 this process.
   constexpr int kRanks = 24, kExiting = 20;
   FourRankArena arena(kRanks);
-  int go[2];
-  REQUIRE(::pipe(go) == 0);
-  std::vector<int> pids(kRanks, static_cast<int>(::getpid()));
-  for (int r = 1; r <= kExiting; ++r) {
-    const pid_t child = ::fork();
-    if (child == 0) {
-      ::close(go[1]);
-      char byte;
-      while (::read(go[0], &byte, 1) > 0) {
-      }
-      ::_exit(0);
-    }
-    REQUIRE(child > 0);
-    pids[static_cast<std::size_t>(r)] = static_cast<int>(child);
-  }
-  ::close(go[0]);
+  std::vector<int> children(kExiting);
+  std::iota(children.begin(), children.end(), 1);
+  int go = -1;
+  const std::vector<int> pids = ranks_as_children(kRanks, children, go);
   shm::WaitContext wait(arena.header(), 0, std::chrono::seconds(60), pids);
-  ::close(go[1]);
+  ::close(go);
   int status = 0;
   for (int r = 1; r <= kExiting; ++r) ::waitpid(pids[static_cast<std::size_t>(r)], &status, 0);
   const std::string expected = "ranks 1-20 exited or were killed while their peers still needed them";
