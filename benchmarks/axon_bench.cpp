@@ -102,7 +102,10 @@ int run(int argc, char** argv) {
   app.add_flag("--no-floor", no_floor,
                "do not measure the floor (cache-line round trip, cross-core hand-off) before each row");
   app.add_flag("--memcpy", memcpy_only, "print one core's memcpy GB/s at the largest size and exit");
-  app.allow_extras();  // MPI may leave its own arguments
+  // No allow_extras(): a misspelt option (--shared-bufers) ran the other
+  // mode and exited 0 (a review). MPI_Init runs after the parse, and Open
+  // MPI's mpirun passes the program no arguments of its own.
+  app.set_version_flag("--version", "axon-bench " AXON_BENCH_VERSION);
   // Bad arguments exit 2, as the program's own checks below and axon-launch's
   // do (CLI11's own codes are 100 and up); --help still exits 0.
   try {

@@ -16,6 +16,14 @@ if(TARGET axon-bench)
            COMMAND sh -c "\"$0\" --seconds-per-size -1; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)
   set_tests_properties("axon-bench: a negative --seconds-per-size is refused with exit status 2" PROPERTIES
     PASS_REGULAR_EXPRESSION "--seconds-per-size: must be a number of seconds, 0 or more \\(got -1\\)\n.*exit status 2")
+  # A misspelt option ran the default mode and exited 0 (a review).
+  set(name "axon-bench: an unknown option is refused with exit status 2, naming it")
+  add_test(NAME "${name}" COMMAND sh -c "\"$0\" -b 4 -e 4 --shared-bufers; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)
+  set_tests_properties("${name}" PROPERTIES
+    PASS_REGULAR_EXPRESSION "The following argument was not expected: --shared-bufers.*exit status 2")
+  set(name "axon-bench: --version prints the project's version")
+  add_test(NAME "${name}" COMMAND axon-bench --version)
+  set_tests_properties("${name}" PROPERTIES PASS_REGULAR_EXPRESSION "^axon-bench ${PROJECT_VERSION}\n$")
   # A --json path that cannot be written fails before the sweep, not after it (a review).
   set(name "axon-bench: a --json path that cannot be written is refused before any row runs")
   add_test(NAME "${name}" COMMAND sh -c "\"$0\" --json /nonexistent-dir/x.json -b 4 -e 4; echo \"exit status $?\"" $<TARGET_FILE:axon-bench>)

@@ -55,6 +55,10 @@ foreach(n 2 3)
   axon_torch_test("tensors placed in the group's shared memory all-reduce to the same bytes as private ones on ${n} ranks, the ranks agree when one cannot place, the space comes back, and DDP with zero_copy_allreduce_hook equals Gloo, also under join() with uneven inputs, and PyTorch's allreduce_hook bitwise on a group of a power of two" test_zero_copy.py ${n})
 endforeach()
 
+set(name "torch: axonml_torch.__version__ is the project's version")
+add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} -c "import axonml_torch; print(axonml_torch.__version__)")
+set_tests_properties("${name}" PROPERTIES PASS_REGULAR_EXPRESSION "^${PROJECT_VERSION}\n$" ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
+
 # examples/torch_spawn.py with no rank ran nothing and exited 0 (a review).
 add_test(NAME "torch: examples/torch_spawn.py --ranks 0 is refused, naming the option"
          COMMAND ${AXON_TORCH_PYTHON} ${PROJECT_SOURCE_DIR}/examples/torch_spawn.py --ranks 0)

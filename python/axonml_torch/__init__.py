@@ -27,6 +27,7 @@ from ._C import (_close_store_together_as_it_goes, _exited_processes, _note_fail
                  _process_gone_with_the_store, _program_ends)
 from ._C import _excepthook_running_signal_handlers_first, _world_begins
 from ._C import create_process_group
+from ._C import __version__
 from ._C import allreduce_in_arena as _allreduce_in_arena
 from ._C import in_arena as _in_arena
 from ._C import _has_room_for_placing, _runtime_reduces

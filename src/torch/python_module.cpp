@@ -158,6 +158,7 @@ PYBIND11_MODULE(_C, m) {
       pybind11::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   axonml::torch::install_interrupt_check(run_signal_handlers);
   m.doc() = "The axonml shared-memory runtime as torch.distributed backend 'axon'";
+  m.attr("__version__") = AXON_TORCH_VERSION;
   m.def(
       "create_process_group",
       [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
