@@ -98,6 +98,11 @@ configure_file(${CMAKE_CURRENT_LIST_DIR}/axonml_distributed.pc.in
 install(FILES ${PROJECT_BINARY_DIR}/package/axonml_distributed.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
+# The licence texts, which whoever ships a program linked with the static
+# library ships beside it.
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE-MIT ${PROJECT_SOURCE_DIR}/LICENSE-APACHE
+  DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
 # The PyTorch backend, when built: libaxonml_torch in its own export set
 # (find_package(axonml_distributed COMPONENTS torch) -> axonml::torch, which
 # finds Torch; without the component nothing needs Torch), and the Python

@@ -19,7 +19,9 @@ foreach(installed
     include/axonml/distributed.hpp
     ${LIBDIR}/cmake/axonml_distributed/axonml_distributedConfig.cmake
     ${LIBDIR}/cmake/axonml_distributed/axonml_distributedConfigVersion.cmake
-    ${LIBDIR}/pkgconfig/axonml_distributed.pc)
+    ${LIBDIR}/pkgconfig/axonml_distributed.pc
+    share/doc/axonml_distributed/LICENSE-MIT
+    share/doc/axonml_distributed/LICENSE-APACHE)
   if(NOT EXISTS ${prefix}/${installed})
     message(FATAL_ERROR "cmake --install did not install ${installed}")
   endif()
