@@ -27,6 +27,7 @@ add_test(NAME "install: examples/consumer builds and runs against the installed 
     "-DLINKER_FLAGS=${CMAKE_EXE_LINKER_FLAGS}"
     -DPKG_CONFIG=${AXON_PKG_CONFIG}
     -DRANKS=${AXON_CONSUMER_RANKS}
+    -DWITH_MPI=${AXON_WITH_MPI}
     -DTORCH_PYTHON=$<$<BOOL:${AXON_WITH_TORCH}>:${AXON_TORCH_PYTHON}>
     -DPYTHON_DIR=$<$<BOOL:${AXON_WITH_TORCH}>:${AXON_PYTHON_INSTALL_DIR}>
     -P ${CMAKE_CURRENT_SOURCE_DIR}/support/install_consumer.cmake)

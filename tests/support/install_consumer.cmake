@@ -65,6 +65,18 @@ endif()
 step("build examples/consumer" ${CMAKE_COMMAND} --build ${build} --config ${CONFIG})
 run_consumer("examples/consumer (CMake package)" ${build}/consumer)
 
+# 1b. A project that uses MPI's C++ bindings still has them after
+# find_package(axonml_distributed), where the package searches for MPI (a
+# static archive with MpiBackend).
+if(WITH_MPI AND EXISTS ${prefix}/${LIBDIR}/libaxonml_distributed.a)
+  step("configure tests/support/mpi_cxx_consumer" ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/mpi_cxx_consumer
+    -B ${WORK_DIR}/mpi-cxx-build -G ${GENERATOR} -DCMAKE_BUILD_TYPE=${CONFIG} -DCMAKE_CXX_COMPILER=${CXX}
+    "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}"
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+  step("build tests/support/mpi_cxx_consumer (MPI's C++ bindings beside the package)"
+    ${CMAKE_COMMAND} --build ${WORK_DIR}/mpi-cxx-build --config ${CONFIG})
+endif()
+
 # 2. pkg-config: the same program from one compiler command line.
 set(ENV{PKG_CONFIG_PATH} ${prefix}/${LIBDIR}/pkgconfig)
 step("pkg-config" ${PKG_CONFIG} --cflags --libs axonml_distributed)
