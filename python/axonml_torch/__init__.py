@@ -89,7 +89,7 @@ _warned_no_room = False  # the hook says so once a process
 
 
 def _size_text(size):
-    """2.0 KiB, not 0.0 MiB (a review)."""
+    """A size in the largest unit it fills: 2.0 KiB, not 0.0 MiB."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale:
             return f"{size / scale:.1f} {unit}"

@@ -102,9 +102,10 @@ bool AxonWork::wait(std::chrono::milliseconds timeout) {
   // What the rest returns for such an op, without its clocks and checks
   // (c10d::Work::wait's synchronize() does nothing on the CPU).
   if (completed_without_error()) return true;
+  // A forked child's wait() waited forever (a review).
   TORCH_CHECK(!distributed::shm::WaitContext::forked_since(fork_generation_) || isCompleted(), "axon ", c10d::opTypeToString(opType_), " on rank ", rank_,
               ": this process (pid ", ::getpid(), ") was forked after the op was made, and the op completes only in "
-              "the rank's process (a forked child's wait() waited forever; a review)");
+              "the rank's process");
   // From a callback (or an op) running on a group's thread: an op queued
   // behind it runs here, or it never would.
   // Not for a wait with a timeout: the ops run here wait for their peers
