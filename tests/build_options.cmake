@@ -27,3 +27,15 @@ if(AXON_WITH_MPI AND AXON_TEST_LIBRARY_TYPE STREQUAL "STATIC_LIBRARY" AND NOT CM
       -P ${CMAKE_CURRENT_SOURCE_DIR}/support/build_without_mpi.cmake)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 1800 LABELS install)
 endif()
+
+# Compiled as C++17, the public headers said "'bit_cast' is not a member of
+# 'std'"; they now say what they need, from every header that includes no
+# other of ours (a review).
+foreach(header axonml/distributed.hpp axonml/distributed/tensor.hpp axonml/distributed/error.hpp axonml/nn/threads.hpp)
+  set(name "build: ${header} compiled as C++17 says it needs C++20")
+  add_test(NAME "${name}"
+    COMMAND sh -c "echo '#include \"${header}\"' | \"$0\" -std=c++17 -I\"$1\" -fsyntax-only -x c++ - 2>&1; echo \"exit status $?\""
+            ${CMAKE_CXX_COMPILER} ${PROJECT_SOURCE_DIR}/include)
+  set_tests_properties("${name}" PROPERTIES
+    PASS_REGULAR_EXPRESSION "cxx20.hpp:[0-9]+:[0-9]+: error: #error \"axonml-distributed needs C\\+\\+20: compile with -std=c\\+\\+20.*exit status 1")
+endforeach()

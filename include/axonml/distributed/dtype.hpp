@@ -7,6 +7,8 @@
 // Thread safety: value types and pure functions; safe from any thread.
 #pragma once
 
+#include "axonml/distributed/cxx20.hpp"
+
 #include <bit>
 #include <cstddef>
 #include <cstdint>

@@ -10,6 +10,8 @@
 // across threads (the DDP communication thread does).
 #pragma once
 
+#include "axonml/distributed/cxx20.hpp"
+
 #include <stdexcept>
 #include <string>
 

@@ -10,6 +10,8 @@
 // exclusive access to the elements it touches.
 #pragma once
 
+#include "axonml/distributed/cxx20.hpp"
+
 #include <cstddef>
 #include <memory>
 #include <span>

@@ -16,6 +16,8 @@
 // tbb::global_control does (the smallest live limit wins).
 #pragma once
 
+#include "axonml/distributed/cxx20.hpp"
+
 #include <cstddef>
 #include <memory>
 

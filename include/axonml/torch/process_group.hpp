@@ -35,6 +35,8 @@
 // thread; they run in the order they were called).
 #pragma once
 
+#include "axonml/distributed/cxx20.hpp"
+
 #include <sys/types.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
