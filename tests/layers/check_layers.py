@@ -14,7 +14,7 @@ ORDER = ["base", "kernels", "shm", "collectives", "backends", "mpi", "group", "n
 RANK = {name: i for i, name in enumerate(ORDER)}
 # Public headers belong to the layer whose folder implements them.
 PUBLIC = {
-    "dtype": "base", "error": "base", "tensor": "base",
+    "cxx20": "base", "dtype": "base", "error": "base", "tensor": "base",
     "backend": "backends", "arena_backend": "backends", "mock_backend": "backends",
     "shm_backend": "backends", "store_backend": "backends",
     "mpi_backend": "mpi",
