@@ -124,10 +124,10 @@ TEST_CASE("peers_arrived_within_spin spins no longer than it is given, however l
 }
 
 namespace {
-// A formatted arena of 4 ranks (or `ranks`) on the heap: WaitContext reads
+// A formatted arena of `ranks` ranks (4 unless given) on the heap: WaitContext reads
 // the ranks' controls (whether a peer has left) beside the header.
-struct FourRankArena {
-  explicit FourRankArena(int ranks = 4)
+struct HeapArena {
+  explicit HeapArena(int ranks = 4)
       : bytes(std::size_t{8} << (ranks <= 4 ? 20 : 22)),  // 32 MiB holds 24 ranks' slots
         memory(static_cast<std::byte*>(std::aligned_alloc(4096, bytes))) {
     shm::ArenaSpec spec;
@@ -135,7 +135,7 @@ struct FourRankArena {
     spec.arena_bytes = bytes;
     shm::format_arena(memory, spec);
   }
-  ~FourRankArena() { std::free(memory); }
+  ~HeapArena() { std::free(memory); }
   shm::ArenaHeader& header() const { return *reinterpret_cast<shm::ArenaHeader*>(memory); }
   std::size_t bytes;
   std::byte* memory;
@@ -173,7 +173,7 @@ TEST_CASE("a wait ignores a watched peer that left the arena for good before it 
   // Found by a review: a PyTorch rank that took no part and ended its program
   // (leaving its groups) made two other ranks' send and recv fail. A wait
   // that needs such a peer fails through first_ended(); others go on.
-  FourRankArena arena;
+  HeapArena arena;
   int go = -1;
   const std::vector<int> pids = ranks_1_and_3_as_children(go);
   shm::WaitContext wait(arena.header(), 0, std::chrono::seconds(60), pids);
@@ -193,7 +193,7 @@ TEST_CASE("a wait that finds several watched peers gone names every one of them,
           "[shm][waiting][errors]") {
   // Under torch.multiprocessing, spawn kills the other ranks once one has
   // failed; a survivor that looks only then must not blame rank 1 alone.
-  FourRankArena arena;
+  HeapArena arena;
   shm::ArenaHeader& header = arena.header();
   int go = -1;
   const std::vector<int> pids = ranks_1_and_3_as_children(go);
@@ -214,7 +214,7 @@ TEST_CASE("a wait that finds many watched peers gone names them in runs, without
   // An abort's reason keeps about 1 000 characters; 64 ranks with their pids
   // filled it. Ranks 1-20 are children that exit; 0 and 21-23 this process.
   constexpr int kRanks = 24, kExiting = 20;
-  FourRankArena arena(kRanks);
+  HeapArena arena(kRanks);
   std::vector<int> children(kExiting);
   std::iota(children.begin(), children.end(), 1);
   int go = -1;
