@@ -47,22 +47,31 @@ bool Supervisor::any_stream_open() const {
   return false;
 }
 
-void Supervisor::signal_running(int sig) {
+void Supervisor::signal_running(int sig, Reach reach) {
   for (const auto& r : ranks_) {
     if (!r.running) continue;
-    // The rank leads its own process group: reach its children too.
-    if (::kill(-r.pid, sig) != 0) ::kill(r.pid, sig);
+    // The rank leads its own process group: Reach::Group reaches the
+    // children that stayed in it too.
+    if (reach == Reach::RankOnly || ::kill(-r.pid, sig) != 0) ::kill(r.pid, sig);
   }
 }
 
 namespace {
 
+struct Leftover {
+  pid_t pid;
+  // It left the job's session (setsid()): a daemon, such as PyTorch's
+  // torch_shm_manager, that serves the job's other processes.
+  bool own_session;
+};
+
 // This process's children that still live. Once every rank has been reaped
 // they are what the ranks left behind: the launcher is their subreaper
 // (main.cpp), so orphans come to it, in whatever process group or session.
-std::vector<pid_t> live_children() {
-  std::vector<pid_t> found;
+std::vector<Leftover> live_children() {
+  std::vector<Leftover> found;
   const pid_t self = ::getpid();
+  const pid_t our_session = ::getsid(0);
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return found;
   while (const dirent* entry = ::readdir(proc)) {
@@ -78,7 +87,11 @@ std::vector<pid_t> live_children() {
     std::istringstream rest(stat.substr(close + 1));
     char state = 0;
     long ppid = 0;
-    if (rest >> state >> ppid && ppid == self && state != 'Z') found.push_back(static_cast<pid_t>(pid));
+    long group = 0;
+    long session = 0;
+    if (rest >> state >> ppid >> group >> session && ppid == self && state != 'Z') {
+      found.push_back(Leftover{static_cast<pid_t>(pid), session != our_session});
+    }
   }
   ::closedir(proc);
   return found;
@@ -87,6 +100,14 @@ std::vector<pid_t> live_children() {
 void reap_exited_children() {
   while (::waitpid(-1, nullptr, WNOHANG) > 0) {
   }
+}
+
+// Whether a SIGINT, SIGTERM or SIGHUP waits in the signalfd, unread (the
+// signals are blocked, so sigpending() sees them without taking them).
+bool interrupt_pending() {
+  sigset_t pending;
+  ::sigpending(&pending);
+  return sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) || sigismember(&pending, SIGHUP);
 }
 
 }  // namespace
@@ -99,21 +120,46 @@ void reap_exited_children() {
 // unreaped, their pids cannot have been given to anything else (signalling
 // the ranks' old process groups could reach an unrelated group that reused
 // a reaped rank's pid; the review of the change).
+//
+// A leftover in a session of its own is a daemon that may serve the others,
+// and it goes last, once they have gone, after daemon_grace to end by
+// itself. PyTorch's torch_shm_manager (DataLoader workers under the
+// "file_system" sharing strategy) unlinks the job's torch_* files from
+// /dev/shm 2 s after its last client leaves, and dies on SIGTERM without
+// doing so: stopped together with the rest, it left 6-17 files of 3 MiB
+// there after every failed or interrupted such job (a review). A SIGINT,
+// SIGTERM or SIGHUP to the launcher meanwhile ends that wait at once.
 void Supervisor::stop_leftover_processes() {
-  const auto grace_ends = Clock::now() + times_.term_grace;
-  const auto give_up = grace_ends + std::chrono::seconds(1);  // past SIGKILL: only the unkillable (D state) stay
+  using std::chrono::milliseconds;
+  const auto started = Clock::now();
+  // When only daemons were left, or the others were past their SIGKILL.
+  std::optional<Clock::time_point> others_gone;
+  std::optional<Clock::time_point> daemons_asked_at;  // SIGTERM to the daemons
   std::set<pid_t> asked;  // SIGTERM once each
   reap_exited_children();
-  for (auto left = live_children(); !left.empty() && Clock::now() < give_up; left = live_children()) {
-    const bool grace_over = Clock::now() >= grace_ends;
-    for (pid_t pid : left) {
-      if (grace_over) {
-        ::kill(pid, SIGKILL);
-      } else if (asked.insert(pid).second) {
-        ::kill(pid, SIGTERM);
+  for (auto left = live_children(); !left.empty(); left = live_children()) {
+    const auto now = Clock::now();
+    const bool others_left = std::any_of(left.begin(), left.end(), [](const Leftover& l) { return !l.own_session; });
+    if (!others_gone && (!others_left || now >= started + times_.term_grace)) others_gone = now;
+    if (!daemons_asked_at && others_gone && (now >= *others_gone + times_.daemon_grace || interrupt_pending())) {
+      daemons_asked_at = now;
+    }
+    // Past SIGKILL only the unkillable (D state) stay: give up on them.
+    const bool daemons_left = std::any_of(left.begin(), left.end(), [](const Leftover& l) { return l.own_session; });
+    const bool daemons_in_grace = daemons_left && !daemons_asked_at;
+    if (!daemons_in_grace && now >= (daemons_asked_at ? *daemons_asked_at : started) + times_.term_grace + std::chrono::seconds(1)) {
+      break;
+    }
+    for (const Leftover& l : left) {
+      const std::optional<Clock::time_point> asked_at = l.own_session ? daemons_asked_at : started;
+      if (!asked_at) continue;  // a daemon's grace
+      if (now >= *asked_at + times_.term_grace) {
+        ::kill(l.pid, SIGKILL);
+      } else if (asked.insert(l.pid).second) {
+        ::kill(l.pid, SIGTERM);
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(milliseconds(10));
     reap_exited_children();
   }
 }
@@ -129,6 +175,17 @@ void Supervisor::handle_signals() {
     }
     if (sig == SIGCONT) {
       resume();
+      continue;
+    }
+    if (running_count() == 0) {
+      // Every rank had ended: the signal came while the launcher stopped
+      // what they left or wrote out their last output. Nothing to forward
+      // (the summary said the rank that had failed did so "after the
+      // launcher forwarded SIGINT"); it still means no restart, and that
+      // what the ranks left goes.
+      interrupted_after_ranks_ended_ = true;
+      say("axon-launch: got SIG" + std::string(::sigabbrev_np(sig)) + " from pid " + std::to_string(info.ssi_pid) +
+          " after every rank had ended\n");
       continue;
     }
     // A second signal from the process that sent the first, within
@@ -158,7 +215,13 @@ void Supervisor::handle_signals() {
       // Who sent it is often the first question when a job ends this way.
       say("axon-launch: got SIG" + std::string(::sigabbrev_np(sig)) + " from pid " + std::to_string(info.ssi_pid) +
           ": forwarding it to every rank (a second one kills them)\n");
-      signal_running(sig);
+      // SIGINT reaches each rank's process group, as a terminal's Ctrl-C
+      // reaches the foreground job. SIGTERM and SIGHUP, a scheduler's or a
+      // supervisor's "please end", reach the rank's own process only, as
+      // under torchrun: its children are its to end. Sent to the group, they
+      // killed a PyTorch rank's DataLoader workers under its SIGTERM handler,
+      // whose checkpoint then failed (a review: 8 of 9 preempted jobs).
+      signal_running(sig, sig == SIGINT ? Reach::Group : Reach::RankOnly);
     } else {
       // A second interrupt: the user means it.
       signal_running(SIGKILL);
@@ -633,7 +696,8 @@ Outcome Supervisor::run() {
     advance_phase(now);
     if (running_count() == 0) {
       // Before the drain: leftovers may hold the output pipes open.
-      if (!leftovers_stopped_ && (first_failure_ || forwarded_count_ != 0 || abort_reason())) {
+      if (!leftovers_stopped_ &&
+          (first_failure_ || forwarded_count_ != 0 || interrupted_after_ranks_ended_ || abort_reason())) {
         stop_leftover_processes();
         leftovers_stopped_ = true;
       }
@@ -682,7 +746,7 @@ Outcome Supervisor::run() {
   }
   print_summary();
   Outcome outcome;
-  outcome.interrupted = forwarded_count_ != 0;
+  outcome.interrupted = forwarded_count_ != 0 || interrupted_after_ranks_ended_;
   if (first_failure_) {
     outcome.exit_code = exit_code(*first_failure_);
     outcome.summary = describe(*first_failure_);

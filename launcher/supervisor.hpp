@@ -30,7 +30,9 @@
 //     rank fails by itself within the grace (then its status, as usual).
 //     Only the job's arena counts: a PyTorch program's groups have arenas of
 //     their own, and their failures end nobody;
-//   - forwards SIGINT/SIGTERM/SIGHUP to every rank; a second one kills them;
+//   - forwards SIGINT/SIGTERM/SIGHUP to every rank (SIGINT to its process
+//     group, as a terminal's Ctrl-C; SIGTERM and SIGHUP to the rank's own
+//     process); a second one kills them;
 //   - on SIGTSTP (Ctrl-Z) stops every rank and then itself; on SIGCONT (fg,
 //     bg) continues them, and the time stopped does not count towards any
 //     wait's timeout;
@@ -39,7 +41,8 @@
 //     itself, though the peers it released ended first;
 //   - once every rank of a failed or interrupted job has ended, stops what
 //     they left behind (the launcher is their subreaper): SIGTERM, then
-//     SIGKILL.
+//     SIGKILL; a daemon (a process in a session of its own) last, once the
+//     others have gone and it has had daemon_grace to end by itself.
 // run() returns the attempt's outcome: exit status 0 when every rank exited
 // 0, else the status of the first failed rank (its code, or 128 + signal; 1
 // for a rank blamed with status 0).
@@ -73,6 +76,10 @@ struct SupervisorTimes {
   // After a forwarded SIGINT/SIGTERM/SIGHUP, how long the ranks still running
   // get once one has ended, before SIGTERM.
   std::chrono::milliseconds forward_grace{5000};
+  // How long a failed job's leftovers in a session of their own (daemons)
+  // get to end by themselves once the others have gone, before SIGTERM:
+  // torch_shm_manager ends 2 s after its last client.
+  std::chrono::milliseconds daemon_grace{5000};
 };
 
 // How one attempt ended.
@@ -136,7 +143,10 @@ class Supervisor {
   bool signalled_ranks() const { return phase_ == Phase::Terminating || phase_ == Phase::Killing; }
   std::string describe(const Failure& failure) const;
   int exit_code(const Failure& failure) const;
-  void signal_running(int sig);
+  // Whom a signal for the ranks reaches: each rank's process group (the
+  // rank and the children that stayed in it), or the rank's process alone.
+  enum class Reach { Group, RankOnly };
+  void signal_running(int sig, Reach reach = Reach::Group);
   void stop_leftover_processes();
   void advance_phase(Clock::time_point now);
   int poll_timeout_ms(Clock::time_point now) const;
@@ -167,6 +177,7 @@ class Supervisor {
   pid_t first_forwarded_from_ = -1;  // the process that sent it; -1: the kernel (a terminal's Ctrl-C)
   bool ending_after_forward_ = false;  // Aborting phase_: the forward's grace, no abort published
   std::vector<int> running_when_forwarded_;  // the ranks the first forwarded signal reached
+  bool interrupted_after_ranks_ended_ = false;  // a SIGINT/SIGTERM/SIGHUP came once no rank ran
   std::optional<Clock::time_point> all_exited_at_;
   bool leftovers_stopped_ = false;
   bool clean_exit_after_abort_ = false;  // a rank exited 0 once a rank had aborted the job

@@ -93,6 +93,11 @@ add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_interrupt.py $<TARGET_
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
 set_tests_properties("${name}" PROPERTIES TIMEOUT 300 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
 
+set(name "torch: a training job with DataLoader workers under the file_system sharing strategy leaves no torch_* file in /dev/shm when a rank raises, is SIGKILLed or the job is interrupted (torch_shm_manager gets to unlink them); SIGTERM to axon-launch reaches the ranks, not their workers, so a preemption handler saves, meets its peer and exits 0")
+add_test(NAME "${name}" COMMAND ${AXON_TORCH_PYTHON} test_launcher_jobs.py $<TARGET_FILE:axon-launch>
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+set_tests_properties("${name}" PROPERTIES TIMEOUT 300 ENVIRONMENT "${AXON_TORCH_TEST_ENV}")
+
 # A subset of PyTorch's own suite in `make test` (each test spawns its ranks:
 # ~5-15 s a test on a loaded 2-core machine); `make test-torch-suite` runs all
 # of it. The subset: every op family the backend implements.
