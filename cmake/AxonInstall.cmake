@@ -102,6 +102,11 @@ install(FILES ${PROJECT_BINARY_DIR}/package/axonml_distributed.pc
 # library ships beside it.
 install(FILES ${PROJECT_SOURCE_DIR}/LICENSE-MIT ${PROJECT_SOURCE_DIR}/LICENSE-APACHE
   DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# The README and docs/ beside them: the installed headers' comments refer to
+# README.md and docs/*.md by those names (a review found them missing).
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
+  FILES_MATCHING PATTERN "*.md" PATTERN "*.png")
 
 # The PyTorch backend, when built: libaxonml_torch in its own export set
 # (find_package(axonml_distributed COMPONENTS torch) -> axonml::torch, which

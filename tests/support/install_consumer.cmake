@@ -21,7 +21,11 @@ foreach(installed
     ${LIBDIR}/cmake/axonml_distributed/axonml_distributedConfigVersion.cmake
     ${LIBDIR}/pkgconfig/axonml_distributed.pc
     share/doc/axonml_distributed/LICENSE-MIT
-    share/doc/axonml_distributed/LICENSE-APACHE)
+    share/doc/axonml_distributed/LICENSE-APACHE
+    share/doc/axonml_distributed/README.md
+    share/doc/axonml_distributed/docs/design.md
+    share/doc/axonml_distributed/docs/arena.md
+    share/doc/axonml_distributed/docs/benchmarks/torch-allreduce.png)
   if(NOT EXISTS ${prefix}/${installed})
     message(FATAL_ERROR "cmake --install did not install ${installed}")
   endif()
