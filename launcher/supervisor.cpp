@@ -124,8 +124,11 @@ void reap_exited_children() {
 // "file_system" sharing strategy) unlinks the job's torch_* files from
 // /dev/shm 2 s after its last client leaves, and dies on SIGTERM without
 // doing so: stopped together with the rest, it left 6-17 files of 3 MiB
-// there after every failed or interrupted such job (a review). A SIGINT,
-// SIGTERM or SIGHUP to the launcher meanwhile ends that wait at once.
+// there after every failed or interrupted such job (a review). The first
+// SIGINT, SIGTERM or SIGHUP to the launcher once every rank has ended does
+// not end that wait: a scheduler's SIGTERM or a Ctrl-C just after a job
+// failed did, and the files stayed (a review: 15 of 15 runs). A second one
+// does.
 // Called once every rank has ended, before the output's drain.
 void Supervisor::stop_leftover_processes() {
   using std::chrono::milliseconds;
@@ -139,7 +142,7 @@ void Supervisor::stop_leftover_processes() {
     const auto now = Clock::now();
     const bool others_left = std::any_of(left.begin(), left.end(), [](const Leftover& l) { return !l.own_session; });
     if (!others_gone && (!others_left || now >= started + times_.term_grace)) others_gone = now;
-    if (!daemons_asked_at && others_gone && (now >= *others_gone + times_.daemon_grace || interrupted_after_ranks_ended_)) {
+    if (!daemons_asked_at && others_gone && (now >= *others_gone + times_.daemon_grace || interrupts_after_ranks_ended_ >= 2)) {
       daemons_asked_at = now;
     }
     // Past SIGKILL only the unkillable (D state) stay: give up on them.
@@ -157,10 +160,9 @@ void Supervisor::stop_leftover_processes() {
         ::kill(l.pid, SIGTERM);
       }
     }
-    // Signals are read meanwhile: a SIGINT, SIGTERM or SIGHUP ends a
-    // daemon's grace, but not the copy GNU timeout sends its own process
-    // group just after the launcher (taken for an interrupt, it ended the
-    // grace of a job whose ranks had all ended before the copy was read).
+    // Signals are read meanwhile: a second SIGINT, SIGTERM or SIGHUP ends a
+    // daemon's grace (handle_signals() does not count the copy GNU timeout
+    // sends its own process group just after the launcher as another).
     pollfd signals{signal_fd_, POLLIN, 0};
     if (::poll(&signals, 1, 10) > 0) handle_signals();
     reap_exited_children();
@@ -200,16 +202,27 @@ void Supervisor::handle_signals() {
       // Every rank had ended: the signal came while the launcher stopped
       // what they left or wrote out their last output. Nothing to forward
       // (the summary said the rank that had failed did so "after the
-      // launcher forwarded SIGINT"); it still means no restart, that what
-      // the ranks left goes, and that a daemon's grace ends now.
-      interrupted_after_ranks_ended_ = true;
-      say("axon-launch: got SIG" + std::string(::sigabbrev_np(sig)) + " from pid " + std::to_string(info.ssi_pid) +
-          " after every rank had ended\n");
+      // launcher forwarded SIGINT"); it still means no restart, and that
+      // what the ranks left goes. A second one ends a daemon's grace.
+      ++interrupts_after_ranks_ended_;
+      const auto left = live_children();
+      const bool daemons = std::any_of(left.begin(), left.end(), [](const Leftover& l) { return l.own_session; });
+      std::string line = "axon-launch: got SIG" + std::string(::sigabbrev_np(sig)) + " from pid " +
+                         std::to_string(info.ssi_pid) + " after every rank had ended";
+      if (daemons && interrupts_after_ranks_ended_ == 1) {
+        line += ": what a rank left in a session of its own (a daemon such as torch_shm_manager, which tidies "
+                "/dev/shm as it ends) still gets up to " + std::to_string(times_.daemon_grace.count() / 1000) +
+                " s to end by itself; another signal stops it now";
+      } else if (daemons) {
+        line += ": stopping what the ranks left now";
+      }
+      say(line + "\n");
       continue;
     }
     ++forwarded_count_;
     if (forwarded_count_ == 1) {
       forwarded_signal_ = sig;
+      failed_before_forward_ = first_failure_.has_value();
       first_forwarded_at_ = Clock::now();
       first_forwarded_from_ = from_a_process ? static_cast<pid_t>(info.ssi_pid) : -1;
       for (const auto& r : ranks_) {
@@ -661,7 +674,11 @@ void Supervisor::advance_phase(Clock::time_point now) {
                                      std::string(::sigabbrev_np(forwarded_signal_))
                                : std::to_string(times_.abort_grace.count()) + " ms after the abort") +
         ": sending SIGTERM\n");
-    signal_running(SIGTERM);
+    // To the rank's process alone, as a forwarded SIGTERM: a PyTorch rank's
+    // handler may still be saving, and its DataLoader workers died under it
+    // when the group got it (a review). SIGKILL, after term_grace, reaches
+    // the group; what the rank leaves goes once every rank has ended.
+    signal_running(SIGTERM, Reach::RankOnly);
     phase_ = Phase::Terminating;
     phase_deadline_ = now + times_.term_grace;
   } else if (phase_ == Phase::Terminating && now >= phase_deadline_) {
@@ -700,7 +717,7 @@ Outcome Supervisor::run() {
     if (running_count() == 0) {
       // Before the drain: leftovers may hold the output pipes open.
       if (!leftovers_stopped_ &&
-          (first_failure_ || forwarded_count_ != 0 || interrupted_after_ranks_ended_ || abort_reason())) {
+          (first_failure_ || forwarded_count_ != 0 || interrupts_after_ranks_ended_ != 0 || abort_reason())) {
         stop_leftover_processes();
         leftovers_stopped_ = true;
       }
@@ -749,7 +766,7 @@ Outcome Supervisor::run() {
   }
   print_summary();
   Outcome outcome;
-  outcome.interrupted = forwarded_count_ != 0 || interrupted_after_ranks_ended_;
+  outcome.interrupted = forwarded_count_ != 0 || interrupts_after_ranks_ended_ != 0;
   if (first_failure_) {
     outcome.exit_code = exit_code(*first_failure_);
     outcome.summary = describe(*first_failure_);
@@ -813,7 +830,10 @@ void Supervisor::print_summary() const {
   }
   const auto& f = *first_failure_;
   std::string line = "axon-launch: " + describe(f);
-  if (forwarded_signal_ != 0) {
+  // Not when the rank had failed before the signal came (a review: "rank 1
+  // was killed by signal 9 after the launcher forwarded SIGTERM", of a rank
+  // reaped 100 ms before the SIGTERM).
+  if (forwarded_signal_ != 0 && !failed_before_forward_) {
     line += " after the launcher forwarded SIG" + std::string(::sigabbrev_np(forwarded_signal_));
   }
   // "Stopped" only when the launcher signalled them: the others may have

@@ -32,7 +32,7 @@
 //     their own, and their failures end nobody;
 //   - forwards SIGINT/SIGTERM/SIGHUP to every rank (SIGINT to its process
 //     group, as a terminal's Ctrl-C; SIGTERM and SIGHUP to the rank's own
-//     process); a second one kills them;
+//     process, as its own SIGTERMs after a grace); a second one kills them;
 //   - on SIGTSTP (Ctrl-Z) stops every rank and then itself; on SIGCONT (fg,
 //     bg) continues them, and the time stopped does not count towards any
 //     wait's timeout;
@@ -177,7 +177,8 @@ class Supervisor {
   pid_t first_forwarded_from_ = -1;  // the process that sent it; -1: the kernel (a terminal's Ctrl-C)
   bool ending_after_forward_ = false;  // Aborting phase_: the forward's grace, no abort published
   std::vector<int> running_when_forwarded_;  // the ranks the first forwarded signal reached
-  bool interrupted_after_ranks_ended_ = false;  // a SIGINT/SIGTERM/SIGHUP came once no rank ran
+  int interrupts_after_ranks_ended_ = 0;  // SIGINT/SIGTERM/SIGHUPs that came once no rank ran
+  bool failed_before_forward_ = false;   // a rank had failed when the first signal was forwarded
   std::optional<Clock::time_point> all_exited_at_;
   bool leftovers_stopped_ = false;
   bool clean_exit_after_abort_ = false;  // a rank exited 0 once a rank had aborted the job

@@ -21,7 +21,7 @@ target_include_directories(launcher_probe PRIVATE ${PROJECT_SOURCE_DIR}/src)  # 
 foreach(case bad-arguments missing-program arena-too-large success master-port exit-code signal-status output-lines
              rank-killed launcher-killed interrupt interrupt-delivered-twice interrupt-not-heeded interrupt-handled-slowly flooding-output stalled-reader early-exit hung-rank late-rank leave-early finish-early peer-left
              start-timeout init-twice rank-twice child-joins exec-self no-leak restarts leftover-children leftover-daemon
-             signal-reach suspend)
+             signal-reach failed-before-signal suspend)
   add_test(NAME "launcher: ${case}"
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launcher_tests.sh ${case}
                    $<TARGET_FILE:axon-launch> $<TARGET_FILE:launcher_probe>)
