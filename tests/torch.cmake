@@ -42,9 +42,16 @@ axon_torch_test("the nested callbacks also complete with every collective on the
 axon_torch_test("collectives run in call order on 3 ranks, a short one on the caller's thread when its peers wait in it, done on return" test_order.py 3)
 axon_torch_test("collectives run in call order on 2 ranks with every one on the communication thread (AXON_TORCH_INLINE_BYTES=0)" test_order.py 2 0)
 
+# The harness starts its ranks from a fork server that has imported torch
+# (tests/torch/harness.py: a rank starts in ~0.1 s, not ~1.4 s of CPU); these
+# two start theirs as torch.multiprocessing.spawn does, each importing torch.
 foreach(n 2 4)
   axon_torch_test("every op equals Gloo or the reference on ${n} ranks, every dtype; MIN and MAX are NaN where any one rank holds a NaN" test_ops.py ${n})
   axon_torch_test("DDP under axon ends with Gloo's parameters on ${n} ranks, world and subgroup, with and without no_sync, and with gradient_as_bucket_view" test_ddp.py ${n})
+endforeach()
+foreach(name "every op equals Gloo or the reference on 2 ranks, every dtype; MIN and MAX are NaN where any one rank holds a NaN"
+             "DDP under axon ends with Gloo's parameters on 2 ranks, world and subgroup, with and without no_sync, and with gradient_as_bucket_view")
+  set_property(TEST "torch: ${name}" APPEND PROPERTY ENVIRONMENT AXON_TEST_START_METHOD=spawn)
 endforeach()
 
 axon_torch_test("a reduction without a runtime kernel (uint8, int16, bool, int8) and a reduce() grow a rank's peak memory by a piece from each rank, not by copies of the tensor, with exact results, on 3 ranks" test_fallback_memory.py 3)

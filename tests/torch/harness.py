@@ -6,6 +6,7 @@ import os
 import queue as queue_module
 import random
 import socket
+import sys
 import time
 import traceback
 
@@ -50,8 +51,29 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _entry(rank, n, port, fn, args, queue):
+def _end_as_a_spawned_process_does():
+    """A fork server's child ends in os._exit() (multiprocessing.forkserver.main),
+    which skips what a program's end runs: atexit handlers (axonml_torch's
+    tells the peers this rank's program ended, not that it was killed), the
+    interpreter's finalization, C++ static destructors. Turn that one call
+    into a SystemExit, which unwinds out of the server's main() and ends this
+    process as a spawned rank's program ends. Any other os._exit() (a test's
+    own abrupt end) stays what it is."""
+    import multiprocessing.forkserver
+    os_exit = os._exit
+    server_main = multiprocessing.forkserver.main.__code__
+
+    def _exit(code):
+        if sys._getframe(1).f_code is server_main:
+            raise SystemExit(code)
+        os_exit(code)
+    os._exit = _exit
+
+
+def _entry(rank, n, port, fn, args, queue, start_method):
     faulthandler.enable()  # a crash in C++ prints the Python stack
+    if start_method == "forkserver":
+        _end_as_a_spawned_process_does()
     import axonml_torch  # noqa: F401  (registers "axon" in the child)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(n), LOCAL_RANK=str(rank))
@@ -63,13 +85,37 @@ def _entry(rank, n, port, fn, args, queue):
         queue.put((rank, False, traceback.format_exc()))
 
 
+_context = None
+
+
+def context():
+    """How the ranks start: from a fork server that has imported torch once
+    ("forkserver", torch and torch.distributed preloaded), so that a rank
+    starts in ~0.1 s instead of importing torch again (~1.4 s of CPU each,
+    most of what a short case cost on 2 cores: test_errors.py's ~45 cases
+    took 250 s, now 112 s). The server is a fresh interpreter that has done nothing
+    but import: a rank starts as clean as under "spawn", and axonml_torch is
+    imported in the rank, never before the fork.
+    AXON_TEST_START_METHOD=spawn starts each rank as torch.multiprocessing.spawn
+    does (some tests are registered that way too, tests/torch.cmake)."""
+    global _context
+    if _context is None:
+        method = os.environ.get("AXON_TEST_START_METHOD", "forkserver")
+        if method not in ("forkserver", "spawn"):
+            raise ValueError(f"AXON_TEST_START_METHOD={method!r}: expected forkserver or spawn")
+        _context = mp.get_context(method)
+        if method == "forkserver":
+            _context.set_forkserver_preload(["torch", "torch.distributed"])
+    return _context
+
+
 def run_ranks(n, fn, *args, timeout=300, dead=()):
     """fn(rank, n, *args) on n processes; returns [result of rank 0, ...].
     Ranks in `dead` are expected to die without a result (None for them)."""
-    ctx = mp.get_context("spawn")
+    ctx = context()
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(r, n, port, fn, args, queue)) for r in range(n)]
+    procs = [ctx.Process(target=_entry, args=(r, n, port, fn, args, queue, ctx.get_start_method())) for r in range(n)]
     for p in procs:
         p.start()
         spawned_pids.add(p.pid)

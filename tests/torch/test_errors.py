@@ -15,7 +15,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import harness
 from harness import free_port, run_ranks
@@ -1187,7 +1186,7 @@ if __name__ == "__main__":
     # ended its program (and the store) before rank 1, polling the store,
     # had read the reason: "Broken pipe", 1 run in 10.
     for name in ("AXON_TORCH_INLINE_BYTES", "AXON_SPIN_POLLS", "AXON_SPIN_POLLS", "AXON_SPIN_POLLS"):
-        texts = run_ranks(3, one_rank_bad_environment, name, mp.get_context("spawn").Barrier(3))
+        texts = run_ranks(3, one_rank_bad_environment, name, harness.context().Barrier(3))
         print(f"test_errors: a bad value on rank 2 only reached its peers at once: {texts[0].splitlines()[0][:160]}")
     texts = run_ranks(3, late_past_the_store)
     print(f"test_errors: a rank that came to the backend after rank 0 (the store's host) had read a peer's failure "
