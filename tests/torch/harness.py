@@ -70,10 +70,30 @@ def _end_as_a_spawned_process_does():
     os._exit = _exit
 
 
-def _entry(rank, n, port, fn, args, queue, start_method):
-    faulthandler.enable()  # a crash in C++ prints the Python stack
+def _start_as_a_spawned_process_does(start_method, environment, cwd, target, args):
+    """A fork server's child has the server's environment and working folder,
+    as they were when the server started; a spawned one has the parent's as
+    they are now (a test may set AXON_* variables between its cases;
+    PyTorch's suite sets TEMP_DIR for each test). Take the parent's, then
+    run target(*args)."""
     if start_method == "forkserver":
+        os.environ.clear()
+        os.environ.update(environment)
+        os.chdir(cwd)
         _end_as_a_spawned_process_does()
+    target(*args)
+
+
+def process(target, args, name=None):
+    """A process of context() that runs target(*args) with this process's
+    environment and working folder, as a spawned one would."""
+    ctx = context()
+    return ctx.Process(target=_start_as_a_spawned_process_does, name=name,
+                       args=(ctx.get_start_method(), dict(os.environ), os.getcwd(), target, args))
+
+
+def _entry(rank, n, port, fn, args, queue):
+    faulthandler.enable()  # a crash in C++ prints the Python stack
     import axonml_torch  # noqa: F401  (registers "axon" in the child)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(n), LOCAL_RANK=str(rank))
@@ -88,7 +108,15 @@ def _entry(rank, n, port, fn, args, queue, start_method):
 _context = None
 
 
-def context():
+def start_method():
+    """"forkserver" or "spawn" (AXON_TEST_START_METHOD; see context())."""
+    method = os.environ.get("AXON_TEST_START_METHOD", "forkserver")
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(f"AXON_TEST_START_METHOD={method!r}: expected forkserver or spawn")
+    return method
+
+
+def context(preload=("torch", "torch.distributed")):
     """How the ranks start: from a fork server that has imported torch once
     ("forkserver", torch and torch.distributed preloaded), so that a rank
     starts in ~0.1 s instead of importing torch again (~1.4 s of CPU each,
@@ -97,15 +125,14 @@ def context():
     but import: a rank starts as clean as under "spawn", and axonml_torch is
     imported in the rank, never before the fork.
     AXON_TEST_START_METHOD=spawn starts each rank as torch.multiprocessing.spawn
-    does (some tests are registered that way too, tests/torch.cmake)."""
+    does (some tests are registered that way too, tests/torch.cmake).
+    `preload`: the modules the server imports, on the first call."""
     global _context
     if _context is None:
-        method = os.environ.get("AXON_TEST_START_METHOD", "forkserver")
-        if method not in ("forkserver", "spawn"):
-            raise ValueError(f"AXON_TEST_START_METHOD={method!r}: expected forkserver or spawn")
+        method = start_method()
         _context = mp.get_context(method)
         if method == "forkserver":
-            _context.set_forkserver_preload(["torch", "torch.distributed"])
+            _context.set_forkserver_preload(list(preload))
     return _context
 
 
@@ -115,7 +142,7 @@ def run_ranks(n, fn, *args, timeout=300, dead=()):
     ctx = context()
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(r, n, port, fn, args, queue, ctx.get_start_method())) for r in range(n)]
+    procs = [process(_entry, (r, n, port, fn, args, queue)) for r in range(n)]
     for p in procs:
         p.start()
         spawned_pids.add(p.pid)

@@ -1,7 +1,11 @@
 """PyTorch's own distributed test suite (torch/testing/_internal/distributed/
 distributed_test.py, shipped in python3-torch) against the axon backend, the
-way PyTorch's test_distributed_spawn.py drives it for Gloo: each test spawns
-WORLD_SIZE processes that init the backend named by BACKEND.
+way PyTorch's test_distributed_spawn.py drives it for Gloo: each test starts
+WORLD_SIZE processes that init the backend named by BACKEND. They start from
+the fork server of tests/torch/harness.py, which has imported torch and the
+suite once (each rank importing them itself, the subset in `make test` took
+~107 s); with AXON_TEST_START_METHOD=spawn each is spawned, as
+test_distributed_spawn.py does.
 
     # from the repository root, with <build> e.g. build/release:
     PYTHONPATH=<build>/python:tests/torch /usr/bin/python3 tests/torch/run_distributed_test.py [unittest args]
@@ -42,6 +46,7 @@ if "TEMP_DIR" not in os.environ:
 
 import torch  # noqa: E402
 import axonml_torch  # noqa: E402,F401  (registers "axon", in the spawned ranks too)
+import harness  # noqa: E402
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 
 for feature in ("plugin", "ddp", "subgroup"):
@@ -53,10 +58,11 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest, TestDistBackend)
 
 
-class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+class TestDistBackendAxon(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        harness.context(preload=("torch", "torch.distributed", "torch.testing._internal.distributed.distributed_test"))
+        self._start_processes(lambda target, name, args: harness.process(target, args, name=name))
 
 
 # Tests that cannot pass on Debian 12 with any backend: they import
@@ -76,9 +82,9 @@ if not _shard_importable():
     import unittest
     for _name in ("test_DistributedDataParallelCPU", "test_DistributedDataParallelCPU_grad_is_view",
                   "test_ddp_create_graph", "test_ddp_logging_data_cpu", "test_static_graph_api_cpu"):
-        setattr(TestDistBackendWithSpawn, _name, unittest.skip(
+        setattr(TestDistBackendAxon, _name, unittest.skip(
             "PyTorch 1.13's torch.distributed._shard does not import under Python 3.11")(
-                getattr(TestDistBackendWithSpawn, _name)))
+                getattr(TestDistBackendAxon, _name)))
 
 
 if __name__ == "__main__":
