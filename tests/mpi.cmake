@@ -73,6 +73,7 @@ if(TARGET train)
     add_test(NAME "${name}"
       COMMAND ${CMAKE_COMMAND} "-DLAUNCH=${launch}" -DTRAIN=$<TARGET_FILE:train>
               -DCOMPARE=$<TARGET_FILE:compare_params> -DSTRATEGY=${strategy}
+              -DSAMPLES=${AXON_TRAIN_TEST_SAMPLES}
               -DWORK=${CMAKE_CURRENT_BINARY_DIR}/train_equivalence_mpi_${strategy}
               -P ${CMAKE_CURRENT_SOURCE_DIR}/support/train_equivalence_run.cmake)
     set_tests_properties("${name}" PROPERTIES TIMEOUT 900 ENVIRONMENT "${AXON_MPI_TEST_ENVIRONMENT}")

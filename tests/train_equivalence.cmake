@@ -22,6 +22,7 @@ if(TARGET train)
       add_test(NAME "${name}"
         COMMAND ${CMAKE_COMMAND} -DLAUNCH=$<TARGET_FILE:axon-launch> -DTRAIN=$<TARGET_FILE:train>
                 -DCOMPARE=$<TARGET_FILE:compare_params> -DSTRATEGY=${strategy} -DRANKS=4
+                -DSAMPLES=${AXON_TRAIN_TEST_SAMPLES}
                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/train_equivalence_${strategy}
                 -P ${CMAKE_CURRENT_SOURCE_DIR}/support/train_equivalence_run.cmake)
       set_tests_properties("${name}" PROPERTIES TIMEOUT 900)

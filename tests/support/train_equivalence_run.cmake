@@ -1,13 +1,17 @@
 # Runs train alone and under axon-launch with the same arguments and compares
 # the final parameters. Variables: LAUNCH, TRAIN, COMPARE, STRATEGY, WORK,
-# RANKS. LAUNCH may be a whole command with "|" between its words (mpirun and
-# its options); RANKS, when set, adds "-n RANKS" (axon-launch).
+# SAMPLES (the data set's size), RANKS. LAUNCH may be a whole command with
+# "|" between its words (mpirun and its options); RANKS, when set, adds
+# "-n RANKS" (axon-launch).
 string(REPLACE "|" ";" launch "${LAUNCH}")
 if(RANKS)
   list(APPEND launch -n ${RANKS})
 endif()
 file(MAKE_DIRECTORY ${WORK})
-set(args --epochs 3 --sync ${STRATEGY})
+if(NOT SAMPLES)
+  message(FATAL_ERROR "train_equivalence_run.cmake: -DSAMPLES=... is required")
+endif()
+set(args --epochs 3 --samples ${SAMPLES} --sync ${STRATEGY})
 execute_process(COMMAND ${TRAIN} ${args} --checksum-file ${WORK}/alone.txt RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "train alone failed (${rc})")
