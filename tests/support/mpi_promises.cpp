@@ -642,9 +642,13 @@ int exit_with_static_world(const std::string& variant) {
     auto verdict = [&] {
       // Its own refusal or ended wait ("...: this process is exiting (its
       // main returned, ..."); or a peer's: "job aborted: rank R is exiting
-      // (its main returned, ...) while a thread of it still called ...".
+      // (its main returned, ...) while a thread of it still called ...";
+      // or, where that peer's thread was between calls as its exit began
+      // (README: nothing refuses it; its process ends), the peer's exit as
+      // shared memory saw it: "rank R exited (status 0) while ...".
       const bool as_promised = contains(error, "this process is exiting (its main returned") ||
-                               (contains(error, "job aborted: rank ") && contains(error, " is exiting (its main returned"));
+                               (contains(error, "job aborted: rank ") && contains(error, " is exiting (its main returned")) ||
+                               contains(error, " exited (status 0) while ");
       std::printf("[rank %d] the static World's thread's loop ended with: %s\n", rank, error.c_str());
       std::printf(as_promised ? "[rank %d] the static World's thread ended as promised\n"
                               : "[rank %d] FAILED: the static World's thread ended with neither its exit's refusal "
